@@ -1,0 +1,17 @@
+"""The `format` group: how raw model text becomes content, reasoning and tool calls."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass
+class FormatConfig:
+    tool_call_parser: str = "auto"  # auto | dsml | glm | kimi | kimi_k3 | minimax | qwen | hermes | llama3_json | none
+    reasoning_dialect: str = "auto"  # auto | think | deepseek_r1 | kimi_k3 | none
+    chat_template: Optional[str] = None  # a .jinja file overriding the model's own template
+
+# The names `--tool-call-parser` accepts. The tool_parser registry asserts it implements exactly these.
+TOOL_CALL_PARSERS = ("auto", "none", "dsml", "glm", "kimi", "kimi_k3", "minimax", "qwen", "hermes",
+                     "llama3_json")
+REASONING_DIALECTS = ("auto", "none", "think", "deepseek_r1", "kimi_k3")

@@ -1,0 +1,59 @@
+"""What crosses the boundary between an engine core and its client, in-process or over IPC.
+
+msgspec Structs so the server's client can ship them over ZMQ without a second schema.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import msgspec
+
+from atom.sampling_params import SamplingParams
+
+
+class EngineRequest(msgspec.Struct, kw_only=True):
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    arrival_time: float = 0.0
+
+
+class TokenLogprob(msgspec.Struct, array_like=True):
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]  # (token_id, logprob) for the top-k alternatives
+
+
+class StepOutput(msgspec.Struct, kw_only=True, array_like=True):
+    """One request's progress in one engine step: only the tokens new in this step."""
+
+    request_id: str
+    new_token_ids: list[int]
+    finished: bool = False
+    finish_reason: Optional[str] = None  # stop | length | abort
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+    logprobs: Optional[list[TokenLogprob]] = None
+
+
+class EngineStats(msgspec.Struct, kw_only=True):
+    num_running: int = 0
+    num_waiting: int = 0
+    num_preempted_total: int = 0
+    kv_blocks_total: int = 0
+    kv_blocks_free: int = 0
+    prefix_cache_queries: int = 0  # prompt blocks looked up
+    prefix_cache_hits: int = 0  # prompt blocks found cached
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    num_steps: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+
+    @property
+    def kv_usage(self) -> float:
+        return 1.0 - self.kv_blocks_free / self.kv_blocks_total if self.kv_blocks_total else 0.0
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
