@@ -1,0 +1,75 @@
+"""Result files and the tokenizer: the parts of a benchmark that touch the filesystem.
+
+`convert_to_pytorch_benchmark_format` emits the record layout of PyTorch's OSS benchmark
+database (one record per metric), so atom's numbers can sit beside other engines' in one
+dashboard.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+
+def _jsonable(value: Any) -> Any:
+    """inf/nan are not JSON; `--request-rate inf` must still round-trip, as the string "inf"."""
+    if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def write_to_json(filename: str | Path, records: Any) -> None:
+    path = Path(filename)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_jsonable(records), indent=2, allow_nan=False), encoding="utf-8")
+
+
+def convert_to_pytorch_benchmark_format(
+    args: argparse.Namespace | dict[str, Any], metrics: dict[str, list[float]],
+    extra_info: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """One record per metric: {benchmark: {name, extra_info: {args}}, model: {name},
+    metric: {name, benchmark_values, extra_info}}."""
+    arg_dict = vars(args) if isinstance(args, argparse.Namespace) else dict(args)
+    records = []
+    for name, values in metrics.items():
+        records.append({
+            "benchmark": {"name": "atom benchmark", "extra_info": {"args": _jsonable(arg_dict)}},
+            "model": {"name": arg_dict.get("model")},
+            "metric": {"name": name, "benchmark_values": _jsonable(list(values)),
+                       "extra_info": _jsonable(extra_info)},
+        })
+    return records
+
+
+def pytorch_format_path(result_path: str | Path) -> Path:
+    path = Path(result_path)
+    return path.with_name(path.stem + ".pytorch.json")
+
+
+def get_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
+    """A tokenizer from a local directory only: benchmarks never reach a model hub."""
+    from transformers import AutoTokenizer  # heavy import, only when a tokenizer is needed
+
+    local = Path(path).expanduser()
+    if not local.exists():
+        raise FileNotFoundError(
+            f"tokenizer {path!r} is not a local path; pass --tokenizer <dir> (nothing is downloaded)")
+    return AutoTokenizer.from_pretrained(str(local), trust_remote_code=trust_remote_code,
+                                         local_files_only=True)
+
+
+def default_result_filename(backend: str, request_rate: float, max_concurrency: Optional[int],
+                            model: str, date: str) -> str:
+    model_id = model.rstrip("/").split("/")[-1]
+    rate = "inf" if math.isinf(request_rate) else f"{request_rate:g}"
+    conc = f"-concurrency{max_concurrency}" if max_concurrency is not None else ""
+    return f"{backend}-{rate}qps{conc}-{model_id}-{date}.json"

@@ -1,0 +1,41 @@
+"""The only place that turns a Config into objects: tokenizer, engine core, engine, app."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from atom.config.schema import Config
+
+if TYPE_CHECKING:
+    from atom.model_engine.core_protocol import EngineCoreProtocol
+    from atom.model_engine.llm_engine import LLMEngine
+
+
+def build_tokenizer(cfg: Config) -> Any:
+    """The model's tokenizer (HF fast tokenizer from a dir or a GGUF), or an id-level fallback
+    for dummy-weight models that name none."""
+    from atom.loader.tokenizer import load_tokenizer
+
+    return load_tokenizer(cfg)
+
+
+def build_core(cfg: Config) -> "EngineCoreProtocol":
+    """The engine core for `cfg.server.engine_source`: the model, or a stand-in token source."""
+    source = cfg.server.engine_source
+    if source == "synthetic":
+        from atom.model_engine.synthetic_core import SyntheticEngineCore
+
+        return SyntheticEngineCore(cfg)
+    if source == "scripted":
+        from atom.model_engine.scripted_core import ScriptedEngineCore
+
+        return ScriptedEngineCore(cfg, build_tokenizer(cfg))
+    from atom.model_engine.engine_core import EngineCore
+
+    return EngineCore(cfg)
+
+
+def build_engine(cfg: Config) -> "LLMEngine":
+    """`atom.build_engine(cfg)`: an in-process LLMEngine over a core built from cfg."""
+    from atom.model_engine.llm_engine import LLMEngine
+
+    return LLMEngine.from_config(cfg)

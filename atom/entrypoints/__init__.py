@@ -1,0 +1,1 @@
+"""Network entry points: the OpenAI-compatible server and its flag-compatible launcher."""

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP layer (Litestar app, protocol, SSE delivery, metrics)."""

@@ -1,0 +1,207 @@
+"""The one reader: the engine both delivery modes run through.
+
+`stream=false` is `read_whole`, this engine over a single chunk, so the two modes cannot disagree.
+
+Where a byte is and how long it waits:
+  before any start marker      released at once, except a suffix that may begin a marker
+                               (MarkerScanner: bounded by the longest marker);
+  inside a region, before the  held; the name goes out (`ToolCallStart`) as soon as
+  name is legible              `parse_region(Region.head, at_end=False)` names a declared tool;
+  inside, the argument values  held until the region closes, then sent whole as valid JSON;
+  after the region closed      released as it arrives.
+A start marker is not a promise: a region that parses to no call is released verbatim.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from atom.entrypoints.openai.marker_scanner import MarkerScanner
+from atom.entrypoints.openai.tool_parser.events import (
+    ContentDelta, Event, ToolCallArgs, ToolCallStart)
+from atom.entrypoints.openai.tool_parser.policy import ToolPolicy
+from atom.entrypoints.openai.tool_parser.region import RegionParse, ToolFormat
+from atom.entrypoints.openai.tool_parser.values import typed_arguments
+
+Trace = list[tuple[str, str]]
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+@dataclass(slots=True)
+class Region:
+    """The bytes from a region's opener on; only `head` is read for the early name."""
+
+    HEAD = 256
+
+    text: str
+    scanned: int = 0
+    closing: bool = False
+    head_done: bool = False
+    announced: list[tuple[int, str, str]] = field(default_factory=list)
+
+    @property
+    def head(self) -> str:
+        return self.text[:self.HEAD]
+
+
+class ToolCallStream:
+    """Per-request streaming reader of one tool-call format."""
+
+    def __init__(self, fmt: type[ToolFormat], policy: Optional[ToolPolicy] = None,
+                 new_id: Callable[[], str] = new_call_id, trace: Optional[Trace] = None) -> None:
+        self._fmt = fmt
+        self._policy = policy or ToolPolicy()
+        self._new_id = new_id
+        self._trace = trace
+        self._scanner = MarkerScanner(fmt.START_MARKERS)
+        self._closers = fmt.region_closers()
+        self._closer_len = max((len(c) for c in self._closers), default=0)
+        self._pending = ""
+        self._region: Optional[Region] = None
+        self._next_index = 0
+
+    @property
+    def in_region(self) -> bool:
+        return self._region is not None
+
+    @property
+    def held_outside(self) -> int:
+        return len(self._pending)
+
+    @property
+    def longest_marker(self) -> int:
+        return self._scanner.longest
+
+    def feed(self, text: str) -> list[Event]:
+        out: list[Event] = []
+        if self._region is not None:
+            self._region.text += text
+        else:
+            self._pending += text
+        self._run(out)
+        return out
+
+    def finish(self) -> list[Event]:
+        out: list[Event] = []
+        while self._region is not None:
+            region, self._region = self._region, None
+            parsed = self._fmt.parse_region(region.text, at_end=True)
+            if parsed is None or (not parsed.calls and parsed.end is None):
+                self._content(out, region.text)
+                continue
+            end = len(region.text) if parsed.end is None else parsed.end
+            self._dispatch(out, region, parsed, end)
+            self._pending = region.text[end:]
+            self._run(out)
+        self._content(out, self._pending)
+        self._pending = ""
+        return out
+
+    def _run(self, out: list[Event]) -> None:
+        while self._scan_outside(out) if self._region is None else self._step_region(out):
+            pass
+
+    def _scan_outside(self, out: list[Event]) -> bool:
+        """Release what cannot begin a marker; True once a region opened."""
+        buf = self._pending
+        while (hit := self._scanner.find(buf)) is not None:
+            self._content(out, buf[:hit.pos])
+            if self._fmt.opens_region(hit.marker):
+                self._pending = ""
+                self._region = Region(buf[hit.pos:])
+                return True
+            self._markup(hit.marker)
+            buf = buf[hit.end:]
+        safe = self._scanner.safe_len(buf)
+        self._content(out, buf[:safe])
+        self._pending = buf[safe:]
+        return False
+
+    def _step_region(self, out: list[Event]) -> bool:
+        """Name early, and close the region once its format says so; True when it closed."""
+        region = self._region
+        assert region is not None
+        self._announce(out, region)
+        if not self._triggered(region):
+            return False
+        parsed = self._fmt.parse_region(region.text, at_end=False)
+        if parsed is None or parsed.end is None:
+            region.closing = parsed is not None and parsed.closing
+            return False
+        self._dispatch(out, region, parsed, parsed.end)
+        rest = region.text[parsed.end:]
+        if parsed.continues:
+            self._region = Region(rest)
+        else:
+            self._region = None
+            self._pending = rest
+        return True
+
+    def _triggered(self, region: Region) -> bool:
+        """Parse only when a closer arrived (or one did and the end is pending): linear cost."""
+        if region.closing:
+            return True
+        start = max(0, region.scanned - self._closer_len + 1)
+        region.scanned = len(region.text)
+        window = region.text[start:]
+        return any(c in window for c in self._closers)
+
+    def _announce(self, out: list[Event], region: Region) -> None:
+        if region.head_done:
+            return
+        region.head_done = len(region.text) >= Region.HEAD
+        parsed = self._fmt.parse_region(region.head, at_end=False)
+        if parsed is None:
+            return
+        for call in parsed.calls[len(region.announced):]:
+            if not self._policy.may_announce(call.name):
+                region.head_done = True
+                return
+            index = self._take_index()
+            call_id = call.id or self._new_id()
+            region.announced.append((index, call_id, call.name))
+            out.append(ToolCallStart(index, call_id, call.name))
+
+    def _dispatch(self, out: list[Event], region: Region, parsed: RegionParse, end: int) -> None:
+        self._content(out, region.text[:parsed.start])
+        self._markup(region.text[parsed.start:end])
+        for i, call in enumerate(parsed.calls):
+            if not self._policy.may_dispatch(call.name):
+                continue
+            if i < len(region.announced) and region.announced[i][2] == call.name:
+                index, _, _ = region.announced[i]
+            else:
+                index = self._take_index()
+                out.append(ToolCallStart(index, call.id or self._new_id(), call.name))
+            args = typed_arguments(call, self._policy.schemas.get(call.name, {}))
+            out.append(ToolCallArgs(index, json.dumps(args, ensure_ascii=False)))
+
+    def _take_index(self) -> int:
+        self._next_index += 1
+        return self._next_index - 1
+
+    def _content(self, out: list[Event], text: str) -> None:
+        if not text:
+            return
+        if self._trace is not None:
+            self._trace.append(("content", text))
+        if out and isinstance(out[-1], ContentDelta):
+            out[-1] = ContentDelta(out[-1].text + text)
+        else:
+            out.append(ContentDelta(text))
+
+    def _markup(self, text: str) -> None:
+        if text and self._trace is not None:
+            self._trace.append(("markup", text))
+
+
+def read_whole(fmt: type[ToolFormat], text: str, policy: Optional[ToolPolicy] = None,
+               new_id: Callable[[], str] = new_call_id) -> list[Event]:
+    """The non-streaming read: the streaming engine over a single chunk."""
+    reader = ToolCallStream(fmt, policy, new_id)
+    return reader.feed(text) + reader.finish()

@@ -1,0 +1,31 @@
+"""The per-forward attention metadata every attention backend reads."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+
+@dataclass
+class AttentionMetadata:
+    """A batch of sequences, each contributing `q_len` new tokens on top of a cached context.
+
+    Prefill chunks, prefix-cache hits and decodes are the same shape: sequence i's queries are
+    positions [ctx_len_i - q_len_i, ctx_len_i) and attend causally to keys [0, ctx_len_i).
+    """
+
+    cu_seqlens_q: torch.Tensor  # [B+1] int32, offsets of each sequence's queries in the batch
+    context_lens: torch.Tensor  # [B] int32, keys each sequence attends to (cached + new)
+    block_tables: torch.Tensor  # [B, max_blocks] int32, -1 padded
+    slot_mapping: torch.Tensor  # [T] int64, cache slot of each new token (-1 = do not store)
+    max_q_len: int
+    max_context_len: int
+    is_decode: bool  # every sequence has q_len == 1 (CUDA-graph eligible)
+    # Host copies, for backends (like the torch reference) that loop over sequences.
+    q_lens_cpu: Optional[list[int]] = None
+    context_lens_cpu: Optional[list[int]] = None
+
+    @property
+    def num_seqs(self) -> int:
+        return self.context_lens.shape[0]

@@ -1,0 +1,124 @@
+"""Reference implementations in plain torch: the oracle for every other backend, and the CPU path.
+
+Written for clarity and exactness (float32 accumulation), not speed.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from atom.kernels.backend import register
+from atom.kernels.metadata import AttentionMetadata
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * weight.float()).to(x.dtype) if x.dtype != torch.float32 else xf * weight
+
+
+def rotary(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor,
+           is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    cos_sin = cos_sin_cache.index_select(0, positions.long())
+    cos, sin = cos_sin.chunk(2, dim=-1)  # [T, rot/2]
+    return _rotate(q, cos, sin, is_neox), _rotate(k, cos, sin, is_neox)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool) -> torch.Tensor:
+    rot = cos.shape[-1] * 2
+    xr, xpass = x[..., :rot].float(), x[..., rot:]
+    cos, sin = cos.unsqueeze(1).float(), sin.unsqueeze(1).float()
+    if is_neox:
+        x1, x2 = xr.chunk(2, dim=-1)
+        out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    else:
+        x1, x2 = xr[..., 0::2], xr[..., 1::2]
+        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+    return torch.cat([out.to(x.dtype), xpass], dim=-1)
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return F.silu(a) * b
+
+
+def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor, k_scale: float, v_scale: float) -> None:
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep].long()
+    kc = k_cache.view(-1, *k_cache.shape[2:])
+    vc = v_cache.view(-1, *v_cache.shape[2:])
+    kc[slots] = _quant(k[keep], k_cache.dtype, k_scale)
+    vc[slots] = _quant(v[keep], v_cache.dtype, v_scale)
+
+
+def _quant(x: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
+    if dtype == torch.float8_e4m3fn:
+        return (x.float() / scale).clamp(-448.0, 448.0).to(dtype)
+    return x.to(dtype)
+
+
+def _dequant(x: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    if x.dtype == torch.float8_e4m3fn:
+        return (x.float() * scale).to(dtype)
+    return x.to(dtype)
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
+    """The first `length` cached tokens of one sequence: [length, Hk, D]."""
+    bs = cache.shape[1]
+    nblocks = (length + bs - 1) // bs
+    return cache[block_table[:nblocks].long()].reshape(-1, *cache.shape[2:])[:length]
+
+
+def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+              scale: float, k_scale: float = 1.0, v_scale: float = 1.0,
+              sliding_window: Optional[int] = None) -> torch.Tensor:
+    out = torch.empty_like(q)
+    q_lens = meta.q_lens_cpu or (meta.cu_seqlens_q[1:] - meta.cu_seqlens_q[:-1]).tolist()
+    ctx_lens = meta.context_lens_cpu or meta.context_lens.tolist()
+    cdtype = torch.float32
+    start = 0
+    for i, (ql, cl) in enumerate(zip(q_lens, ctx_lens)):
+        qi = q[start:start + ql].to(cdtype)  # [ql, Hq, D]
+        ki = _dequant(gather_kv(k_cache, meta.block_tables[i], cl), k_scale, cdtype)
+        vi = _dequant(gather_kv(v_cache, meta.block_tables[i], cl), v_scale, cdtype)
+        rep = qi.shape[1] // ki.shape[1]
+        ki = ki.repeat_interleave(rep, dim=1)
+        vi = vi.repeat_interleave(rep, dim=1)
+        qpos = torch.arange(cl - ql, cl, device=q.device).unsqueeze(1)
+        kpos = torch.arange(cl, device=q.device).unsqueeze(0)
+        mask = kpos <= qpos
+        if sliding_window is not None:
+            mask &= kpos > qpos - sliding_window
+        o = F.scaled_dot_product_attention(qi.transpose(0, 1), ki.transpose(0, 1), vi.transpose(0, 1),
+                                           attn_mask=mask, scale=scale)
+        out[start:start + ql] = o.transpose(0, 1).to(q.dtype)
+        start += ql
+    return out
+
+
+@register("torch")
+class TorchBackend:
+    name = "torch"
+
+    def rms_norm(self, x, weight, eps):
+        return rms_norm(x, weight, eps)
+
+    def fused_add_rms_norm(self, x, residual, weight, eps):
+        s = x + residual
+        return rms_norm(s, weight, eps), s
+
+    def rotary(self, positions, q, k, cos_sin_cache, is_neox):
+        return rotary(positions, q, k, cos_sin_cache, is_neox)
+
+    def silu_and_mul(self, x):
+        return silu_and_mul(x)
+
+    def store_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
+        store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+
+    def attention(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale, sliding_window=None):
+        return attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale, sliding_window)

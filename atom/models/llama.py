@@ -1,0 +1,142 @@
+"""Llama (Llama-2/3.x, SmolLM2, and the base of the Qwen family): readable top to bottom.
+
+Module names follow the HF checkpoints so weights load by name; q/k/v and gate/up are packed
+into one matmul each (`packed_modules_mapping` tells the loader where each HF tensor goes).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from atom.layers.activation import SiluAndMul
+from atom.layers.attention import PagedAttention
+from atom.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from atom.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from atom.layers.norm import RMSNorm
+from atom.layers.rotary import RotaryEmbedding, rope_params
+from atom.runner.distributed import tp_size
+
+
+def head_dim_of(hf: Any) -> int:
+    return getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+
+
+class LlamaAttention(nn.Module):
+    qk_norm = False
+
+    def __init__(self, hf: Any, layer_idx: int, qkv_bias: bool, o_bias: bool) -> None:
+        super().__init__()
+        n = tp_size()
+        self.head_dim = head_dim_of(hf)
+        self.num_heads = hf.num_attention_heads // n
+        self.num_kv_heads = hf.num_key_value_heads // n
+        self.qkv_proj = QKVParallelLinear(hf.hidden_size, self.head_dim, hf.num_attention_heads,
+                                          hf.num_key_value_heads, bias=qkv_bias)
+        self.o_proj = RowParallelLinear(hf.num_attention_heads * self.head_dim, hf.hidden_size,
+                                        bias=o_bias)
+        theta, scaling = rope_params(hf)
+        rot = int(self.head_dim * getattr(hf, "partial_rotary_factor", 1.0))
+        self.rotary_emb = RotaryEmbedding(self.head_dim, rot, hf.max_position_embeddings, theta,
+                                          scaling, is_neox=True)
+        self.attn = PagedAttention(self.num_heads, self.head_dim, self.num_kv_heads,
+                                   self.head_dim ** -0.5, layer_idx)
+        if self.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, hf.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, hf.rms_norm_eps)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        qkv = self.qkv_proj(x)
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+        q = q.reshape(-1, self.num_heads, self.head_dim)
+        k = k.reshape(-1, self.num_kv_heads, self.head_dim)
+        v = v.reshape(-1, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary_emb(positions, q, k)
+        return self.o_proj(self.attn(q, k, v))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int, act: str = "silu") -> None:
+        super().__init__()
+        if act != "silu":
+            raise NotImplementedError(f"hidden_act {act!r} is not implemented")
+        self.gate_up_proj = MergedColumnParallelLinear(hidden, [intermediate, intermediate])
+        self.down_proj = RowParallelLinear(intermediate, hidden)
+        self.act_fn = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+
+
+class LlamaDecoderLayer(nn.Module):
+    attention_cls = LlamaAttention
+
+    def __init__(self, hf: Any, layer_idx: int, qkv_bias: bool, o_bias: bool) -> None:
+        super().__init__()
+        self.self_attn = self.attention_cls(hf, layer_idx, qkv_bias, o_bias)
+        self.mlp = self.make_mlp(hf, layer_idx)
+        self.input_layernorm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
+
+    def make_mlp(self, hf: Any, layer_idx: int) -> nn.Module:
+        return LlamaMLP(hf.hidden_size, hf.intermediate_size, getattr(hf, "hidden_act", "silu"))
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor,
+                residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual, x = x, self.input_layernorm(x)
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(positions, x)
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
+
+
+class LlamaModel(nn.Module):
+    layer_cls = LlamaDecoderLayer
+
+    def __init__(self, hf: Any, qkv_bias: bool, o_bias: bool) -> None:
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(hf.vocab_size, hf.hidden_size)
+        self.layers = nn.ModuleList(self.layer_cls(hf, i, qkv_bias, o_bias)
+                                    for i in range(hf.num_hidden_layers))
+        self.norm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        x, residual = self.embed_tokens(input_ids), None
+        for layer in self.layers:
+            x, residual = layer(positions, x, residual)
+        x, _ = self.norm(x, residual)
+        return x
+
+
+class LlamaForCausalLM(nn.Module):
+    model_cls = LlamaModel
+    packed_modules_mapping = {
+        "q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
+        "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
+    }
+
+    def __init__(self, hf: Any) -> None:
+        super().__init__()
+        self.hf_config = hf
+        bias = bool(getattr(hf, "attention_bias", False))
+        qkv_bias, o_bias = self.attention_biases(hf, bias)
+        self.model = self.model_cls(hf, qkv_bias, o_bias)
+        self.lm_head = ParallelLMHead(hf.vocab_size, hf.hidden_size)
+        if getattr(hf, "tie_word_embeddings", False):
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @staticmethod
+    def attention_biases(hf: Any, bias: bool) -> tuple[bool, bool]:
+        return bias, bias
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids, positions)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)

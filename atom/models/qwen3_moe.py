@@ -1,0 +1,40 @@
+"""Qwen3-MoE: Qwen3 attention with sparse MoE MLPs (every `decoder_sparse_step`-th layer)."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from atom.layers.linear import ReplicatedLinear
+from atom.layers.moe import FusedMoE
+from atom.models.llama import LlamaForCausalLM, LlamaMLP, LlamaModel
+from atom.models.qwen3 import Qwen3DecoderLayer
+
+
+class Qwen3MoeSparseBlock(nn.Module):
+    def __init__(self, hf: Any) -> None:
+        super().__init__()
+        self.gate = ReplicatedLinear(hf.hidden_size, hf.num_experts, bias=False)
+        self.experts = FusedMoE(hf.num_experts, hf.num_experts_per_tok, hf.hidden_size,
+                                hf.moe_intermediate_size, bool(getattr(hf, "norm_topk_prob", True)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.experts(x, self.gate(x))
+
+
+class Qwen3MoeDecoderLayer(Qwen3DecoderLayer):
+    def make_mlp(self, hf: Any, layer_idx: int) -> nn.Module:
+        step = getattr(hf, "decoder_sparse_step", 1) or 1
+        dense = layer_idx in (getattr(hf, "mlp_only_layers", None) or [])
+        if not dense and hf.num_experts > 0 and (layer_idx + 1) % step == 0:
+            return Qwen3MoeSparseBlock(hf)
+        return LlamaMLP(hf.hidden_size, hf.intermediate_size, getattr(hf, "hidden_act", "silu"))
+
+
+class Qwen3MoeModel(LlamaModel):
+    layer_cls = Qwen3MoeDecoderLayer
+
+
+class Qwen3MoeForCausalLM(LlamaForCausalLM):
+    model_cls = Qwen3MoeModel
