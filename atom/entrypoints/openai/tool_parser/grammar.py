@@ -1,0 +1,96 @@
+"""Small pieces of grammar the tag formats share: names, terminators, attributes, tails.
+
+Every `parse_region` must be monotone: once it returns an `end` for some bytes, more bytes may
+not change that answer. The helpers here keep that property by saying "undecided" (None) while
+the bytes so far could still become a longer literal.
+"""
+from __future__ import annotations
+
+import html
+import re
+from typing import Optional
+
+from atom.entrypoints.openai.tool_parser.partial_json import skip_ws
+
+_NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
+_ATTR = re.compile(r'\s*([A-Za-z_][\w\-]*)\s*=\s*"([^"]*)"')
+
+
+def valid_name(name: str) -> bool:
+    return bool(_NAME.fullmatch(name))
+
+
+def could_become(rest: str, literals: tuple[str, ...]) -> bool:
+    """`rest` is a proper prefix of one of `literals` (so more bytes may complete it)."""
+    return any(len(lit) > len(rest) and lit.startswith(rest) for lit in literals)
+
+
+def expect(text: str, pos: int, literal: str, at_end: bool) -> Optional[bool]:
+    """True if `literal` is at `pos`, None if it still could be, False if it cannot."""
+    if text.startswith(literal, pos):
+        return True
+    if not at_end and literal.startswith(text[pos:]):
+        return None
+    return False
+
+
+def earliest(text: str, pos: int, literals: tuple[str, ...]) -> Optional[tuple[int, str]]:
+    best: Optional[tuple[int, str]] = None
+    for lit in literals:
+        p = text.find(lit, pos)
+        if p >= 0 and (best is None or p < best[0]):
+            best = (p, lit)
+    return best
+
+
+def close_after(text: str, pos: int, at_end: bool, wrapper_closers: tuple[str, ...] = (),
+                continuers: tuple[str, ...] = ()) -> Optional[tuple[int, bool]]:
+    """Where a region ends after its call closer at `pos`, and whether the next call follows.
+
+    Whitespace up to a wrapper closer or to the next call inside the wrapper is markup; otherwise
+    the region ends right at `pos` and what follows is the answer. None: undecided yet.
+    """
+    if not wrapper_closers and not continuers:
+        return pos, False
+    j = skip_ws(text, pos)
+    rest = text[j:]
+    for closer in wrapper_closers:
+        if rest.startswith(closer):
+            return j + len(closer), False
+    for opener in continuers:
+        if rest.startswith(opener):
+            return j, True
+    if not at_end and (not rest or could_become(rest, wrapper_closers + continuers)):
+        return None
+    return pos, False
+
+
+def read_attrs(text: str) -> dict[str, str]:
+    """`key="value"` pairs, HTML-unescaped (the templates escape `&` and `"`)."""
+    return {m.group(1): html.unescape(m.group(2)) for m in _ATTR.finditer(text)}
+
+
+def quoted_attr(text: str, pos: int, name: str, at_end: bool) -> Optional[tuple[str, int]]:
+    """Read `name="value"` starting at `pos` (after optional spaces): (value, end) or None.
+
+    Without at_end the closing quote is required: a name cut mid-way is not yet a name.
+    """
+    j = pos
+    while j < len(text) and text[j] == " ":
+        j += 1
+    head = f'{name}="'
+    if not text.startswith(head, j):
+        return None
+    q = text.find('"', j + len(head))
+    if q < 0:
+        return (html.unescape(text[j + len(head):]), len(text)) if at_end else None
+    return html.unescape(text[j + len(head):q]), q + 1
+
+
+def trim_one_newline(value: str) -> str:
+    """Undo the one newline the Qwen templates put on each side of a value; nothing more."""
+    if value.startswith("\n"):
+        value = value[1:]
+    if value.endswith("\n"):
+        value = value[:-1]
+    return value

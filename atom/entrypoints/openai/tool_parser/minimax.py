@@ -1,0 +1,46 @@
+"""MiniMax-M2: `<minimax:tool_call>\n<invoke name="N">\n<parameter name="K">V</parameter>\n</invoke>`.
+
+A region is one invoke; the next invoke inside the same wrapper continues straight into a new
+region, so the whitespace between them is markup rather than answer.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from atom.entrypoints.openai.tool_parser.grammar import close_after, expect
+from atom.entrypoints.openai.tool_parser.invoke import InvokeSyntax, read_invoke
+from atom.entrypoints.openai.tool_parser.partial_json import skip_ws
+from atom.entrypoints.openai.tool_parser.region import RegionParse, ToolFormat
+
+OPEN = "<minimax:tool_call>"
+CLOSE = "</minimax:tool_call>"
+SYNTAX = InvokeSyntax("")
+
+
+class MiniMaxFormat(ToolFormat):
+    NAME = "minimax"
+    START_MARKERS = (OPEN,)
+    CALL_SELF_CLOSERS = (SYNTAX.invoke_close, "/>")
+
+    @classmethod
+    def parse_region(cls, region: str, at_end: bool) -> Optional[RegionParse]:
+        pos = skip_ws(region, len(OPEN)) if region.startswith(OPEN) else 0
+        if expect(region, pos, SYNTAX.invoke, at_end) is not True:
+            return _empty_wrapper(region, pos, at_end)
+        read = read_invoke(region, pos, SYNTAX, at_end)
+        if read is None:
+            return None
+        call, end = read
+        if end is None:
+            return RegionParse((call,))
+        tail = close_after(region, end, at_end, (CLOSE,), (SYNTAX.invoke,))
+        if tail is None:
+            return RegionParse((call,))
+        return RegionParse((call,), 0, tail[0], continues=tail[1])
+
+
+def _empty_wrapper(region: str, pos: int, at_end: bool) -> Optional[RegionParse]:
+    """`<minimax:tool_call></minimax:tool_call>` is markup that holds no call."""
+    if region.startswith(OPEN) and region.startswith(CLOSE, pos):
+        return RegionParse((), 0, pos + len(CLOSE))
+    return None
