@@ -73,6 +73,6 @@ def resolve_dialect(template_source: Optional[str], name: str = "auto") -> Reaso
 def _detect(source: str) -> ReasoningDialect:
     if k3.THINK_OPEN in source or "open_tag('think'" in source or 'open_tag("think"' in source:
         return KIMI_K3
-    if "<｜Assistant｜><think>" in source:
+    if "<｜Assistant｜><think>\\n" in source or "<｜Assistant｜><think>\n" in source:
         return DEEPSEEK_R1
     return THINK

@@ -28,7 +28,10 @@ FORMATS: dict[str, type[ToolFormat]] = {f.NAME: f for f in (
     Llama3JsonFormat)}
 
 _HERMES = re.compile(r'<tool_call>\s*\{\s*"(name|arguments)"')
-_LLAMA3 = re.compile(r'\{"name": [^{}]*"parameters"')
+# The instruction Llama-3.x templates give, or the reply they render; a tool schema's own
+# {"name": …, "parameters": {…}} must not count, every template prints those.
+_LLAMA3 = re.compile(r'\{"name": function name, "parameters"|'
+                     r'\{"name": "get_weather", "parameters": \{"city"')
 
 # Most specific first: several formats share `<tool_call>`, and K3/K2 tokens never appear in
 # another family's template.

@@ -1,0 +1,28 @@
+"""Tool calls and reasoning: how a model's raw text becomes content, reasoning and tool_calls.
+
+What the server calls.
+
+At startup (once per model; unknown names raise before weights load):
+    encoder = chat_encoders.load_chat_encoder(model_dir, cfg.format.chat_template,
+                                              trust_remote_code)
+    formats = tool_parser.resolve.resolve_model_formats(
+        encoder, cfg.format.tool_call_parser, cfg.format.reasoning_dialect)
+    # formats.tool_format: a ToolFormat class or None (calls stay plain text; logged)
+    # formats.dialect: ReasoningDialect; formats.thinking_switch: ThinkingSwitch or None
+
+Per request:
+    kwargs = formats.thinking_switch.kwargs(enabled) if a client chose (else leave the default)
+    prompt = chat_encoders.apply_chat_template(encoder, messages, tools,
+                                               add_generation_prompt=True, **kwargs)
+    channel = reasoning.ReasoningChannel.for_request(formats.dialect, prompt, thinking_off)
+    policy = tool_parser.policy.ToolPolicy.from_request(tools, tool_choice)
+    reader = tool_parser.response.ResponseReader(channel, formats.tool_format, policy)
+    stream=true:  for each text delta: events = reader.feed(delta); at the end reader.finish()
+    stream=false: events = tool_parser.response.read_response(channel, fmt, text, policy)
+
+Events (tool_parser.events): ContentDelta(text), ReasoningDelta(text),
+ToolCallStart(index, id, name) as soon as a declared name is legible, and
+ToolCallArgs(index, arguments) with the whole arguments object as valid JSON once the call closed.
+A ToolCallStart always precedes the ToolCallArgs of its index; finish_reason is "tool_calls" when
+any ToolCallArgs was emitted.
+"""

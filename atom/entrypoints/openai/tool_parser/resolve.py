@@ -1,0 +1,35 @@
+"""Everything the server resolves from the chat template once at startup, in one call."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from atom.entrypoints.openai.chat_encoders import (
+    ChatEncoder, ThinkingSwitch, chat_template_source, find_thinking_switch, format_evidence)
+from atom.entrypoints.openai.reasoning_dialects import ReasoningDialect, resolve_dialect
+from atom.entrypoints.openai.tool_parser.region import ToolFormat
+from atom.entrypoints.openai.tool_parser.registry import check_format_name, resolve_tool_format
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFormats:
+    """How this model's raw text becomes content, reasoning_content and tool_calls."""
+
+    tool_format: Optional[type[ToolFormat]]
+    dialect: ReasoningDialect
+    thinking_switch: Optional[ThinkingSwitch]
+
+
+def resolve_model_formats(encoder: Optional[ChatEncoder], tool_call_parser: str = "auto",
+                          reasoning_dialect: str = "auto") -> ModelFormats:
+    """Names are checked first so a typo fails before any template is rendered or weight loaded."""
+    check_format_name(tool_call_parser)
+    if encoder is None:
+        return ModelFormats(resolve_tool_format(None, tool_call_parser),
+                            resolve_dialect(None, reasoning_dialect), None)
+    evidence = format_evidence(encoder) if tool_call_parser == "auto" else None
+    return ModelFormats(
+        resolve_tool_format(evidence, tool_call_parser),
+        resolve_dialect(chat_template_source(encoder), reasoning_dialect),
+        find_thinking_switch(encoder),
+    )
