@@ -71,6 +71,9 @@ SERVER_FLAGS: tuple[Flag, ...] = (
     Flag(("--reasoning-parser",), "format.reasoning_dialect"),
     Flag(("--chat-template",), "format.chat_template"),
     Flag(("--api-key",), "server.api_key"),
+    Flag(("--engine-source",), "server.engine_source",
+         help="model | synthetic (fixed-rate token source) | scripted (replays server.script_text)"),
+    Flag(("--synthetic-tokens-per-s",), "server.synthetic_tokens_per_s"),
 )
 
 # LLMEngine(**kwargs) names (the spec's Config field names) that differ from a flag's dest.

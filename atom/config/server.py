@@ -15,5 +15,12 @@ class ServerConfig:
     # Engine behind the server: "model" runs the configured model; "synthetic" emits tokens at a
     # fixed rate so only the serving layer is measured; "scripted" replays `script_text`.
     engine_source: str = "model"
-    synthetic_tokens_per_s: float = 50.0
+    synthetic_tokens_per_s: float = 50.0  # per stream; one engine step every 1/rate s
+    synthetic_token_ids: Optional[list[int]] = None  # ids the synthetic core cycles through
     script_text: Optional[str] = None
+    script_tokens_per_s: float = 500.0  # 0 = as fast as the core loop turns
+    # Seconds a stream may go without a frame before a line naming the request is logged.
+    silence_log_threshold_s: float = 30.0
+    # Seconds to wait for the engine core to load and report ready (0 = wait as long as it lives).
+    engine_ready_timeout_s: float = 0.0
+    stop_profile_timeout_s: Optional[float] = None  # None: ATOM_PROFILER_TIMEOUT, else 300

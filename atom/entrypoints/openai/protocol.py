@@ -106,7 +106,7 @@ class PromptTokensDetails(Struct):
     cached_tokens: int = 0
 
 
-class UsageInfo(Struct, omit_defaults=True):
+class UsageInfo(Struct):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
@@ -145,8 +145,8 @@ class ToolCall(Struct, omit_defaults=True):
     function: Optional[ToolCallFunction] = None
 
 
-class ChatResponseMessage(Struct, omit_defaults=True):
-    role: str = "assistant"
+class ChatResponseMessage(Struct):
+    role: str
     content: Optional[str] = None
     reasoning_content: Optional[str] = None
     tool_calls: Optional[list[ToolCall]] = None
@@ -169,6 +169,8 @@ class ChatCompletionResponse(Struct):
 
 
 class DeltaMessage(Struct, omit_defaults=True):
+    """Only what this chunk adds: absent keys mean "nothing new", per OpenAI."""
+
     role: Optional[str] = None
     content: Optional[str] = None
     reasoning_content: Optional[str] = None
@@ -182,7 +184,7 @@ class ChatChunkChoice(Struct):
     logprobs: Optional[ChatLogprobs] = None
 
 
-class ChatCompletionChunk(Struct, omit_defaults=True):
+class ChatCompletionChunk(Struct):
     id: str
     created: int
     model: str
@@ -205,7 +207,7 @@ class CompletionChoice(Struct):
     logprobs: Optional[CompletionLogprobs] = None
 
 
-class CompletionResponse(Struct, omit_defaults=True):
+class CompletionResponse(Struct):
     id: str
     created: int
     model: str
