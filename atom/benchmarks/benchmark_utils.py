@@ -32,6 +32,23 @@ def write_to_json(filename: str | Path, records: Any) -> None:
     path.write_text(json.dumps(_jsonable(records), indent=2, allow_nan=False), encoding="utf-8")
 
 
+_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _restore(value: Any) -> Any:
+    return _NON_FINITE.get(value, value) if isinstance(value, str) else value
+
+
+def read_result_json(filename: str | Path) -> dict[str, Any]:
+    """Inverse of `write_to_json` for a result: top-level and `args` scalars written as "inf"
+    come back as floats, so a loaded result equals the one that was saved."""
+    data = json.loads(Path(filename).read_text(encoding="utf-8"))
+    for section in (data, data.get("args") or {}):
+        for key, value in section.items():
+            section[key] = _restore(value)
+    return data
+
+
 def convert_to_pytorch_benchmark_format(
     args: argparse.Namespace | dict[str, Any], metrics: dict[str, list[float]],
     extra_info: dict[str, Any],

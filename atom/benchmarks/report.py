@@ -15,6 +15,8 @@ from atom.benchmarks.spec_decode_stats import SpecDecodeStats
 TITLES = {"ttft": "Time to First Token", "tpot": "Time per Output Token (excl. 1st token)",
           "itl": "Inter-token Latency", "e2el": "End-to-end Latency"}
 WIDTH = 50
+# Mean ITL over mean TPOT: how many tokens the server packs into one streamed chunk on average.
+MERGE_LABEL = "ITL/TPOT (merge factor):"
 
 
 def percentile_key(p: float) -> str:
@@ -108,8 +110,10 @@ def format_report(m: BenchmarkMetrics, selected_metrics: Sequence[str],
                   _line(f"Median {abbr} (ms):", stats.median),
                   _line(f"Std {abbr} (ms):", stats.std)]
         lines += [_line(f"P{percentile_key(p)[1:]} {abbr} (ms):", v) for p, v in stats.percentiles]
-    lines += [_rule("Stream chunking"),
-              _line("ITL/TPOT (merge factor):", m.merge_factor)]
+        if name == "itl":
+            lines.append(_line(MERGE_LABEL, m.merge_factor))
+    if "itl" not in selected_metrics:
+        lines += [_rule("Stream chunking"), _line(MERGE_LABEL, m.merge_factor)]
     if spec is not None:
         lines += [_rule("Speculative Decoding"),
                   _line("Draft tokens:", spec.draft_tokens),
