@@ -47,7 +47,8 @@ def test_streaming_backend_times_every_chunk(protocol, func):
     assert len(out.itl) == N - 1
     assert 0 < out.ttft <= out.latency
     assert out.latency == pytest.approx(out.ttft + sum(out.itl), abs=1e-6)
-    assert all(gap >= 0.002 for gap in out.itl)  # the server sleeps 3 ms per token
+    # The server sleeps 3 ms per token; single gaps may read 0 when two frames share a TCP read.
+    assert sum(out.itl) >= 0.003 * (N - 1) * 0.9
     if protocol != "trt":  # TRT-LLM reports no token count; the metrics tokenize instead
         assert out.output_tokens == N
         assert out.tpot == pytest.approx((out.latency - out.ttft) / (N - 1))
