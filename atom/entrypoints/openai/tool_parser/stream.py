@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from atom.entrypoints.openai.marker_scanner import MarkerScanner
@@ -32,21 +31,48 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-@dataclass(slots=True)
 class Region:
-    """The bytes from a region's opener on; only `head` is read for the early name."""
+    """The bytes from a region's opener on; only `head` is read for the early name.
+
+    Kept as a list of chunks joined only when the format is asked about the whole region, so a
+    region that never closes costs linear time, not a copy per chunk.
+    """
 
     HEAD = 256
 
-    text: str
-    scanned: int = 0
-    closing: bool = False
-    head_done: bool = False
-    announced: list[tuple[int, str, str]] = field(default_factory=list)
+    def __init__(self, text: str) -> None:
+        self._parts: list[str] = [text]
+        self._fresh: list[str] = [text]
+        self._tail = ""
+        self._head = text[:self.HEAD]
+        self.size = len(text)
+        self.closing = False
+        self.head_done = False
+        self.announced: list[tuple[int, str, str]] = []
+
+    def append(self, text: str) -> None:
+        self._parts.append(text)
+        self._fresh.append(text)
+        self.size += len(text)
+        if len(self._head) < self.HEAD:
+            self._head += text[:self.HEAD - len(self._head)]
+
+    @property
+    def text(self) -> str:
+        if len(self._parts) > 1:
+            self._parts = ["".join(self._parts)]
+        return self._parts[0]
 
     @property
     def head(self) -> str:
-        return self.text[:self.HEAD]
+        return self._head
+
+    def take_window(self, keep: int) -> str:
+        """What arrived since the last call, plus the `keep` characters before it."""
+        window = self._tail + "".join(self._fresh)
+        self._fresh = []
+        self._tail = window[-keep:] if keep > 0 else ""
+        return window
 
 
 class ToolCallStream:
@@ -80,7 +106,7 @@ class ToolCallStream:
     def feed(self, text: str) -> list[Event]:
         out: list[Event] = []
         if self._region is not None:
-            self._region.text += text
+            self._region.append(text)
         else:
             self._pending += text
         self._run(out)
@@ -92,7 +118,7 @@ class ToolCallStream:
             region, self._region = self._region, None
             parsed = self._fmt.parse_region(region.text, at_end=True)
             if parsed is None or (not parsed.calls and parsed.end is None):
-                self._content(out, region.text)
+                self._release_opener(out, region.text)
                 continue
             end = len(region.text) if parsed.end is None else parsed.end
             self._dispatch(out, region, parsed, end)
@@ -101,6 +127,15 @@ class ToolCallStream:
         self._content(out, self._pending)
         self._pending = ""
         return out
+
+    def _release_opener(self, out: list[Event], text: str) -> None:
+        """Not a call: its opener is content, and the rest is read again as ordinary text, so
+        a quoted opener loses nothing and framing after it is still dropped."""
+        hit = self._scanner.find(text)
+        opener = len(hit.marker) if hit is not None and hit.pos == 0 else len(text)
+        self._content(out, text[:opener])
+        self._pending = text[opener:]
+        self._run(out)
 
     def _run(self, out: list[Event]) -> None:
         while self._scan_outside(out) if self._region is None else self._step_region(out):
@@ -144,17 +179,15 @@ class ToolCallStream:
 
     def _triggered(self, region: Region) -> bool:
         """Parse only when a closer arrived (or one did and the end is pending): linear cost."""
+        window = region.take_window(self._closer_len - 1)
         if region.closing:
             return True
-        start = max(0, region.scanned - self._closer_len + 1)
-        region.scanned = len(region.text)
-        window = region.text[start:]
         return any(c in window for c in self._closers)
 
     def _announce(self, out: list[Event], region: Region) -> None:
         if region.head_done:
             return
-        region.head_done = len(region.text) >= Region.HEAD
+        region.head_done = region.size >= Region.HEAD
         parsed = self._fmt.parse_region(region.head, at_end=False)
         if parsed is None:
             return
