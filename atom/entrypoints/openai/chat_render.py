@@ -47,14 +47,26 @@ class TemplateChatRenderer:
         self._tok = tokenizer
         has_own = bool(getattr(tokenizer, "chat_template", None))
         self._template = template if template is not None else (None if has_own else FALLBACK_TEMPLATE)
+        self._jinja: Any = None
+        if not hasattr(tokenizer, "apply_chat_template"):  # e.g. the byte-level stand-in
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            self._jinja = ImmutableSandboxedEnvironment().from_string(self._template or FALLBACK_TEMPLATE)
+
+    def _text(self, conversation: list[dict[str, Any]], req: ChatCompletionRequest,
+              kwargs: dict[str, Any]) -> str:
+        if self._jinja is not None:
+            return self._jinja.render(messages=conversation, tools=req.tools,
+                                      add_generation_prompt=req.add_generation_prompt, **kwargs)
+        return self._tok.apply_chat_template(
+            conversation, tools=req.tools, add_generation_prompt=req.add_generation_prompt,
+            tokenize=False, chat_template=self._template, **kwargs)
 
     def __call__(self, req: ChatCompletionRequest, messages: list[ChatMessage]) -> list[int]:
         conversation = [message_dict(i, m) for i, m in enumerate(messages)]
         kwargs = dict(req.chat_template_kwargs or {})
         try:
-            text = self._tok.apply_chat_template(
-                conversation, tools=req.tools, add_generation_prompt=req.add_generation_prompt,
-                tokenize=False, chat_template=self._template, **kwargs)
+            text = self._text(conversation, req, kwargs)
         except Exception as exc:  # jinja raise_exception / TemplateError / TypeError on bad input
             raise bad_request(f"the chat template rejected these messages: {exc}", "messages",
                               "invalid_messages") from exc

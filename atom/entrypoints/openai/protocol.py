@@ -94,7 +94,8 @@ class ChatCompletionRequest(_SamplingFields, kw_only=True, forbid_unknown_fields
 
 class CompletionRequest(_SamplingFields, kw_only=True, forbid_unknown_fields=True):
     # str, a batch of str, a token-id list or a batch of them (what lm-eval and the SDK send).
-    prompt: Union[str, list[str], list[int], list[list[int]], None] = None
+    # (msgspec allows one array type per union, so the items are checked in serving_completion.)
+    prompt: Union[str, list[Union[str, int, list[int]]], None] = None
     echo: bool = False
     logprobs: Optional[TopLogprobs] = None
     suffix: Optional[str] = None
@@ -212,8 +213,8 @@ class CompletionResponse(Struct):
     created: int
     model: str
     choices: list[CompletionChoice]
-    object: str = "text_completion"
     usage: Optional[UsageInfo] = None
+    object: str = "text_completion"
 
 
 class ModelCard(Struct):

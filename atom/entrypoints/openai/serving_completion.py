@@ -44,7 +44,13 @@ class OpenAIServingCompletion:
             return [list(tok.encode(p, add_special_tokens=True))]
         if all(isinstance(x, str) for x in p):
             return [list(tok.encode(x, add_special_tokens=True)) for x in p]  # type: ignore[arg-type]
-        batches: list[list[int]] = [p] if all(isinstance(x, int) for x in p) else list(p)  # type: ignore
+        if all(isinstance(x, int) for x in p):
+            batches: list[list[int]] = [p]  # type: ignore[list-item]
+        elif all(isinstance(x, list) for x in p):
+            batches = list(p)  # type: ignore[arg-type]
+        else:
+            raise bad_request("`prompt` must be a string, a list of strings, a list of token ids or "
+                              "a list of token-id lists, not a mix", "prompt", "invalid_type")
         vocab = len(tok)
         for ids in batches:
             if not ids or any(not 0 <= t < vocab for t in ids):

@@ -1,0 +1,42 @@
+"""Shared servers for the entrypoint tests: started once per session, torn down with their cores.
+
+The main server runs tiny_llama behind the synthetic engine (fixed-rate tokens that the byte-level
+stand-in tokenizer decodes to "Hello "), with an API key and a profiler directory, so one process
+serves the protocol, delivery, metrics, auth and profiling tests.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from srv_process import ServerProcess
+
+API_KEY = "sk-test-atom"
+HELLO_IDS = "[72,101,108,108,111,32]"  # "Hello " in the byte-level tokenizer
+
+
+def synthetic_args(rate: float = 200.0) -> list[str]:
+    return ["--model", "tiny_llama", "--load-dummy", "--engine-source", "synthetic",
+            "--synthetic-tokens-per-s", str(rate), f"server.synthetic_token_ids={HELLO_IDS}",
+            "kv_cache.num_blocks=4096", "--no-enable-log-stats"]
+
+
+@pytest.fixture(scope="session")
+def profiler_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("profiles")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory, profiler_dir: Path) -> Iterator[ServerProcess]:
+    log = tmp_path_factory.mktemp("logs") / "server.log"
+    srv = ServerProcess(synthetic_args() + ["--api-key", API_KEY, "--torch-profiler-dir",
+                                            str(profiler_dir)], log_path=log)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {API_KEY}"}

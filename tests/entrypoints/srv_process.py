@@ -1,0 +1,92 @@
+"""Launch `python -m atom.entrypoints.openai_server` on a free loopback port, and clean it up.
+
+The server runs in its own session so teardown can signal the whole group (API process and engine
+core); a test that leaked either would hold a port or a CPU for the rest of the suite.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_pids(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+class ServerProcess:
+    def __init__(self, args: Sequence[str], env: Optional[dict[str, str]] = None,
+                 startup_timeout_s: float = 150.0, log_path: Optional[Path] = None) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "atom.entrypoints.openai_server", "--host", "127.0.0.1",
+               "--server-port", str(self.port), *args]
+        full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        self.log_path = log_path
+        self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, cwd=str(REPO), env=full_env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait_healthy(startup_timeout_s)
+
+    def _wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log_tail()}")
+            try:
+                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"server not healthy after {timeout_s} s: {self.log_tail()}")
+
+    def log_tail(self, n: int = 4000) -> str:
+        if self.log_path and self.log_path.exists():
+            return self.log_path.read_bytes()[-n:].decode(errors="replace")
+        return ""
+
+    def core_pid(self) -> int:
+        """The engine-core process: the server's multiprocessing child that is not the resource
+        tracker."""
+        for pid in child_pids(self.proc.pid):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            if b"resource_tracker" not in cmdline:
+                return pid
+        raise RuntimeError("no engine core process found")
+
+    def stop(self) -> None:
+        """SIGTERM (graceful: uvicorn shutdown closes the core), then SIGKILL the group."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(5)
+        if self._log is not subprocess.DEVNULL:
+            self._log.close()
