@@ -39,3 +39,18 @@ def build_engine(cfg: Config) -> "LLMEngine":
     from atom.model_engine.llm_engine import LLMEngine
 
     return LLMEngine.from_config(cfg)
+
+
+def build_app(cfg: Config) -> Any:
+    """The OpenAI server's Litestar app: tokenizer here, engine core started in its own process
+    (blocks until the model is loaded), then the app over both. The app closes the core on shutdown."""
+    from atom.entrypoints.openai.app import create_app
+    from atom.model_engine.engine_client import EngineClient
+
+    tokenizer = build_tokenizer(cfg)
+    client = EngineClient(cfg, tokenizer).start()
+    try:
+        return create_app(cfg, client, tokenizer=tokenizer)
+    except BaseException:
+        client.close()
+        raise
