@@ -33,13 +33,25 @@ class MarkerScanner:
         self.longest: int = len(ordered[0]) if ordered else 0
         self._prefixes: frozenset[str] = frozenset(
             m[:k] for m in ordered for k in range(1, len(m)))
+        self._firsts: tuple[str, ...] = tuple({m[0] for m in ordered})
 
     def held_suffix(self, buf: str) -> int:
-        """Length of the longest suffix of `buf` that is a proper prefix of some marker."""
-        for k in range(min(self.longest - 1, len(buf)), 0, -1):
-            if buf[len(buf) - k:] in self._prefixes:
-                return k
-        return 0
+        """Length of the longest suffix of `buf` that is a proper prefix of some marker.
+
+        Only positions holding a marker's first character can start one, so those are found
+        with str.find rather than trying every suffix length.
+        """
+        n = len(buf)
+        start = max(0, n - self.longest + 1)
+        best = n
+        for first in self._firsts:
+            p = buf.find(first, start)
+            while 0 <= p < best:
+                if buf[p:] in self._prefixes:
+                    best = p
+                    break
+                p = buf.find(first, p + 1)
+        return n - best
 
     def safe_len(self, buf: str) -> int:
         """How many leading characters of `buf` can be released now; the rest must wait.
