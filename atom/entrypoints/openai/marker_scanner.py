@@ -8,6 +8,7 @@ wait by the longest marker, and is usually zero.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
@@ -34,6 +35,8 @@ class MarkerScanner:
         self._prefixes: frozenset[str] = frozenset(
             m[:k] for m in ordered for k in range(1, len(m)))
         self._firsts: tuple[str, ...] = tuple({m[0] for m in ordered})
+        # Longest first, so at one position the alternation prefers the longest marker.
+        self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
 
     def held_suffix(self, buf: str) -> int:
         """Length of the longest suffix of `buf` that is a proper prefix of some marker.
@@ -70,13 +73,12 @@ class MarkerScanner:
         prefix of a longer marker not yet decidable (the buffer ends first) is not reported:
         the caller holds it, exactly as it holds any other marker prefix.
         """
-        best: Optional[MarkerHit] = None
-        for m in self.markers:
-            p = buf.find(m, start)
-            if p >= 0 and (best is None or p < best.pos):
-                best = MarkerHit(p, m)
-        if best is None:
+        if self._pattern is None:
             return None
+        match = self._pattern.search(buf, start)
+        if match is None:
+            return None
+        best = MarkerHit(match.start(), match.group())
         tail = buf[best.pos:]
         if any(len(m) > len(tail) and m.startswith(tail) for m in self.markers):
             return None

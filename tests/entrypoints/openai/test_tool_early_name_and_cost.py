@@ -91,14 +91,14 @@ def _read_time(fmt: str, text: str, chunk: int = _TOKEN) -> float:
 
 
 def _growth(fmt: str, region: bool) -> list[float]:
-    """Per-doubling growth, each size timed best-of-five with the sizes interleaved so that
+    """Per-doubling growth, each size timed best-of-three with the sizes interleaved so that
     load on the shared box hits them alike; GC paused so a collection lands on no one size."""
     sizes = (2000, 4000, 8000, 16000)
     texts = [_answer(fmt, n, region) for n in sizes]
     best = [float("inf")] * len(sizes)
     gc.disable()
     try:
-        for _ in range(5):
+        for _ in range(3):
             for i, text in enumerate(texts):
                 best[i] = min(best[i], _read_time(fmt, text))
     finally:

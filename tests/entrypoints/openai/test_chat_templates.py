@@ -1,0 +1,167 @@
+"""Real chat templates: rendering, and `auto` resolving each family's format, dialect, switch."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "templates"))
+import llama_cpp_templates  # noqa: E402
+
+from atom.config.format import REASONING_DIALECTS, TOOL_CALL_PARSERS  # noqa: E402
+from atom.entrypoints.openai.chat_encoders import (  # noqa: E402
+    JinjaChatEncoder, TemplateRenderError, apply_chat_template, find_thinking_switch,
+    load_chat_encoder)
+from atom.entrypoints.openai.reasoning import ReasoningChannel  # noqa: E402
+from atom.entrypoints.openai.reasoning_dialects import DIALECTS  # noqa: E402
+from atom.entrypoints.openai.tool_parser.events import ToolCallArgs, ToolCallStart  # noqa: E402
+from atom.entrypoints.openai.tool_parser.policy import ToolPolicy  # noqa: E402
+from atom.entrypoints.openai.tool_parser.registry import (  # noqa: E402
+    FORMATS, UnknownToolFormat, resolve_tool_format)
+from atom.entrypoints.openai.tool_parser.resolve import resolve_model_formats  # noqa: E402
+from atom.entrypoints.openai.tool_parser.response import read_response  # noqa: E402
+
+# template -> (tool format, reasoning dialect, thinking-switch kwarg)
+EXPECTED = {
+    "Qwen-Qwen3-0.6B": ("hermes", "think", "enable_thinking"),
+    "Qwen3-Coder": ("qwen", "think", None),
+    "Qwen3.5-4B": ("qwen", "think", "enable_thinking"),
+    "Qwen-Qwen2.5-7B-Instruct": ("hermes", "think", None),
+    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use": ("hermes", "think", None),
+    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use": ("hermes", "think", None),
+    "deepseek-ai-DeepSeek-V3.2": ("dsml", "think", "enable_thinking"),
+    "deepseek-ai-DeepSeek-V4": ("dsml", "think", "enable_thinking"),
+    "deepseek-ai-DeepSeek-V3.1": (None, "think", "enable_thinking"),
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": (None, "deepseek_r1", "enable_thinking"),
+    "llama-cpp-deepseek-r1": (None, "deepseek_r1", None),
+    "moonshotai-Kimi-K2": ("kimi", "think", None),
+    "Kimi-K2-Instruct": ("kimi", "think", None),
+    "Kimi-K3": ("kimi_k3", "kimi_k3", "thinking"),
+    "GLM-4.6": ("glm", "think", "enable_thinking"),
+    "GLM-4.7-Flash": ("glm", "think", "enable_thinking"),
+    "MiniMax-M2": ("minimax", "think", None),
+    "MiniMax-M3": (None, "think", "thinking_mode"),
+    "meta-llama-Llama-3.1-8B-Instruct": ("llama3_json", "think", None),
+    "meta-llama-Llama-3.2-3B-Instruct": ("llama3_json", "think", None),
+    "meta-llama-Llama-3.3-70B-Instruct": ("llama3_json", "think", None),
+}
+SPECIAL = {"bos_token": "<s>", "eos_token": "</s>"}
+TOOLS = [{"type": "function", "function": {
+    "name": "lookup", "description": "Look a word up.",
+    "parameters": {"type": "object", "properties": {"word": {"type": "string"},
+                                                     "limit": {"type": "integer"}}}}}]
+
+
+@pytest.fixture(scope="module")
+def encoders():
+    root = llama_cpp_templates.template_dir()
+    return {name: JinjaChatEncoder((root / f"{name}.jinja").read_text(encoding="utf-8"), SPECIAL)
+            for name in EXPECTED}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_auto_resolves_each_family(encoders, name):
+    fmt, dialect, switch = EXPECTED[name]
+    resolved = resolve_model_formats(encoders[name])
+    assert (resolved.tool_format.NAME if resolved.tool_format else None) == fmt
+    assert resolved.dialect.name == dialect
+    assert (resolved.thinking_switch.kwarg if resolved.thinking_switch else None) == switch
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in EXPECTED.items() if e[0]))
+def test_the_templates_own_reply_reads_back_as_the_call(encoders, name):
+    """What the template writes for an assistant tool call is what the resolved format reads."""
+    enc = encoders[name]
+    user = [{"role": "user", "content": "Define 'sesquipedalian'."}]
+    call = {"role": "assistant", "content": "", "tool_calls": [{
+        "id": "call_1", "type": "function",
+        "function": {"name": "lookup", "arguments": json.dumps({"word": "sesquipedalian",
+                                                                "limit": 2})}}]}
+    prompt = apply_chat_template(enc, user, TOOLS, add_generation_prompt=True)
+    full = apply_chat_template(enc, user + [call], TOOLS, add_generation_prompt=False)
+    shared = len(os.path.commonprefix([prompt, full]))
+    reply = full[shared:]
+    formats = resolve_model_formats(enc)
+    # The reply continues the part of the prompt it shares (a template may render a past turn
+    # without the thinking block its generation prompt opens).
+    channel = ReasoningChannel.for_request(formats.dialect, prompt[:shared])
+    events = read_response(channel, formats.tool_format, reply, ToolPolicy.from_request(TOOLS))
+    names = [e.name for e in events if isinstance(e, ToolCallStart)]
+    args = [json.loads(e.arguments) for e in events if isinstance(e, ToolCallArgs)]
+    assert names == ["lookup"] and args == [{"word": "sesquipedalian", "limit": 2}], reply
+
+
+@pytest.mark.parametrize("name,kwargs,inside", [
+    ("Qwen-Qwen3-0.6B", {}, False),                       # the model writes <think> itself
+    ("Qwen-Qwen3-0.6B", {"enable_thinking": False}, False),
+    ("Kimi-K3", {}, True),
+    ("Kimi-K3", {"thinking": False}, False),
+    ("MiniMax-M2", {}, True),
+    ("GLM-4.7-Flash", {}, True),
+    ("GLM-4.7-Flash", {"enable_thinking": False}, False),
+    ("deepseek-ai-DeepSeek-V3.1", {}, False),
+    ("deepseek-ai-DeepSeek-V3.1", {"thinking": True}, True),
+    ("llama-cpp-deepseek-r1", {}, True),
+])
+def test_output_begins_inside_the_channel_per_request(encoders, name, kwargs, inside):
+    enc = encoders[name]
+    prompt = apply_chat_template(enc, [{"role": "user", "content": "hi"}], **kwargs)
+    dialect = resolve_model_formats(enc).dialect
+    assert ReasoningChannel.for_request(dialect, prompt).begins_inside is inside
+
+
+def test_rendering_has_hf_semantics():
+    enc = JinjaChatEncoder(
+        "{{ messages[0].content|tojson }}|{{ {'b': 1, 'a': [1]}|tojson(indent=1, sort_keys=true) }}"
+        "|{% generation %}{{ 'g' }}{% endgeneration %}|{% set xs = [] %}{% set _ = xs.append(1) %}"
+        "{{ strftime_now('%Y')|length }}{% for i in range(3) %}{% if i == 1 %}{% break %}"
+        "{% endif %}{{ i }}{% endfor %}")
+    out = enc.render([{"role": "user", "content": "<a href='x'>&</a>"}])
+    assert out.startswith('"<a href=\'x\'>&</a>"|{\n "a": [\n  1\n ],\n "b": 1\n}|g|')
+    assert out.endswith("40")
+
+
+def test_do_extension_not_needed_and_raise_exception_maps():
+    enc = JinjaChatEncoder("{{ raise_exception('no system role') }}")
+    with pytest.raises(TemplateRenderError, match="no system role"):
+        enc.render([])
+    escape = JinjaChatEncoder("{{ messages.__class__.__mro__ }}")
+    with pytest.raises(TemplateRenderError):
+        escape.render([])
+
+
+def test_python_encoder_gets_only_the_kwargs_it_takes(tmp_path):
+    (tmp_path / "encoding").mkdir()
+    (tmp_path / "encoding" / "encoding_fake.py").write_text(
+        "def encode_messages(messages, thinking_mode='thinking', add_generation_prompt=True):\n"
+        "    tail = '<think>' if thinking_mode == 'thinking' else '</think>'\n"
+        "    return ''.join(m['content'] for m in messages) + (tail if add_generation_prompt "
+        "else '')\n")
+    assert load_chat_encoder(tmp_path, trust_remote_code=False) is None
+    enc = load_chat_encoder(tmp_path, trust_remote_code=True)
+    out = apply_chat_template(enc, [{"role": "user", "content": "hi"}], TOOLS,
+                              response_format={"type": "json_object"}, tool_choice="none",
+                              thinking_effort="max")
+    assert out == "hi<think>"
+    switch = find_thinking_switch(enc)
+    assert (switch.kwarg, switch.off) == ("thinking_mode", "chat")
+
+
+def test_model_dir_template_from_tokenizer_config(tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": {"content": "<s>"},
+        "chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"}))
+    enc = load_chat_encoder(tmp_path)
+    assert enc.render([{"role": "user", "content": "x"}]) == "<s>x"
+
+
+def test_names_match_the_config_vocabulary():
+    assert set(FORMATS) == set(TOOL_CALL_PARSERS) - {"auto", "none"}
+    assert set(DIALECTS) == set(REASONING_DIALECTS) - {"auto"}
+    with pytest.raises(UnknownToolFormat, match="is not one of ATOM's formats"):
+        resolve_tool_format(None, "hermes2")
+    assert resolve_tool_format("<tool_call>\n<function=x>", "none") is None
+    assert resolve_tool_format("nothing here") is None
