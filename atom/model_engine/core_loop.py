@@ -133,6 +133,7 @@ def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
         core = build_core(cfg, tokenizer) if tokenizer is not None else build_core(cfg)
         max_len = int(getattr(core, "max_model_len", None) or cfg.model.max_model_len or 0)
         push.send(encode(CoreReady(os.getpid(), max_len)))
+        push.send(encode(StepBatch([], core.stats())))  # the pool as it starts, before any request
         CoreLoop(cfg, core, pull, push, parent_pid).run()
     except BaseException as exc:  # the API side turns this into 503s and failed streams
         log.error("engine core failed: %s", exc)
