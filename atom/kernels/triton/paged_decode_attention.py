@@ -1,0 +1,152 @@
+"""Decode attention (one query per sequence) over the paged KV cache, split-KV (flash-decoding).
+
+One program owns one (sequence, kv head, split): it loads the GROUP query heads that share the kv
+head, so each K/V byte is read from memory once however wide GQA is. Small batches cannot fill
+the 132 SMs with one program per (sequence, kv head), so the context is cut into NUM_SPLITS
+slices whose partial softmax results a second kernel merges. NUM_SPLITS depends only on the batch
+shape, never on context lengths, and every length is read on the device: a captured CUDA graph
+replays correctly for any contexts.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from atom.kernels.metadata import AttentionMetadata
+from atom.kernels.triton.dot_dtype import dot_dtype, dot_precision
+
+LOG2E = 1.4426950408889634
+MAX_SPLITS = 16
+
+
+@triton.jit
+def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, ctx_ptr, bt_ptr,
+                   q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
+                   c_blk_stride, c_tok_stride, c_head_stride, bt_stride,
+                   qk_scale, v_scale, window, head_dim, n_q_heads,
+                   GROUP: tl.constexpr, G_PAD: tl.constexpr, PAGE: tl.constexpr,
+                   BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                   HAS_WINDOW: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr):
+    seq = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    ctx = tl.load(ctx_ptr + seq)
+    lo0 = 0
+    if HAS_WINDOW:
+        lo0 = tl.maximum(ctx - window, 0)
+    per_split = tl.cdiv(tl.cdiv(ctx - lo0, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = lo0 + split * per_split
+    hi = tl.minimum(lo + per_split, ctx)
+
+    g = tl.arange(0, G_PAD)
+    g_mask = g < GROUP
+    heads = kvh * GROUP + g
+    d = tl.arange(0, HEAD_DIM)
+    d_mask = d < head_dim
+    seq64 = seq.to(tl.int64)
+    q = tl.load(q_ptr + seq64 * q_tok_stride + heads[:, None] * q_head_stride + d[None, :],
+                mask=g_mask[:, None] & d_mask[None, :], other=0.0).to(DOT)
+    m_i = tl.full([G_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
+    bt_row = bt_ptr + seq64 * bt_stride
+    for start in range(lo, hi, BLOCK_N):
+        n = start + tl.arange(0, BLOCK_N)
+        n_mask = n < hi
+        blk = tl.load(bt_row + n // PAGE, mask=n_mask, other=0).to(tl.int64)
+        kv_off = blk * c_blk_stride + (n % PAGE) * c_tok_stride + kvh * c_head_stride
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        k = tl.load(kc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(vc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        qk = tl.dot(q, tl.trans(k.to(DOT)), input_precision=PREC) * qk_scale
+        qk = tl.where(n_mask[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(qk - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v.to(DOT), input_precision=PREC)
+        m_i = m_new
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    row_mask = g_mask[:, None] & d_mask[None, :]
+    if NUM_SPLITS == 1:
+        tl.store(o_ptr + seq64 * o_tok_stride + heads[:, None] * o_head_stride + d[None, :],
+                 (out * v_scale).to(o_ptr.dtype.element_ty), mask=row_mask)
+    else:
+        # mid layout: [B, Hq, NUM_SPLITS, HEAD_DIM] and [B, Hq, NUM_SPLITS]
+        mid_row = (seq64 * n_q_heads + heads) * NUM_SPLITS + split
+        tl.store(mid_o_ptr + mid_row[:, None] * HEAD_DIM + d[None, :], out, mask=row_mask)
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
+        tl.store(mid_lse_ptr + mid_row, lse, mask=g_mask)
+
+
+@triton.jit
+def _merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, o_tok_stride, o_head_stride, n_q_heads, head_dim,
+                  v_scale, NUM_SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr):
+    seq = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    s = tl.arange(0, NUM_SPLITS)
+    d = tl.arange(0, HEAD_DIM)
+    row = (seq * n_q_heads + head) * NUM_SPLITS
+    lse = tl.load(mid_lse_ptr + row + s)
+    m = tl.max(lse, 0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp2(lse - m)
+    part = tl.load(mid_o_ptr + (row + s)[:, None] * HEAD_DIM + d[None, :])
+    total = tl.sum(w, 0)
+    total = tl.where(total == 0.0, 1.0, total)
+    out = tl.sum(part * w[:, None], 0) / total * v_scale
+    tl.store(o_ptr + seq * o_tok_stride + head * o_head_stride + d, out.to(o_ptr.dtype.element_ty),
+             mask=d < head_dim)
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def num_splits(batch: int, n_kv_heads: int, device: torch.device) -> int:
+    """Enough (sequence, kv head, split) programs to give every SM about two; a function of the
+    batch shape only, so a graph captured at batch size B stays right at any context length."""
+    sms = _sm_count(device.index or 0) if device.type == "cuda" else 8
+    want = triton.cdiv(2 * sms, max(batch * n_kv_heads, 1))
+    return max(1, min(MAX_SPLITS, triton.next_power_of_2(want)))
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     meta: AttentionMetadata, scale: float, k_scale: float = 1.0,
+                     v_scale: float = 1.0, sliding_window: int | None = None,
+                     splits: int | None = None) -> torch.Tensor:
+    """q: [B, Hq, D] (one new token per sequence, already stored) → [B, Hq, D]."""
+    batch, n_q_heads, head_dim = q.shape
+    out = torch.empty_like(q)
+    if batch == 0:
+        return out
+    n_kv_heads = k_cache.shape[2]
+    group = n_q_heads // n_kv_heads
+    head_pad = triton.next_power_of_2(head_dim)
+    n_split = splits or num_splits(batch, n_kv_heads, q.device)
+    if n_split > 1:
+        mid_o = torch.empty((batch, n_q_heads, n_split, head_pad), dtype=torch.float32, device=q.device)
+        mid_lse = torch.empty((batch, n_q_heads, n_split), dtype=torch.float32, device=q.device)
+    else:
+        mid_o = mid_lse = out
+    block_n = 64 if head_pad <= 128 else 32
+    _decode_kernel[(batch, n_kv_heads, n_split)](
+        q, k_cache, v_cache, out, mid_o, mid_lse, meta.context_lens, meta.block_tables,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0),
+        scale * k_scale * LOG2E, float(v_scale), int(sliding_window or 0), head_dim, n_q_heads,
+        GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), PAGE=k_cache.shape[1],
+        BLOCK_N=block_n, HEAD_DIM=head_pad, NUM_SPLITS=n_split,
+        HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype),
+        PREC=dot_precision(q.dtype), num_warps=4, num_stages=2)
+    if n_split > 1:
+        _merge_kernel[(batch, n_q_heads)](
+            mid_o, mid_lse, out, out.stride(0), out.stride(1), n_q_heads, head_dim, float(v_scale),
+            NUM_SPLITS=n_split, HEAD_DIM=head_pad, num_warps=4)
+    return out

@@ -1,0 +1,49 @@
+"""The `triton` kernel backend: the interface of backend.py served by atom.kernels.triton.*.
+
+Importing this module imports triton; `get_backend("triton")` is the only caller, so CPU-only
+installs without triton never pay for (or fail on) it.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from atom.kernels.backend import register
+from atom.kernels.metadata import AttentionMetadata
+from atom.kernels.triton import activation, kv_store, rms_norm, rotary
+from atom.kernels.triton.paged_decode_attention import decode_attention
+from atom.kernels.triton.paged_prefill_attention import prefill_attention
+
+
+@register("triton")
+class TritonBackend:
+    name = "triton"
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return rms_norm.rms_norm(x, weight, eps)
+
+    def fused_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                           eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        return rms_norm.fused_add_rms_norm(x, residual, weight, eps)
+
+    def rotary(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+               cos_sin_cache: torch.Tensor, is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        return rotary.rotary(positions, q, k, cos_sin_cache, is_neox)
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        return activation.silu_and_mul(x)
+
+    def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: float,
+                 v_scale: float) -> None:
+        kv_store.store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+
+    def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  meta: AttentionMetadata, scale: float, k_scale: float, v_scale: float,
+                  sliding_window: Optional[int] = None) -> torch.Tensor:
+        """Decode-only batches take the split-KV kernel (the CUDA-graph path); anything with a
+        query longer than one token takes the varlen prefill kernel."""
+        if meta.is_decode:
+            return decode_attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale, sliding_window)
+        return prefill_attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale, sliding_window)
