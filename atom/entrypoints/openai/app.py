@@ -68,6 +68,12 @@ def create_app(cfg: Config, client: Any, *, tokenizer: Any = None,
     metrics = AtomMetricsExporter(lambda: client.stats, watchdog.longest_silence, name)
     ctx = ServerContext(cfg, client, tokenizer, watchdog, metrics, model_name=name,
                         aliases=model_aliases(cfg))
+    if chat_renderer is None and chat_reader_factory is None:
+        # Tool calls and reasoning (cfg.format): template, format and dialect resolved once here.
+        from atom.entrypoints.openai.tool_parser.chat_io import build_chat_io
+
+        chat_io = build_chat_io(cfg, tokenizer)
+        chat_renderer, chat_reader_factory = chat_io.render, chat_io.reader
     chat = OpenAIServingChat(ctx, chat_renderer or TemplateChatRenderer(tokenizer), 
                              chat_reader_factory or passthrough_factory)
     completion = OpenAIServingCompletion(ctx)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Protocol
 
-from atom.entrypoints.openai.protocol import ChatCompletionRequest, DeltaMessage
+from atom.entrypoints.openai.protocol import (ChatCompletionRequest, DeltaMessage, ToolCall,
+                                              ToolCallFunction)
 
 
 class ChatTextReader(Protocol):
@@ -52,7 +53,29 @@ def merge_deltas(a: Optional[DeltaMessage], b: Optional[DeltaMessage]) -> Option
     def cat(x: Optional[str], y: Optional[str]) -> Optional[str]:
         return y if x is None else x if y is None else x + y
 
-    calls = (a.tool_calls or []) + (b.tool_calls or [])
+    calls = _merge_calls((a.tool_calls or []) + (b.tool_calls or []))
     return DeltaMessage(role=a.role or b.role, content=cat(a.content, b.content),
                         reasoning_content=cat(a.reasoning_content, b.reasoning_content),
                         tool_calls=calls or None)
+
+
+def _merge_calls(calls: list[ToolCall]) -> list[ToolCall]:
+    """Fragments of one call (name early, arguments later) become one entry, as a client that
+    accumulates by index would see them; a non-streaming message must carry whole calls."""
+    merged: dict[int, ToolCall] = {}
+    loose: list[ToolCall] = []
+    for c in calls:
+        if c.index is None:
+            loose.append(c)
+            continue
+        prev = merged.get(c.index)
+        if prev is None:
+            merged[c.index] = c
+            continue
+        pf, cf = prev.function or ToolCallFunction(), c.function or ToolCallFunction()
+        args = None if pf.arguments is None and cf.arguments is None else \
+            (pf.arguments or "") + (cf.arguments or "")
+        merged[c.index] = ToolCall(id=prev.id or c.id, type=prev.type or c.type, index=c.index,
+                                   function=ToolCallFunction(name=pf.name or cf.name,
+                                                             arguments=args))
+    return [merged[i] for i in sorted(merged)] + loose
