@@ -18,7 +18,7 @@ def build_tokenizer(cfg: Config) -> Any:
     return load_tokenizer(cfg)
 
 
-def build_core(cfg: Config) -> "EngineCoreProtocol":
+def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
     """The engine core for `cfg.server.engine_source`: the model, or a stand-in token source."""
     source = cfg.server.engine_source
     if source == "synthetic":
@@ -31,7 +31,8 @@ def build_core(cfg: Config) -> "EngineCoreProtocol":
         return ScriptedEngineCore(cfg, build_tokenizer(cfg))
     from atom.model_engine.engine_core import EngineCore
 
-    return EngineCore(cfg)
+    eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+    return EngineCore(cfg, eos)
 
 
 def build_engine(cfg: Config) -> "LLMEngine":

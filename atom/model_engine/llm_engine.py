@@ -40,7 +40,7 @@ class LLMEngine:
 
         self.config = cfg
         self.tokenizer = build_tokenizer(cfg)
-        self.core: EngineCoreProtocol = build_core(cfg)
+        self.core: EngineCoreProtocol = build_core(cfg, self.tokenizer)
         self.processor = OutputProcessor(self.tokenizer)
         self._ids = itertools.count()
         self._callbacks: dict[str, Optional[StreamCallback]] = {}

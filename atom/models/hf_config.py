@@ -82,6 +82,19 @@ def read_architecture_shape(cfg: Config) -> Optional[ArchitectureShape]:
     return None
 
 
+_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+                "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                "qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}
+
+
+def architecture_of(hf: Any) -> str:
+    """HF `architectures[0]`, or the causal-LM class of its model_type (GGUF configs carry none)."""
+    archs = getattr(hf, "architectures", None)
+    if archs:
+        return archs[0]
+    return _MODEL_TYPES.get(hf.model_type, f"model_type:{hf.model_type}")
+
+
 def load_hf_config(cfg: Config) -> Any:
     """transformers PretrainedConfig for the model (no weights read)."""
     from transformers import AutoConfig

@@ -1,0 +1,54 @@
+"""Build the model for a Config and fill its weights (checkpoint, GGUF or dummy)."""
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from atom.config.schema import Config
+from atom.loader.dummy import fill_dummy
+from atom.loader.weights import check_complete, iter_with_progress, load_named_tensors
+from atom.models.hf_config import architecture_of, is_gguf, model_source
+from atom.models.registry import model_class
+
+log = logging.getLogger("atom.loader")
+
+
+@contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(prev)
+
+
+def build_model(cfg: Config, hf: Any, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    cls = model_class(architecture_of(hf))
+    with _default_dtype(dtype), torch.device(device):
+        model = cls(hf)
+    model.eval()
+    if cfg.load.dummy is not None:
+        fill_dummy(model, cfg.load.dummy, cfg.load.seed)
+        return model
+    src = model_source(cfg)
+    assert src is not None
+    if is_gguf(src) or cfg.load.format == "gguf":
+        from atom.loader.gguf_loader import count_gguf_tensors, iter_gguf
+
+        tensors = iter_with_progress(iter_gguf(src, hf), count_gguf_tensors(src),
+                                     cfg.load.progress_bar, "loading GGUF")
+    else:
+        from atom.loader.safetensors_loader import checkpoint_files, count_tensors, iter_safetensors
+
+        files = checkpoint_files(src)
+        tensors = iter_with_progress(iter_safetensors(files), count_tensors(files),
+                                     cfg.load.progress_bar, "loading safetensors")
+    with torch.no_grad():
+        loaded = load_named_tensors(model, tensors)
+    check_complete(model, loaded)
+    return model

@@ -1,0 +1,73 @@
+"""Put checkpoint tensors into a model: HF names → packed parameters via each one's weight_loader."""
+from __future__ import annotations
+
+import logging
+import re
+from typing import Iterable, Iterator
+
+import torch
+from torch import nn
+
+log = logging.getLogger("atom.loader")
+
+_EXPERT = re.compile(r"\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+_FUSED_EXPERT = re.compile(r"\.experts\.(gate_up_proj|down_proj)$")
+
+
+def _route(name: str, mapping: dict) -> tuple[str, object]:
+    """(parameter name, shard id) for a checkpoint tensor name."""
+    m = _EXPERT.search(name)
+    if m:
+        e, which = int(m.group(1)), m.group(2).split("_")[0]
+        param = name[: m.start()] + (".experts.w2" if which == "down" else ".experts.w13")
+        return param, (e, which)
+    m = _FUSED_EXPERT.search(name)
+    if m:
+        which = "gate_up" if m.group(1) == "gate_up_proj" else "down"
+        return name[: m.start()] + (".experts.w13" if which == "gate_up" else ".experts.w2"), ("all", which)
+    for src, (dst, shard) in mapping.items():
+        token = f".{src}."
+        if token in name:
+            return name.replace(token, f".{dst}."), shard
+    return name, None
+
+
+def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+    """Load every tensor; return the names of parameters that received data."""
+    params = dict(model.named_parameters())
+    mapping = getattr(model, "packed_modules_mapping", {})
+    tied = bool(getattr(getattr(model, "hf_config", None), "tie_word_embeddings", False))
+    loaded: set[str] = set()
+    for name, tensor in tensors:
+        if "rotary_emb.inv_freq" in name:
+            continue
+        if tied and name == "lm_head.weight":
+            continue
+        pname, shard = _route(name, mapping)
+        param = params.get(pname)
+        if param is None:
+            raise KeyError(f"checkpoint tensor {name!r} has no place in the model (looked for {pname!r})")
+        loader = getattr(param, "weight_loader", None)
+        tensor = tensor.to(param.dtype)
+        if loader is None:
+            param.data.copy_(tensor)
+        elif shard is None:
+            loader(param, tensor)
+        else:
+            loader(param, tensor, shard)
+        loaded.add(pname)
+    return loaded
+
+
+def check_complete(model: nn.Module, loaded: set[str]) -> None:
+    missing = [n for n, _ in model.named_parameters() if n not in loaded]
+    tied = getattr(getattr(model, "hf_config", None), "tie_word_embeddings", False)
+    missing = [n for n in missing if not (tied and n == "lm_head.weight")]
+    if missing:
+        raise ValueError(f"checkpoint is missing {len(missing)} tensors, e.g. {missing[:5]}")
+
+
+def iter_with_progress(items: Iterator, total: int, enabled: bool, desc: str) -> Iterator:
+    from tqdm import tqdm
+
+    yield from tqdm(items, total=total, desc=desc, disable=not enabled, leave=False)

@@ -1,0 +1,139 @@
+"""EngineCore: requests in, one step at a time, token outputs out. No text, no HTTP.
+
+The same object runs inside LLMEngine (in-process) and inside the server's core process.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Optional
+
+from atom.config.schema import Config
+from atom.model_engine.messages import EngineRequest, EngineStats, StepOutput
+from atom.model_engine.scheduler import Scheduler
+from atom.model_engine.sequence import Sequence
+
+log = logging.getLogger("atom.engine")
+
+
+class RequestRejected(ValueError):
+    """A request the engine cannot run (e.g. a prompt longer than max_model_len)."""
+
+
+class EngineCore:
+    def __init__(self, cfg: Config, eos_token_id: Optional[int] = None) -> None:
+        from atom.runner.model_runner import ModelRunner
+
+        if eos_token_id is None:
+            eos_token_id = _tokenizer_eos(cfg)
+        self.cfg = cfg
+        self.runner = ModelRunner(cfg, eos_token_id)
+        self.max_model_len = self.runner.max_model_len
+        self.scheduler = Scheduler(cfg, self.runner.num_blocks, self.runner.eos_token_ids,
+                                   self.max_model_len)
+        self.seqs: dict[str, Sequence] = {}
+        self._pending: list[StepOutput] = []
+        self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks)
+        self._last_log = time.perf_counter()
+        self._tokens_since_log = 0
+
+    # -- requests -------------------------------------------------------------------------------
+    def add_request(self, request: EngineRequest) -> None:
+        n = len(request.prompt_token_ids)
+        if n == 0:
+            raise RequestRejected("the prompt is empty")
+        if n >= self.max_model_len:
+            raise RequestRejected(f"the prompt has {n} tokens; this model's max_model_len is "
+                                  f"{self.max_model_len}")
+        if request.request_id in self.seqs:
+            raise RequestRejected(f"request id {request.request_id!r} is already running")
+        seq = Sequence(request.request_id, request.prompt_token_ids, request.sampling_params,
+                       request.arrival_time or time.perf_counter())
+        self.seqs[seq.request_id] = seq
+        self.scheduler.add(seq)
+        self._stats.prompt_tokens_total += n
+
+    def abort_requests(self, request_ids: list[str]) -> None:
+        for seq in self.scheduler.abort(set(request_ids)):
+            self.seqs.pop(seq.request_id, None)
+            self._pending.append(StepOutput(request_id=seq.request_id, new_token_ids=[],
+                                            finished=True, finish_reason="abort",
+                                            num_prompt_tokens=seq.num_prompt_tokens))
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished() or bool(self._pending)
+
+    # -- one step ---------------------------------------------------------------------------------
+    def step(self) -> list[StepOutput]:
+        outputs, self._pending = self._pending, []
+        batch = self.scheduler.schedule()
+        if not batch.seqs:
+            return outputs
+        if self.runner.profiler.active:
+            import torch
+
+            with torch.profiler.record_function(self._step_label(batch)):
+                sampled, logprobs = self.runner.execute(batch)
+        else:
+            sampled, logprobs = self.runner.execute(batch)
+        touched = self.scheduler.postprocess(batch, sampled)
+        index = {id(s): i for i, s in enumerate(batch.seqs)}
+        for seq in touched:
+            new = seq.output_token_ids[seq.num_emitted:]
+            seq.num_emitted += len(new)
+            lp = logprobs.get(index[id(seq)])
+            outputs.append(StepOutput(
+                request_id=seq.request_id, new_token_ids=new, finished=seq.is_finished,
+                finish_reason=seq.finish_reason, num_prompt_tokens=seq.num_prompt_tokens,
+                num_cached_tokens=seq.num_cached_tokens, logprobs=[lp] if lp is not None else None))
+            if seq.is_finished:
+                self.seqs.pop(seq.request_id, None)
+            self._stats.generation_tokens_total += len(new)
+            self._tokens_since_log += len(new)
+        self._stats.num_steps += 1
+        self._maybe_log()
+        return outputs
+
+    @staticmethod
+    def _step_label(batch) -> str:
+        kind = "decode" if all(n == 1 for n in batch.num_new_tokens) else "prefill"
+        return f"{kind}[bs={len(batch.seqs)} tok={batch.total_tokens}]"
+
+    # -- observability --------------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        s, b = self._stats, self.scheduler.blocks
+        s.num_running, s.num_waiting = len(self.scheduler.running), len(self.scheduler.waiting)
+        s.num_preempted_total = self.scheduler.num_preempted
+        s.kv_blocks_free = b.num_free_blocks
+        s.prefix_cache_queries, s.prefix_cache_hits = b.queries, b.hits
+        return s
+
+    def _maybe_log(self) -> None:
+        rt = self.cfg.runtime
+        now = time.perf_counter()
+        if not rt.enable_log_stats or now - self._last_log < rt.throughput_log_interval:
+            return
+        s = self.stats()
+        log.info("engine: %.1f tok/s generation, running %d, waiting %d, KV usage %.1f%%, "
+                 "prefix-cache hit rate %.1f%%", self._tokens_since_log / (now - self._last_log),
+                 s.num_running, s.num_waiting, 100 * s.kv_usage, 100 * s.prefix_hit_rate)
+        self._last_log, self._tokens_since_log = now, 0
+
+    def start_profile(self) -> None:
+        self.runner.profiler.start()
+
+    def stop_profile(self) -> None:
+        self.runner.profiler.stop()
+
+    def shutdown(self) -> None:
+        self.runner.profiler.stop()
+
+
+def _tokenizer_eos(cfg: Config) -> Optional[int]:
+    from atom.builder import build_tokenizer
+
+    try:
+        return getattr(build_tokenizer(cfg), "eos_token_id", None)
+    except Exception as e:  # a model without a loadable tokenizer still runs on token ids
+        log.info("no tokenizer EOS for %s: %s", cfg.model.name, e)
+        return None

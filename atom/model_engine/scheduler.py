@@ -1,0 +1,180 @@
+"""Continuous batching with chunked prefill and recompute preemption.
+
+Every step has a token budget (`max_num_batched_tokens`). Running sequences go first (a decode
+costs one token, an unfinished prefill continues with the next chunk); waiting ones are admitted
+with what is left. When a running sequence needs a block and none is free, the most recently
+admitted running sequence is preempted: its blocks are freed and it is recomputed later.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Optional
+
+from atom.config.schema import Config
+from atom.model_engine.block_manager import BlockManager
+from atom.model_engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledBatch:
+    seqs: list[Sequence] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)  # tokens each sequence computes now
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.num_new_tokens)
+
+    def samples(self, i: int) -> bool:
+        """Sequence i reaches its last known token this step, so it samples the next one."""
+        s = self.seqs[i]
+        return s.num_computed_tokens + self.num_new_tokens[i] == s.num_tokens
+
+
+class Scheduler:
+    def __init__(self, cfg: Config, num_blocks: int, eos_token_ids: set[int], max_model_len: int) -> None:
+        self.max_tokens = cfg.scheduler.max_num_batched_tokens
+        self.max_seqs = cfg.scheduler.max_num_seqs
+        self.delay_factor = cfg.scheduler.delay_factor
+        self.max_model_len = max_model_len
+        self.eos = eos_token_ids
+        self.blocks = BlockManager(num_blocks, cfg.kv_cache.block_size,
+                                   cfg.kv_cache.enable_prefix_caching)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preempted = 0
+        self._last_prompt_time = 0.0
+        self._last_prompt_latency = 0.0
+
+    # -- queue ----------------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def abort(self, request_ids: set[str]) -> list[Sequence]:
+        """Finish these now and free their blocks (before the next step is scheduled)."""
+        gone = [s for s in list(self.running) + list(self.waiting) if s.request_id in request_ids]
+        for s in gone:
+            self._finish(s, "abort")
+        return gone
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        self.blocks.free_seq(seq)
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.blocks.free_seq(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_computed_tokens = 0
+        seq.num_cached_tokens = 0
+        seq.num_preemptions += 1
+        self.num_preempted += 1
+        self.waiting.appendleft(seq)
+
+    # -- one step -------------------------------------------------------------------------------
+    def schedule(self) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        budget = self.max_tokens
+        preempted = self._schedule_running(batch, budget)
+        budget -= batch.total_tokens
+        if not preempted and self._may_admit():
+            self._admit_waiting(batch, budget)
+        return batch
+
+    def _schedule_running(self, batch: ScheduledBatch, budget: int) -> bool:
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            while not self.blocks.can_allocate(seq, seq.num_computed_tokens + n):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted = True
+                if victim is seq:
+                    break
+            if seq.status != SequenceStatus.RUNNING:
+                break
+            self.blocks.allocate(seq, seq.num_computed_tokens + n)
+            batch.seqs.append(seq)
+            batch.num_new_tokens.append(n)
+            budget -= n
+            i += 1
+        return preempted
+
+    def _may_admit(self) -> bool:
+        """The delay factor holds new prompts back briefly so they batch together."""
+        if not self.waiting or self.delay_factor <= 0 or not self.running:
+            return bool(self.waiting)
+        waited = time.perf_counter() - self.waiting[0].arrival_time
+        return waited > self.delay_factor * self._last_prompt_latency
+
+    def _admit_waiting(self, batch: ScheduledBatch, budget: int) -> None:
+        admitted = False
+        while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
+            seq = self.waiting[0]
+            self.blocks.match_prefix(seq)
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            if not self.blocks.can_allocate(seq, seq.num_computed_tokens + n):
+                if not self.running and not batch.seqs and seq.block_table == []:
+                    raise RuntimeError(f"KV cache too small for one chunk of {n} tokens "
+                                       f"({self.blocks.num_free_blocks} free blocks)")
+                self.blocks.free_seq(seq)
+                seq.num_computed_tokens = seq.num_cached_tokens = 0
+                break
+            self.waiting.popleft()
+            self.blocks.allocate(seq, seq.num_computed_tokens + n)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            batch.seqs.append(seq)
+            batch.num_new_tokens.append(n)
+            budget -= n
+            admitted = True
+        if admitted:
+            now = time.perf_counter()
+            self._last_prompt_latency = now - self._last_prompt_time if self._last_prompt_time else 0.0
+            self._last_prompt_time = now
+
+    # -- after the forward ----------------------------------------------------------------------
+    def postprocess(self, batch: ScheduledBatch, sampled: dict[int, list[int]]) -> list[Sequence]:
+        """Advance computed counts, append sampled tokens, finish sequences. `sampled` maps a
+        batch index to its new tokens. Returns the sequences that advanced or finished."""
+        touched = []
+        for i, seq in enumerate(batch.seqs):
+            if seq.status != SequenceStatus.RUNNING:
+                continue
+            seq.num_computed_tokens += batch.num_new_tokens[i]
+            self.blocks.commit_full_blocks(seq)
+            new = sampled.get(i)
+            if new is None:
+                continue
+            for tok in new:
+                seq.token_ids.append(tok)
+                reason = self._stop_reason(seq, tok)
+                if reason is not None:
+                    self._finish(seq, reason)
+                    break
+            touched.append(seq)
+        return touched
+
+    def _stop_reason(self, seq: Sequence, tok: int) -> Optional[str]:
+        p = seq.params
+        if not p.ignore_eos and tok in self.eos:
+            return "stop"
+        if p.stop_token_ids and tok in p.stop_token_ids:
+            return "stop"
+        if seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+            return "length"
+        return None

@@ -1,0 +1,57 @@
+"""One request inside the engine core: its tokens, how many are computed, and its KV blocks."""
+from __future__ import annotations
+
+from enum import Enum, auto
+from typing import Optional
+
+from atom.sampling_params import SamplingParams
+
+
+class SequenceStatus(Enum):
+    WAITING = auto()
+    RUNNING = auto()
+    FINISHED = auto()
+
+
+class Sequence:
+    __slots__ = ("request_id", "token_ids", "num_prompt_tokens", "params", "arrival_time", "status",
+                 "num_computed_tokens", "num_cached_tokens", "block_table", "num_hashed_blocks",
+                 "block_hashes", "finish_reason", "num_emitted", "generator", "num_preemptions")
+
+    def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                 arrival_time: float = 0.0) -> None:
+        self.request_id = request_id
+        self.token_ids = list(prompt_token_ids)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.params = params
+        self.arrival_time = arrival_time
+        self.status = SequenceStatus.WAITING
+        self.num_computed_tokens = 0  # tokens whose KV is in the cache
+        self.num_cached_tokens = 0  # of those, how many came from the prefix cache
+        self.block_table: list[int] = []
+        self.block_hashes: list[int] = []  # hash chain of this sequence's full blocks
+        self.num_hashed_blocks = 0  # leading blocks already registered in the prefix cache
+        self.finish_reason: Optional[str] = None
+        self.num_emitted = 0  # output tokens already reported to the client
+        self.generator = None  # per-request RNG when params.seed is set (runner-owned)
+        self.num_preemptions = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == SequenceStatus.FINISHED
+
+    def __repr__(self) -> str:
+        return (f"Sequence({self.request_id}, tokens={self.num_tokens}, "
+                f"computed={self.num_computed_tokens}, {self.status.name})")
