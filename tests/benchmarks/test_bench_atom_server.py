@@ -1,0 +1,78 @@
+"""The benchmark against atom itself: tiny_llama with dummy weights, served on CPU."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from atom.bench import run_point
+from atom.benchmarks.benchmark_serving import cli
+from atom.benchmarks.benchmark_utils import read_result_json
+from atom.benchmarks.plots import make_plots
+from atom.config.compose import CONF_DIR
+from atom.config.store import register_schema
+from bench_atom_server import MODEL, AtomServer
+
+N_OUT = 8
+
+
+@pytest.fixture(scope="module")
+def atom_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AtomServer, Path]]:
+    root = tmp_path_factory.mktemp("atom_server")
+    profiles = root / "profiles"
+    srv = AtomServer(["--torch-profiler-dir", str(profiles), "kv_cache.num_blocks=256"],
+                     log_path=root / "server.log")
+    yield srv, profiles
+    srv.stop()
+
+
+def _argv(srv: AtomServer, tokenizer_dir: Path, *extra: str) -> list[str]:
+    return ["--model", MODEL, "--tokenizer", str(tokenizer_dir), "--base-url", srv.base_url,
+            "--dataset-name", "random", "--random-input-len", "12", "--random-output-len",
+            str(N_OUT), "--ignore-eos", "--disable-tqdm", *extra]
+
+
+def test_completions_with_profile_and_saved_result(atom_server, tokenizer_dir, tmp_path):
+    srv, profiles = atom_server
+    result = cli(_argv(srv, tokenizer_dir, "--backend", "vllm", "--num-prompts", "8",
+                       "--max-concurrency", "4", "--profile", "--save-result", "--result-dir",
+                       str(tmp_path), "--result-filename", "atom.json",
+                       "--percentile-metrics", "ttft,tpot,itl,e2el", "--goodput", "e2el:600000"))
+    assert result["completed"] == 8 and result["failed"] == 0, result["errors"]
+    assert result["output_lens"] == [N_OUT] * 8  # usage.completion_tokens, EOS ignored
+    assert result["output_throughput"] == pytest.approx(8 * N_OUT / result["duration"])
+    tpots = [(lat - ttft) / (N_OUT - 1) for lat, ttft in zip(result["latencies"], result["ttfts"])]
+    assert result["mean_tpot_ms"] == pytest.approx(1000 * sum(tpots) / len(tpots))
+    assert result["mean_itl_ms"] > 0 and result["itl_tpot_ratio"] >= 0.99
+    assert result["request_goodput"] == pytest.approx(result["request_throughput"])
+    assert result["max_concurrency_observed"] <= 4
+    saved = read_result_json(tmp_path / "atom.json")
+    assert saved["mean_tpot_ms"] == result["mean_tpot_ms"] and saved["itls"] == result["itls"]
+    assert list(profiles.rglob("*.json.gz")) or list(profiles.rglob("*.json")), "no trace written"
+
+
+def test_chat_backend(atom_server, tokenizer_dir):
+    srv, _ = atom_server
+    result = cli(_argv(srv, tokenizer_dir, "--backend", "openai-chat", "--num-prompts", "4"))
+    assert result["completed"] == 4, result["errors"]
+    assert result["output_lens"] == [N_OUT] * 4 and result["mean_ttft_ms"] > 0
+
+
+def test_bench_config_sweep_points_and_plot(atom_server, tokenizer_dir, tmp_path):
+    """What each job of `python -m atom.bench -m bench.max_concurrency=1,4` does, in-process."""
+    srv, _ = atom_server
+    register_schema()
+    for conc in (1, 4):
+        overrides = [f"model={MODEL}", "load=dummy", f"bench.base_url={srv.base_url}",
+                     f"bench.tokenizer={tokenizer_dir}", "bench.num_prompts=4",
+                     "bench.random_input_len=12", f"bench.random_output_len={N_OUT}",
+                     "bench.disable_tqdm=true", f"bench.max_concurrency={conc}"]
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            node = compose("config", overrides=overrides)
+        result = run_point(node, tmp_path / str(conc), overrides)
+        assert result["completed"] == 4 and result["label"] == f"vllm:{MODEL}"
+        assert (tmp_path / str(conc) / "config.yaml").exists()
+    paths = make_plots(tmp_path)
+    assert (tmp_path / "throughput_vs_tpot.png").read_bytes()[:4] == b"\x89PNG" and len(paths) == 3
