@@ -69,12 +69,16 @@ def _exponential_noise(shape: tuple[int, int], gens: list[Optional[torch.Generat
 
 def sample(logits: torch.Tensor, sb: SamplingBatch) -> torch.Tensor:
     """logits [B, V] float → token ids [B]."""
+    if sb.all_greedy and sb.penalties is None:
+        return logits.argmax(-1)  # exact in any float dtype: skip the fp32 copy
     logits = logits.float()
     if sb.penalties is not None:
         logits = apply_penalties(logits, sb.penalties)
-    greedy = logits.argmax(-1)
     if sb.all_greedy:
-        return greedy
+        return logits.argmax(-1)
+    if logits.is_cuda and _gpu_sampler_available():
+        return _gpu_sample(logits, sb)
+    greedy = logits.argmax(-1)
     temps = sb.temperatures.clamp(min=1e-5).unsqueeze(1)
     scaled = logits / temps
     if sb.top_ks is not None or sb.top_ps is not None:
@@ -83,6 +87,31 @@ def sample(logits: torch.Tensor, sb: SamplingBatch) -> torch.Tensor:
     q = _exponential_noise(tuple(probs.shape), sb.generators, probs.device)
     sampled = (probs / q).argmax(-1)
     return torch.where(sb.temperatures == 0, greedy, sampled)
+
+
+def _gpu_sampler_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
+def _row_seeds(gens: list[Optional[torch.Generator]], device: torch.device) -> torch.Tensor:
+    """One fresh seed per row per step: seeded rows draw theirs from their own generator, so a
+    seeded request samples the same tokens alone or inside any batch."""
+    seeds = torch.randint(0, 2**31 - 1, (len(gens),), device=device)
+    for i, g in enumerate(gens):
+        if g is not None:
+            seeds[i] = torch.randint(0, 2**31 - 1, (1,), device=device, generator=g)[0]
+    return seeds
+
+
+def _gpu_sample(logits: torch.Tensor, sb: SamplingBatch) -> torch.Tensor:
+    """The Triton sampler: greedy rows argmax, the rest one Gumbel-max pass, top-k/top-p by
+    rejection against a rising pivot (no vocabulary sort)."""
+    from atom.kernels.triton.sampling import sample as triton_sample
+
+    return triton_sample(logits, sb.temperatures, sb.top_ks, sb.top_ps,
+                         _row_seeds(sb.generators, logits.device))
 
 
 def compute_logprobs(logits: torch.Tensor, tokens: torch.Tensor, k: int):

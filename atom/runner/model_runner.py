@@ -16,6 +16,7 @@ from atom.model_engine.scheduler import ScheduledBatch
 from atom.models.hf_config import load_hf_config
 from atom.models.llama import head_dim_of
 from atom.runner import forward_context
+from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from atom.runner.distributed import tp_size
 from atom.runner.forward_context import ForwardContext
 from atom.runner.kv_cache import KVLayout, allocate, kv_dtype, num_blocks_for
@@ -75,6 +76,23 @@ class ModelRunner:
                  self.num_blocks, self.block_size, self.num_blocks * self.block_size,
                  self.layout.dtype, self.num_blocks * self.layout.bytes_per_block / 2**30, backend_name)
         self.profiler = StepProfiler(cfg.profiler.torch_profiler_dir)
+        self.graphs = self._capture_graphs()
+
+    def _capture_graphs(self):
+        """Decode CUDA graphs (runtime.cudagraph_capture_sizes) unless enforce_eager/level 0."""
+        rt = self.cfg.runtime
+        if not graphs_enabled(rt.enforce_eager, rt.level, self.device, self.backend_name):
+            return None
+        sizes = capture_sizes(rt.cudagraph_capture_sizes, self.cfg.scheduler.max_num_seqs)
+        trace = self.cfg.profiler.torch_profiler_dir if self.cfg.profiler.mark_trace else None
+        graphs = DecodeGraphs(lambda ids, pos: self.model.compute_logits(self.model(ids, pos)),
+                              sizes, -(-self.max_model_len // self.block_size), self.kv_caches,
+                              self.kv_scales, self.device, trace_dir=trace)
+        secs = graphs.capture()
+        log.info("CUDA graphs: captured %d decode sizes (1..%d) in %.1f s; level %d (torch.compile "
+                 "not applied: every op is already one fused kernel)", len(sizes), sizes[-1], secs,
+                 rt.level)
+        return graphs
 
     # -- memory -----------------------------------------------------------------------------
     def _free_kv_bytes(self) -> Optional[int]:
@@ -151,6 +169,12 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 logits_idx: list[int]) -> torch.Tensor:
+        b = input_ids.shape[0]
+        if meta.is_decode and self.graphs is not None and self.graphs.fits(b):
+            logits = self.graphs.replay(input_ids, positions, meta)
+            if len(logits_idx) == b:
+                return logits
+            return logits.index_select(0, torch.tensor(logits_idx, device=self.device))
         with forward_context.forward_context(ForwardContext(meta, self.kv_caches, self.kv_scales)):
             hidden = self.model(input_ids, positions)
             idx = torch.tensor(logits_idx, dtype=torch.long, device=self.device)

@@ -1,0 +1,335 @@
+"""GPU benchmarks of issue 5, each number printed beside its limit or its peer.
+
+    python benchmarks/gpu_bench.py --only kernels,decode_small,decode_8b,throughput_small,startup \
+        --out results/h200.json
+
+Dummy xavier weights at real shapes (never zeros). Every bench builds its own engine so the
+numbers do not share warm state; the peer (transformers) runs in the same process and command.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+
+COPY_BW = 4.18e12  # bytes/s, the device-to-device copy bandwidth measured on this H200 (issue 5)
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def engine(model: str, *extra: str):
+    from atom.config.compose import compose
+    from atom.model_engine.llm_engine import LLMEngine
+
+    cfg = compose([f"model={model}", "load=dummy", *extra])
+    cfg.load.progress_bar = False
+    return LLMEngine.from_config(cfg)
+
+
+def free(eng) -> None:
+    try:
+        eng.shutdown()
+    except Exception:
+        pass
+    del eng
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def bytes_per_decode_step(eng, ctx: int) -> tuple[float, float]:
+    """(weight bytes, KV bytes) one decode step of one sequence must read: every parameter once
+    (tied tensors once; an untied input embedding contributes one row), and ctx tokens of K and V
+    in every layer."""
+    runner = eng.core.runner
+    model = runner.model
+    seen, w = set(), 0
+    emb = model.model.embed_tokens.weight
+    tied = model.lm_head.weight is emb
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        if p is emb and not tied:
+            w += p.shape[1] * p.element_size()
+        else:
+            w += p.numel() * p.element_size()
+    lay = runner.layout
+    kv = ctx * lay.num_layers * 2 * lay.num_kv_heads * lay.head_dim * torch.empty(
+        (), dtype=lay.dtype).element_size()
+    return float(w), float(kv)
+
+
+def _sp(**kw):
+    from atom.sampling_params import SamplingParams
+
+    return SamplingParams(**kw)
+
+
+def bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Single-request decode after a ctx-token prompt: tokens/s of the decode phase, and
+    bandwidth utilisation = bytes per step × steps/s ÷ copy bandwidth."""
+    eng = engine(model, *extra)
+    rng = random.Random(0)
+    vocab = eng.core.runner.hf.vocab_size
+    prompt = [rng.randrange(100, vocab - 100) for _ in range(ctx)]
+    eng.generate([prompt[:64]], _sp(max_tokens=16, temperature=0, ignore_eos=True))  # warm-up
+    best = None
+    for _ in range(2):
+        out = eng.generate([prompt], _sp(max_tokens=gen, temperature=0, ignore_eos=True))[0]
+        tps = (gen - 1) / (out["latency"] - out["ttft"])
+        best = max(best or 0.0, tps)
+    w, kv = bytes_per_decode_step(eng, ctx + gen // 2)
+    graphs = eng.core.runner.graphs is not None
+    free(eng)
+    return {"model": model, "ctx": ctx, "gen": gen, "decode_tok_s": round(best, 1),
+            "bytes_per_step_GB": round((w + kv) / 1e9, 3),
+            "bandwidth_util": round((w + kv) * best / COPY_BW, 4), "cuda_graphs": graphs,
+            "extra": list(extra)}
+
+
+def nano_vllm_workload(n: int = 256, seed: int = 0, vocab: int = 10001):
+    rng = random.Random(seed)
+    hi = min(10000, vocab - 1)
+    prompts = [[rng.randint(0, hi) for _ in range(rng.randint(100, 1024))] for _ in range(n)]
+    outs = [rng.randint(100, 1024) for _ in range(n)]
+    return prompts, outs
+
+
+def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
+                     fixed: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Offline throughput: all requests at once, ignore_eos; output tokens / wall time."""
+    eng = engine(model, *extra)
+    if fixed:
+        rng = random.Random(0)
+        prompts = [[rng.randint(0, 10000) for _ in range(fixed[0])] for _ in range(n)]
+        outs = [fixed[1]] * n
+    else:
+        prompts, outs = nano_vllm_workload(n, vocab=eng.core.runner.hf.vocab_size)
+    eng.generate([prompts[0][:32]], _sp(max_tokens=8, ignore_eos=True))  # warm-up
+    params = [_sp(temperature=0.6, max_tokens=o, ignore_eos=True) for o in outs]
+    t0 = time.perf_counter()
+    res = eng.generate(prompts, params)
+    dt = time.perf_counter() - t0
+    got = sum(len(r["token_ids"]) for r in res)
+    blocks = eng.core.runner.num_blocks
+    free(eng)
+    return {"model": model, "requests": n, "output_tokens": got, "seconds": round(dt, 2),
+            "output_tok_s": round(got / dt, 1), "kv_blocks": blocks, "extra": list(extra),
+            "workload": f"fixed {fixed[0]}in/{fixed[1]}out" if fixed else
+            "nano-vllm: in,out ~ U[100,1024], temperature 0.6, ignore_eos"}
+
+
+def _hf_model(model: str):
+    from atom.config.compose import compose
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    hf = dict(compose([f"model={model}", "load=dummy"]).model.hf_config)
+    mtype = hf.pop("model_type")
+    cfg = AutoConfig.for_model(mtype, **{k: v for k, v in hf.items() if k != "architectures"})
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        m = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
+    return m.eval()
+
+
+def bench_hf_throughput(model: str, n: int, budget_s: float) -> dict[str, Any]:
+    """The peer: transformers' own batched generation (continuous batching, paged sdpa) on the
+    first n requests of the same workload, greedy-free sampling as above."""
+    prompts, outs = nano_vllm_workload(256)
+    prompts, outs = prompts[:n], outs[:n]
+    m = _hf_model(model)
+    from transformers import GenerationConfig
+
+    mx = max(outs)
+    gc_ = GenerationConfig(max_new_tokens=mx, do_sample=True, temperature=0.6, eos_token_id=-1,
+                           pad_token_id=0)
+    t0 = time.perf_counter()
+    try:
+        m.set_attn_implementation("sdpa_paged") if hasattr(m, "set_attn_implementation") else None
+        res = m.generate_batch(inputs=prompts, generation_config=gc_)
+        got = sum(len(r.generated_tokens) for r in res.values())
+        how = "generate_batch (sdpa_paged)"
+    except Exception as e:  # older/newer API: fall back to padded generate
+        log(f"hf generate_batch failed ({type(e).__name__}: {e}); padded generate instead")
+        m.set_attn_implementation("sdpa") if hasattr(m, "set_attn_implementation") else None
+        L = max(len(p) for p in prompts)
+        ids = torch.tensor([[0] * (L - len(p)) + p for p in prompts], device="cuda")
+        att = (torch.arange(L, device="cuda")[None, :] >= torch.tensor(
+            [L - len(p) for p in prompts], device="cuda")[:, None]).long()
+        t0 = time.perf_counter()
+        out = m.generate(input_ids=ids, attention_mask=att, max_new_tokens=min(mx, 256),
+                         do_sample=True, temperature=0.6, eos_token_id=None, pad_token_id=0)
+        got = (out.shape[1] - L) * n
+        how = "padded generate (sdpa), max_new_tokens<=256"
+    dt = time.perf_counter() - t0
+    del m
+    gc.collect()
+    torch.cuda.empty_cache()
+    return {"peer": "transformers " + __import__("transformers").__version__, "method": how,
+            "requests": n, "output_tokens": got, "seconds": round(dt, 2),
+            "output_tok_s": round(got / dt, 1)}
+
+
+def bench_hf_decode(model: str, ctx: int, gen: int) -> dict[str, Any]:
+    """The peer for single-request decode: transformers generate, static cache, eager."""
+    m = _hf_model(model)
+    ids = torch.randint(100, 10000, (1, ctx), device="cuda")
+    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0, cache_implementation="static")
+    m.generate(ids[:, :32], max_new_tokens=8, **kw)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    m.generate(ids, max_new_tokens=1, **kw)
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    m.generate(ids, max_new_tokens=gen, **kw)
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    tps = (gen - 1) / ((t2 - t1) - (t1 - t0))
+    del m
+    gc.collect()
+    torch.cuda.empty_cache()
+    return {"peer": "transformers generate, static cache, eager", "model": model,
+            "decode_tok_s": round(tps, 1)}
+
+
+def bench_startup(model: str) -> dict[str, Any]:
+    """Process start to ready (engine built, graphs captured), in a fresh interpreter: once with
+    Triton's kernel cache cold, once warm."""
+    code = ("import time,sys;t=time.time();from atom.config.compose import compose;"
+            "from atom.model_engine.llm_engine import LLMEngine;"
+            f"c=compose(['model={model}','load=dummy']);c.load.progress_bar=False;"
+            "e=LLMEngine.from_config(c);print('READY',flush=True)")
+    res = {}
+    for label in ("cold", "warm"):
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        dt = time.perf_counter() - t0
+        ok = "READY" in p.stdout
+        if not ok:
+            log(p.stderr[-3000:])
+        res[f"{label}_s"] = round(dt, 2) if ok else None
+        for line in p.stderr.splitlines():
+            if "CUDA graphs" in line or "KV cache" in line:
+                res[f"{label}_log_" + ("graphs" if "graphs" in line else "kv")] = line[-160:]
+    return {"model": model, **res}
+
+
+def bench_kernels() -> dict[str, Any]:
+    """Kernel-level ceilings: cuBLAS GEMV at the 8B shapes and the decode attention kernel."""
+    from triton.testing import do_bench
+
+    from atom.kernels.metadata import AttentionMetadata
+    from atom.kernels.triton.paged_decode_attention import decode_attention
+
+    out: dict[str, Any] = {}
+    dev = "cuda"
+    shapes = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
+              "down": (4096, 14336), "lm_head": (128256, 4096)}
+    for name, (n, k) in shapes.items():
+        ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(4)]
+        x = torch.randn(1, k, device=dev, dtype=torch.bfloat16)
+        i = [0]
+
+        def f():
+            i[0] = (i[0] + 1) % 4
+            return torch.nn.functional.linear(x, ws[i[0]])
+        ms = do_bench(f, warmup=25, rep=100, return_mode="median")
+        out[f"gemv_{name}_TBps"] = round(n * k * 2 / (ms * 1e-3) / 1e12, 3)
+        del ws
+    for b, ctx in ((1, 1024), (1, 8192), (64, 1024), (256, 1024)):
+        for kvd in (torch.bfloat16, torch.float8_e4m3fn):
+            page, hk, hq, d = 16, 8, 32, 128
+            nblk = b * (ctx // page)
+            kc = torch.randn(nblk, page, hk, d, device=dev).to(kvd)
+            vc = torch.randn(nblk, page, hk, d, device=dev).to(kvd)
+            tables = torch.randperm(nblk, device=dev, dtype=torch.int32).view(b, -1)
+            meta = AttentionMetadata(torch.arange(b + 1, device=dev, dtype=torch.int32),
+                                     torch.full((b,), ctx, device=dev, dtype=torch.int32), tables,
+                                     torch.zeros(b, device=dev, dtype=torch.int64), 1, ctx, True)
+            q = torch.randn(b, hq, d, device=dev, dtype=torch.bfloat16)
+            ms = do_bench(lambda: decode_attention(q, kc, vc, meta, d ** -0.5), warmup=25, rep=100,
+                          return_mode="median")
+            byts = 2 * kc.numel() * kc.element_size()
+            tag = "fp8" if kvd != torch.bfloat16 else "bf16"
+            out[f"decode_attn_b{b}_ctx{ctx}_{tag}"] = {"us": round(ms * 1e3, 1),
+                                                       "TBps": round(byts / (ms * 1e-3) / 1e12, 3)}
+            del kc, vc
+    torch.cuda.empty_cache()
+    return out
+
+
+def bench_greedy_equal() -> dict[str, Any]:
+    """Greedy tokens of the triton backend vs the torch reference on the GPU (tiny random models)."""
+    res = {}
+    rng = random.Random(1)
+    prompts = [[rng.randint(3, 500) for _ in range(n)] for n in (5, 37, 200)]
+    for model in ("tiny_llama", "tiny_qwen3"):
+        toks = {}
+        for k in ("torch", "triton"):
+            eng = engine(model, f"runtime.kernels={k}", "runtime.enforce_eager=" + str(k == "torch"))
+            outs = eng.generate(prompts, _sp(max_tokens=32, temperature=0, ignore_eos=True))
+            toks[k] = [o["token_ids"] for o in outs]
+            free(eng)
+        first = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), None)
+                 for x, y in zip(toks["torch"], toks["triton"])]
+        res[model] = {"equal": toks["torch"] == toks["triton"], "first_divergence": first}
+    return res
+
+
+BENCHES: dict[str, Callable[[], Any]] = {
+    "kernels": bench_kernels,
+    "greedy_equal": bench_greedy_equal,
+    "startup": lambda: bench_startup("qwen3_0_6b"),
+    "decode_small": lambda: bench_decode("qwen3_0_6b", 1024, 512),
+    "decode_small_eager": lambda: bench_decode("qwen3_0_6b", 1024, 128, ("runtime.enforce_eager=true",)),
+    "decode_8b": lambda: bench_decode("llama3_8b", 1024, 256),
+    "decode_8b_peer": lambda: bench_hf_decode("llama3_8b", 1024, 64),
+    "throughput_small": lambda: bench_throughput("qwen3_0_6b", 256),
+    "throughput_small_peer": lambda: bench_hf_throughput("qwen3_0_6b", 64, 60),
+    "throughput_8b": lambda: bench_throughput("llama3_8b", 1000, (), (1024, 1024)),
+    "throughput_8b_fp8": lambda: bench_throughput("llama3_8b", 1000, ("kv_cache=fp8",), (1024, 1024)),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default=",".join(BENCHES))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    meta = {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
+            "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+            "triton": __import__("triton").__version__, "python": platform.python_version(),
+            "command": " ".join(sys.argv)}
+    results: dict[str, Any] = {"meta": meta}
+    for name in args.only.split(","):
+        t0 = time.perf_counter()
+        try:
+            results[name] = BENCHES[name]()
+        except Exception as e:  # one broken bench must not cost the others' device time
+            import traceback
+
+            traceback.print_exc()
+            results[name] = {"error": f"{type(e).__name__}: {e}"}
+        log(f"== {name} ({time.perf_counter() - t0:.0f}s): {json.dumps(results[name])}")
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=1)
+    log(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
