@@ -63,6 +63,8 @@ def bench_args(cfg: Any, output_dir: Optional[Path]) -> argparse.Namespace:
     from atom.benchmarks.benchmark_serving import default_args
 
     b = OmegaConf.to_container(OmegaConf.structured(cfg.bench), resolve=True)
+    for key in ("launch_server", "server_startup_timeout_s"):  # atom.bench's, not the CLI's
+        b.pop(key)
     b["model"] = _model_name(cfg)
     b["tokenizer"] = _tokenizer_path(cfg)
     b["num_prompts"] = _num_prompts(b)
@@ -85,7 +87,13 @@ def run_point(node: DictConfig, output_dir: Path, overrides: list[str]) -> dict[
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(plain, resolve=True), encoding="utf-8")
     args = bench_args(cfg, output_dir)
     args.metadata = (args.metadata or []) + [f"override.{i}={o}" for i, o in enumerate(overrides)]
-    return run_benchmark(args)
+    if not cfg.bench.launch_server:
+        return run_benchmark(args)
+    from atom.benchmarks.server_launcher import launched_server
+
+    with launched_server(overrides, output_dir / "server.log", cfg.bench.server_startup_timeout_s) as url:
+        args.base_url = url
+        return run_benchmark(args)
 
 
 def _job(node: DictConfig) -> Optional[float]:

@@ -25,6 +25,10 @@ class BenchConfig:
     trust_remote_code: bool = False
     api_key: Optional[str] = None
     extra_body: Optional[dict[str, Any]] = None
+    # Start atom's server for each sweep point from that point's non-bench overrides, on a free
+    # loopback port (base_url/host/port are then ignored), and stop it afterwards.
+    launch_server: bool = False
+    server_startup_timeout_s: float = 600.0
     # dataset
     dataset_name: str = "random"
     dataset_path: Optional[str] = None

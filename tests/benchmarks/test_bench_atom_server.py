@@ -1,42 +1,54 @@
-"""The benchmark against atom itself: tiny_llama with dummy weights, served on CPU."""
+"""The benchmark against atom itself: tiny_llama with dummy weights, served on CPU.
+
+The server is started by `atom.benchmarks.server_launcher` — what `bench.launch_server=true`
+uses for each sweep point — so the launcher is exercised on the way.
+"""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 from hydra import compose, initialize_config_dir
 
+import atom.benchmarks.server_launcher as launcher
 from atom.bench import run_point
 from atom.benchmarks.benchmark_serving import cli
 from atom.benchmarks.benchmark_utils import read_result_json
 from atom.benchmarks.plots import make_plots
 from atom.config.compose import CONF_DIR
 from atom.config.store import register_schema
-from bench_atom_server import MODEL, AtomServer
 
+MODEL = "tiny_llama"
 N_OUT = 8
 
 
 @pytest.fixture(scope="module")
-def atom_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AtomServer, Path]]:
+def atom_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     root = tmp_path_factory.mktemp("atom_server")
     profiles = root / "profiles"
-    srv = AtomServer(["--torch-profiler-dir", str(profiles), "kv_cache.num_blocks=256"],
-                     log_path=root / "server.log")
-    yield srv, profiles
-    srv.stop()
+    overrides = [f"model={MODEL}", "load=dummy", f"profiler.torch_profiler_dir={profiles}",
+                 "kv_cache.num_blocks=256", "runtime.enable_log_stats=false",
+                 "server.disable_uvicorn_access_log=true", "bench.max_concurrency=4"]
+    with launcher.launched_server(overrides, root / "server.log", startup_timeout_s=240) as url:
+        yield url, profiles
 
 
-def _argv(srv: AtomServer, tokenizer_dir: Path, *extra: str) -> list[str]:
-    return ["--model", MODEL, "--tokenizer", str(tokenizer_dir), "--base-url", srv.base_url,
+def test_server_overrides_leave_out_the_client():
+    assert launcher.server_overrides(["model=x", "bench.port=1", "+bench.y=2", "hydra.run.dir=d",
+                                      "+experiment=e", "kv_cache=fp8"]) == ["model=x", "+experiment=e", "kv_cache=fp8"]
+
+
+def _argv(url: str, tokenizer_dir: Path, *extra: str) -> list[str]:
+    return ["--model", MODEL, "--tokenizer", str(tokenizer_dir), "--base-url", url,
             "--dataset-name", "random", "--random-input-len", "12", "--random-output-len",
             str(N_OUT), "--ignore-eos", "--disable-tqdm", *extra]
 
 
 def test_completions_with_profile_and_saved_result(atom_server, tokenizer_dir, tmp_path):
-    srv, profiles = atom_server
-    result = cli(_argv(srv, tokenizer_dir, "--backend", "vllm", "--num-prompts", "8",
+    url, profiles = atom_server
+    result = cli(_argv(url, tokenizer_dir, "--backend", "vllm", "--num-prompts", "8",
                        "--max-concurrency", "4", "--profile", "--save-result", "--result-dir",
                        str(tmp_path), "--result-filename", "atom.json",
                        "--percentile-metrics", "ttft,tpot,itl,e2el", "--goodput", "e2el:600000"))
@@ -54,18 +66,29 @@ def test_completions_with_profile_and_saved_result(atom_server, tokenizer_dir, t
 
 
 def test_chat_backend(atom_server, tokenizer_dir):
-    srv, _ = atom_server
-    result = cli(_argv(srv, tokenizer_dir, "--backend", "openai-chat", "--num-prompts", "4"))
+    url, _ = atom_server
+    result = cli(_argv(url, tokenizer_dir, "--backend", "openai-chat", "--num-prompts", "4"))
     assert result["completed"] == 4, result["errors"]
     assert result["output_lens"] == [N_OUT] * 4 and result["mean_ttft_ms"] > 0
 
 
-def test_bench_config_sweep_points_and_plot(atom_server, tokenizer_dir, tmp_path):
-    """What each job of `python -m atom.bench -m bench.max_concurrency=1,4` does, in-process."""
-    srv, _ = atom_server
+def test_bench_config_sweep_points_and_plot(atom_server, tokenizer_dir, tmp_path, monkeypatch):
+    """What each job of `python -m atom.bench -m bench.max_concurrency=1,4` does, in-process;
+    the second point goes through `bench.launch_server`, pointed at the running server."""
+    url, _ = atom_server
+    launched: list[list[str]] = []
+
+    @contextlib.contextmanager
+    def reuse(overrides, log_path, timeout_s):
+        launched.append(launcher.server_overrides(overrides))
+        yield url
+
+    monkeypatch.setattr(launcher, "launched_server", reuse)
     register_schema()
     for conc in (1, 4):
-        overrides = [f"model={MODEL}", "load=dummy", f"bench.base_url={srv.base_url}",
+        base_url = url if conc == 1 else "http://127.0.0.1:1"  # the launcher's URL replaces it
+        overrides = [f"model={MODEL}", "load=dummy", f"bench.base_url={base_url}",
+                     f"bench.launch_server={conc == 4}",
                      f"bench.tokenizer={tokenizer_dir}", "bench.num_prompts=4",
                      "bench.random_input_len=12", f"bench.random_output_len={N_OUT}",
                      "bench.disable_tqdm=true", f"bench.max_concurrency={conc}"]
@@ -74,5 +97,6 @@ def test_bench_config_sweep_points_and_plot(atom_server, tokenizer_dir, tmp_path
         result = run_point(node, tmp_path / str(conc), overrides)
         assert result["completed"] == 4 and result["label"] == f"vllm:{MODEL}"
         assert (tmp_path / str(conc) / "config.yaml").exists()
+    assert launched == [[f"model={MODEL}", "load=dummy"]]
     paths = make_plots(tmp_path)
     assert (tmp_path / "throughput_vs_tpot.png").read_bytes()[:4] == b"\x89PNG" and len(paths) == 3

@@ -98,3 +98,15 @@ def test_full_benchmark_experiment_matches_the_spec():
     assert args.ignore_eos and args.save_result and args.percentile_metrics == "ttft,tpot,itl,e2el"
     assert args.result_filename == "Deepseek-R1-result.json"
     assert node.parallel.tensor_parallel_size == 8 and node.kv_cache.dtype == "fp8"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (CONF_DIR / "bench").glob("*.yaml")))
+def test_bench_group_files_compose(name):
+    from atom.bench import _typed
+
+    register_schema()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        node = compose("config", overrides=[f"bench={name}", "model=tiny_llama", "load=dummy"])
+    args = bench_args(_typed(node), None)
+    assert (args.backend, args.dataset_name) == (node.bench.backend, node.bench.dataset_name)
+    assert args.model == "tiny_llama"
