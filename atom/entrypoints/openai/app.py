@@ -68,11 +68,12 @@ def create_app(cfg: Config, client: Any, *, tokenizer: Any = None,
     metrics = AtomMetricsExporter(lambda: client.stats, watchdog.longest_silence, name)
     ctx = ServerContext(cfg, client, tokenizer, watchdog, metrics, model_name=name,
                         aliases=model_aliases(cfg))
-    if chat_renderer is None and chat_reader_factory is None:
-        # Tool calls and reasoning (cfg.format): template, format and dialect resolved once here.
-        from atom.entrypoints.openai.tool_parser.chat_io import build_chat_io
+    # Tool calls and reasoning (cfg.format): template, format and dialect resolved once here.
+    from atom.entrypoints.openai.serving_messages import messages_handler
+    from atom.entrypoints.openai.tool_parser.chat_io import build_chat_io
 
-        chat_io = build_chat_io(cfg, tokenizer)
+    chat_io = build_chat_io(cfg, tokenizer)
+    if chat_renderer is None and chat_reader_factory is None:
         chat_renderer, chat_reader_factory = chat_io.render, chat_io.reader
     chat = OpenAIServingChat(ctx, chat_renderer or TemplateChatRenderer(tokenizer), 
                              chat_reader_factory or passthrough_factory)
@@ -134,7 +135,8 @@ def create_app(cfg: Config, client: Any, *, tokenizer: Any = None,
         if close_client_on_shutdown:
             await asyncio.get_running_loop().run_in_executor(None, client.close)
 
-    v1 = Router("/v1", route_handlers=[chat_completions, completions, models],
+    v1 = Router("/v1", route_handlers=[chat_completions, completions, models,
+                                       messages_handler(ctx, chat_io)],
                 guards=[_api_key_guard(cfg.server.api_key)])
     app = Litestar(
         route_handlers=[v1, health, metrics_route, start_profile, stop_profile],

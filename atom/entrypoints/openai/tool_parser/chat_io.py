@@ -100,10 +100,14 @@ class ChatIO:
         return kwargs[switch.kwarg] == switch.off
 
     def reader(self, req: Any) -> OpenAIChatReader:
+        return OpenAIChatReader(self.response_reader(req))
+
+    def response_reader(self, req: Any) -> ResponseReader:
+        """The events-level reader for one choice of a request this object rendered."""
         prompt, off = self._prompts.get(id(req), (None, None))
         channel = ReasoningChannel.for_request(self.formats.dialect, prompt, off)
         policy = ToolPolicy.from_request(req.tools, req.tool_choice)
-        return OpenAIChatReader(ResponseReader(channel, self.formats.tool_format, policy))
+        return ResponseReader(channel, self.formats.tool_format, policy)
 
     def channel(self, prompt: Optional[str], thinking_off: Optional[bool]) -> ReasoningChannel:
         return ReasoningChannel.for_request(self.formats.dialect, prompt, thinking_off)

@@ -1,0 +1,311 @@
+"""POST /v1/messages: the Anthropic Messages API over the same template, engine and reader.
+
+The request is translated into the chat path's terms (messages, tools, tool_choice, template
+kwargs) and read by the same `ResponseReader`, so text, thinking and tool_use blocks are the same
+bytes /v1/chat/completions would deliver as content, reasoning_content and tool_calls.
+
+Two rules particular to this wire:
+- a `tool_use` block opens when its arguments arrive, not when the name does: its
+  content_block_start carries `"input": {}`, which on its own is a complete zero-argument call;
+- `thinking: {"type": "disabled"}` is answered in the prompt through the template's switch; only
+  a template without one has its thinking blocks withheld instead. An absent `thinking` leaves the
+  model's default alone.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator, Optional, Union
+
+from litestar import Request, Response, post
+from litestar.response import Stream
+from msgspec import Struct
+
+from atom.entrypoints.openai.errors import bad_request, engine_unavailable
+from atom.entrypoints.openai.generation import Generation, run_unless_disconnected
+from atom.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
+from atom.entrypoints.openai.serving_completion import SSE_HEADERS, json_response
+from atom.entrypoints.openai.sse import event_frame
+from atom.entrypoints.openai.streaming_dispatch import client_stream
+from atom.entrypoints.openai.tool_parser.chat_io import ChatIO
+from atom.entrypoints.openai.tool_parser.events import (
+    ContentDelta, Event, ReasoningDelta, ToolCallArgs, ToolCallStart)
+from atom.entrypoints.openai.validation import check_model, fit_max_tokens, sampling_params
+from atom.model_engine.engine_client import EngineCoreDead
+
+_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "abort": "end_turn"}
+
+
+class MessagesRequest(Struct, kw_only=True):
+    model: Optional[str] = None
+    max_tokens: int
+    messages: list[dict[str, Any]]
+    system: Union[str, list[dict[str, Any]], None] = None
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Optional[dict[str, Any]] = None
+    thinking: Optional[dict[str, Any]] = None
+    stream: bool = False
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    top_k: Optional[int] = None
+    stop_sequences: Optional[list[str]] = None
+    metadata: Optional[dict[str, Any]] = None
+
+
+# --- request translation -----------------------------------------------------------------------
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content or () if b.get("type") == "text")
+
+
+def chat_messages(req: MessagesRequest) -> list[ChatMessage]:
+    """Anthropic turns as chat-template messages: tool_result blocks become tool messages,
+    tool_use blocks tool_calls, thinking blocks reasoning_content."""
+    out: list[ChatMessage] = []
+    if req.system:
+        out.append(ChatMessage("system", _text_of(req.system)))
+    for i, m in enumerate(req.messages):
+        role, content = m.get("role"), m.get("content")
+        if role not in ("user", "assistant"):
+            raise bad_request(f"role must be user or assistant, not {role!r}",
+                              f"messages[{i}].role", "invalid_value")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        if role == "user":
+            out.extend(_user_turn(blocks))
+        else:
+            out.append(_assistant_turn(blocks))
+    return out
+
+
+def _user_turn(blocks: list[dict[str, Any]]) -> list[ChatMessage]:
+    turn: list[ChatMessage] = []
+    text = []
+    for b in blocks:
+        if b.get("type") == "tool_result":
+            turn.append(ChatMessage("tool", _text_of(b.get("content")),
+                                    tool_call_id=b.get("tool_use_id")))
+        elif b.get("type") == "text":
+            text.append(b.get("text", ""))
+    if text or not turn:
+        turn.append(ChatMessage("user", "".join(text)))
+    return turn
+
+
+def _assistant_turn(blocks: list[dict[str, Any]]) -> ChatMessage:
+    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+    thinking = "".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking")
+    calls = [{"id": b.get("id"), "type": "function",
+              "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input") or {})}}
+             for b in blocks if b.get("type") == "tool_use"]
+    return ChatMessage("assistant", text, tool_calls=calls or None,
+                       reasoning_content=thinking or None)
+
+
+def openai_tools(tools: Optional[list[dict[str, Any]]]) -> Optional[list[dict[str, Any]]]:
+    if not tools:
+        return None
+    return [{"type": "function", "function": {
+        "name": t.get("name"), "description": t.get("description", ""),
+        "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}}
+        for t in tools]
+
+
+def thinking_disabled(thinking: Optional[dict[str, Any]]) -> Optional[bool]:
+    """{"type": "disabled"} is a non-empty object: read the type, never the truthiness."""
+    if thinking is None:
+        return None
+    return thinking.get("type") == "disabled"
+
+
+# --- response assembly -------------------------------------------------------------------------
+
+class BlockWriter:
+    """Turns reader events into Anthropic content blocks, for either delivery mode."""
+
+    def __init__(self, withhold_thinking: bool) -> None:
+        self.withhold_thinking = withhold_thinking
+        self.blocks: list[dict[str, Any]] = []
+        self.open_type: Optional[str] = None
+        self.names: dict[int, tuple[str, str]] = {}
+        self.used_tools = False
+
+    def events(self, events: list[Event]) -> list[tuple[str, dict[str, Any]]]:
+        """The SSE events these reader events make, in order; `blocks` accumulates too."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        for e in events:
+            if isinstance(e, ReasoningDelta) and not self.withhold_thinking:
+                self._ensure(out, "thinking", {"type": "thinking", "thinking": "", "signature": ""})
+                self.blocks[-1]["thinking"] += e.text
+                out.append(self._delta({"type": "thinking_delta", "thinking": e.text}))
+            elif isinstance(e, ContentDelta):
+                self._ensure(out, "text", {"type": "text", "text": ""})
+                self.blocks[-1]["text"] += e.text
+                out.append(self._delta({"type": "text_delta", "text": e.text}))
+            elif isinstance(e, ToolCallStart):
+                self.names[e.index] = (e.id, e.name)
+            elif isinstance(e, ToolCallArgs):
+                self._tool_use(out, e)
+        return out
+
+    def close(self) -> list[tuple[str, dict[str, Any]]]:
+        out: list[tuple[str, dict[str, Any]]] = []
+        if not self.blocks:
+            self._ensure(out, "text", {"type": "text", "text": ""})
+        self._close(out)
+        return out
+
+    def _tool_use(self, out: list[tuple[str, dict[str, Any]]], e: ToolCallArgs) -> None:
+        call_id, name = self.names[e.index]
+        self._close(out)
+        self.used_tools = True
+        self.blocks.append({"type": "tool_use", "id": call_id, "name": name,
+                            "input": json.loads(e.arguments)})
+        out.append(("content_block_start", {"type": "content_block_start",
+                                            "index": len(self.blocks) - 1,
+                                            "content_block": {"type": "tool_use", "id": call_id,
+                                                              "name": name, "input": {}}}))
+        out.append(self._delta({"type": "input_json_delta", "partial_json": e.arguments}))
+        self._close(out, force=True)
+
+    def _ensure(self, out, kind: str, block: dict[str, Any]) -> None:
+        if self.open_type == kind:
+            return
+        self._close(out)
+        self.blocks.append(dict(block))
+        self.open_type = kind
+        out.append(("content_block_start", {"type": "content_block_start",
+                                            "index": len(self.blocks) - 1,
+                                            "content_block": dict(block)}))
+
+    def _close(self, out, force: bool = False) -> None:
+        if self.open_type is not None or force:
+            out.append(("content_block_stop", {"type": "content_block_stop",
+                                               "index": len(self.blocks) - 1}))
+        self.open_type = None
+
+    def _delta(self, delta: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        return ("content_block_delta", {"type": "content_block_delta",
+                                        "index": len(self.blocks) - 1, "delta": delta})
+
+    def stop_reason(self, engine_reason: Optional[str]) -> str:
+        if self.used_tools:
+            return "tool_use"
+        return _STOP_REASONS.get(engine_reason or "stop", "end_turn")
+
+
+# --- the endpoint ------------------------------------------------------------------------------
+
+class ServingMessages:
+    def __init__(self, ctx: Any, chat_io: ChatIO) -> None:
+        self.ctx = ctx
+        self.io = chat_io
+
+    def _chat_request(self, req: MessagesRequest) -> ChatCompletionRequest:
+        kwargs: dict[str, Any] = {}
+        off = thinking_disabled(req.thinking)
+        switch = self.io.formats.thinking_switch
+        if off is not None and switch is not None:
+            kwargs.update(switch.kwargs(not off))
+        choice = req.tool_choice
+        tool_choice: Any = None
+        if choice is not None:
+            kind = choice.get("type")
+            tool_choice = {"tool": {"type": "function", "function": {"name": choice.get("name")}},
+                           "any": "required"}.get(kind, kind)
+        return ChatCompletionRequest(
+            model=req.model, max_tokens=req.max_tokens, temperature=req.temperature,
+            top_p=req.top_p, top_k=req.top_k, stop=req.stop_sequences, stream=req.stream,
+            messages=chat_messages(req), tools=openai_tools(req.tools), tool_choice=tool_choice,
+            chat_template_kwargs=kwargs or None)
+
+    async def create(self, req: MessagesRequest, request: Request, arrival: float) -> Response:
+        ctx = self.ctx
+        check_model(req.model, ctx.aliases, ctx.model_name)
+        if not req.messages:
+            raise bad_request("`messages` must not be empty", "messages",
+                              "missing_required_parameter")
+        chat = self._chat_request(req)
+        if not ctx.client.alive:
+            raise engine_unavailable()
+        prompt = self.io.render(chat, chat.messages or [])
+        max_tokens = fit_max_tokens(chat, len(prompt), ctx.max_model_len)
+        reader = self.io.response_reader(chat)
+        withhold = thinking_disabled(req.thinking) is True and \
+            self.io.formats.thinking_switch is None
+        writer = BlockWriter(withhold)
+        rid = ctx.new_id("msg")
+        gen = Generation(ctx, rid, [(prompt, sampling_params(chat, max_tokens, None, 0))],
+                         arrival)
+        gen.start()
+        if req.stream:
+            frames = self._stream(gen, req, rid, reader, writer, len(prompt))
+            return Stream(client_stream(frames, rid, ctx.watchdog),
+                          media_type="text/event-stream", headers=SSE_HEADERS)
+        try:
+            if not await run_unless_disconnected(gen, request.receive):
+                return Response(b"", status_code=499)
+        except EngineCoreDead as exc:
+            raise engine_unavailable(str(exc)) from exc
+        finally:
+            gen.close()
+        st = gen.states[0]
+        writer.events(reader.feed("".join(st.text)) + reader.finish())
+        writer.close()
+        usage = gen.usage(len(prompt))
+        return json_response({
+            "id": rid, "type": "message", "role": "assistant", "model": ctx.model_name,
+            "content": writer.blocks, "stop_reason": writer.stop_reason(st.finish_reason),
+            "stop_sequence": None,
+            "usage": {"input_tokens": usage.prompt_tokens,
+                      "output_tokens": usage.completion_tokens}})
+
+    async def _stream(self, gen: Generation, req: MessagesRequest, rid: str, reader: Any,
+                      writer: BlockWriter, prompt_tokens: int) -> AsyncIterator[bytes]:
+        def frames(pairs):
+            return b"".join(event_frame(name, body) for name, body in pairs)
+
+        try:
+            items = await gen.next()
+            yield event_frame("message_start", {"type": "message_start", "message": {
+                "id": rid, "type": "message", "role": "assistant", "model": self.ctx.model_name,
+                "content": [], "stop_reason": None, "stop_sequence": None,
+                "usage": {"input_tokens": prompt_tokens, "output_tokens": 0}}})
+            while True:
+                for _, out in items:
+                    events = reader.feed(out.text) if out.text else []
+                    if out.finished:
+                        events += reader.finish()
+                    pairs = writer.events(events)
+                    if pairs:
+                        yield frames(pairs)
+                if gen.done:
+                    break
+                items = await gen.next()
+            usage = gen.usage(prompt_tokens)
+            tail = writer.close() + [
+                ("message_delta", {"type": "message_delta", "delta": {
+                    "stop_reason": writer.stop_reason(gen.states[0].finish_reason),
+                    "stop_sequence": None},
+                    "usage": {"output_tokens": usage.completion_tokens}}),
+                ("message_stop", {"type": "message_stop"})]
+            yield frames(tail)
+        except EngineCoreDead as exc:
+            yield event_frame("error", {"type": "error", "error": {
+                "type": "api_error", "message": str(exc)}})
+        finally:
+            gen.close()
+
+
+def messages_handler(ctx: Any, chat_io: ChatIO):
+    """The route, for `create_app` to register under /v1."""
+    import time
+
+    serving = ServingMessages(ctx, chat_io)
+
+    @post("/messages", status_code=200, summary="Anthropic Messages API")
+    async def messages(data: MessagesRequest, request: Request) -> Response:
+        return await serving.create(data, request, time.perf_counter())
+
+    return messages
+
