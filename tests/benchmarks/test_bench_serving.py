@@ -115,3 +115,26 @@ def test_endpoint_defaults_per_backend():
     assert resolve_urls(default_args(backend="openai-chat", base_url="http://x/"))[0] == \
         "http://x/v1/chat/completions"
     assert resolve_urls(default_args(endpoint="/custom"))[0] == "http://127.0.0.1:8000/custom"
+
+
+def test_cli_defaults_follow_the_spec_table():
+    a = default_args()
+    expected = {"backend": "vllm", "base_url": None, "host": "127.0.0.1", "port": 8000,
+                "endpoint": "/v1/completions", "dataset_name": "sharegpt", "dataset_path": None,
+                "num_prompts": 1000, "request_rate": float("inf"), "burstiness": 1.0,
+                "max_concurrency": None, "ignore_eos": False, "save_result": False,
+                "result_dir": None, "result_filename": None, "percentile_metrics": "ttft,tpot,itl",
+                "metric_percentiles": "99", "goodput": None, "profile": False, "tokenizer": None,
+                "seed": 0, "random_input_len": 1024, "random_output_len": 128,
+                "random_range_ratio": 1.0, "random_prefix_len": 0, "use_chat_template": False}
+    assert {k: getattr(a, k) for k in expected} == expected
+
+
+def test_bench_config_names_are_cli_options():
+    from dataclasses import fields
+
+    from atom.config.bench import BenchConfig
+
+    cli_names = set(vars(default_args()))
+    own = {"launch_server", "server_startup_timeout_s", "prompts_per_concurrency"}
+    assert {f.name for f in fields(BenchConfig)} - own <= cli_names
