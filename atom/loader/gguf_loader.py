@@ -53,11 +53,10 @@ def _dequantize(t: Any) -> torch.Tensor:
 
 
 def iter_gguf(path: Path, hf_config: Any) -> Iterator[tuple[str, torch.Tensor]]:
-    from gguf import GGUFReader
+    from atom.loader.gguf_file import architecture, reader as open_reader
 
-    reader = GGUFReader(str(path))
-    arch_field = reader.fields["general.architecture"]
-    arch = bytes(arch_field.parts[arch_field.data[0]]).decode()
+    reader = open_reader(str(path))
+    arch = architecture(reader)
     permuted = arch in _PERMUTED_ARCHS
     for t in reader.tensors:
         name = hf_name(t.name)
@@ -70,6 +69,6 @@ def iter_gguf(path: Path, hf_config: Any) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 def count_gguf_tensors(path: Path) -> int:
-    from gguf import GGUFReader
+    from atom.loader.gguf_file import reader
 
-    return len(GGUFReader(str(path)).tensors)
+    return len(reader(str(path)).tensors)

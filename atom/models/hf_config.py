@@ -52,21 +52,13 @@ def _shape_from_dict(d: dict[str, Any]) -> ArchitectureShape:
     return ArchitectureShape(arch, heads, int(d.get("num_key_value_heads") or heads))
 
 
-def _gguf_field(reader: Any, key: str) -> Any:
-    f = reader.fields.get(key)
-    if f is None:
-        return None
-    v = f.parts[f.data[0]]
-    return bytes(v).decode() if v.dtype.kind == "u" and v.dtype.itemsize == 1 else v.tolist()[0]
-
-
 def _shape_from_gguf(path: Path) -> ArchitectureShape:
-    from gguf import GGUFReader
+    from atom.loader.gguf_file import field, reader
 
-    r = GGUFReader(str(path))
-    arch = _gguf_field(r, "general.architecture")
-    heads = int(_gguf_field(r, f"{arch}.attention.head_count"))
-    kv = _gguf_field(r, f"{arch}.attention.head_count_kv")
+    r = reader(str(path))
+    arch = field(r, "general.architecture")
+    heads = int(field(r, f"{arch}.attention.head_count"))
+    kv = field(r, f"{arch}.attention.head_count_kv")
     return ArchitectureShape(GGUF_ARCHITECTURES.get(arch, f"gguf:{arch}"), heads, int(kv or heads))
 
 
@@ -104,5 +96,7 @@ def load_hf_config(cfg: Config) -> Any:
         d = dict(cfg.model.hf_config)
         return AutoConfig.for_model(d.pop("model_type"), **d)
     if is_gguf(src):
-        return AutoConfig.from_pretrained(str(src.parent), gguf_file=src.name)
+        from atom.loader.gguf_file import hf_config
+
+        return hf_config(str(src))
     return AutoConfig.from_pretrained(str(src), trust_remote_code=cfg.model.trust_remote_code)
