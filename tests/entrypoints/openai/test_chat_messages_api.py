@@ -1,0 +1,97 @@
+"""/v1/messages pieces and the chat hookup, without a server: translation, blocks, deltas."""
+from __future__ import annotations
+
+import json
+
+from atom.entrypoints.openai.chat_reader import merge_deltas
+from atom.entrypoints.openai.reasoning import ReasoningChannel
+from atom.entrypoints.openai.reasoning_dialects import THINK
+from atom.entrypoints.openai.serving_messages import (
+    BlockWriter, MessagesRequest, chat_messages, openai_tools, thinking_disabled)
+from atom.entrypoints.openai.tool_parser.chat_io import OpenAIChatReader
+from atom.entrypoints.openai.tool_parser.events import (
+    ContentDelta, ReasoningDelta, ToolCallArgs, ToolCallStart)
+from atom.entrypoints.openai.tool_parser.policy import ToolPolicy
+from atom.entrypoints.openai.tool_parser.qwen import QwenFormat
+from atom.entrypoints.openai.tool_parser.response import ResponseReader
+
+CALL_TEXT = ("<think>hmm</think>Checking.\n<tool_call>\n<function=get_weather>\n"
+             "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>")
+
+
+def test_thinking_disabled_reads_the_type_not_truthiness():
+    assert thinking_disabled({"type": "disabled"}) is True
+    assert thinking_disabled({"type": "enabled", "budget_tokens": 1024}) is False
+    assert thinking_disabled(None) is None
+
+
+def test_anthropic_turns_become_template_messages():
+    req = MessagesRequest(max_tokens=10, system=[{"type": "text", "text": "Be brief."}], messages=[
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "use the tool", "signature": ""},
+            {"type": "text", "text": "Checking."},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny"}]}])
+    msgs = chat_messages(req)
+    assert [m.role for m in msgs] == ["system", "user", "assistant", "tool"]
+    assert msgs[2].reasoning_content == "use the tool" and msgs[2].content == "Checking."
+    assert json.loads(msgs[2].tool_calls[0]["function"]["arguments"]) == {"city": "Paris"}
+    assert msgs[3].tool_call_id == "toolu_1" and msgs[3].content == "Sunny"
+    tools = openai_tools([{"name": "get_weather", "input_schema": {"type": "object"}}])
+    assert tools[0]["function"]["parameters"] == {"type": "object"}
+
+
+def _reader():
+    return ResponseReader(ReasoningChannel(THINK, False), QwenFormat,
+                          ToolPolicy({"get_weather": {}}))
+
+
+def test_tool_use_block_opens_when_the_arguments_arrive():
+    reader, writer = _reader(), BlockWriter(withhold_thinking=False)
+    frames = []
+    for ch in CALL_TEXT:
+        frames += writer.events(reader.feed(ch))
+    frames += writer.events(reader.finish()) + writer.close()
+    starts = [body["content_block"] for name, body in frames if name == "content_block_start"]
+    assert [b["type"] for b in starts] == ["thinking", "text", "tool_use"]
+    assert starts[2]["input"] == {}
+    i = next(k for k, (n, b) in enumerate(frames) if n == "content_block_start"
+             and b["content_block"]["type"] == "tool_use")
+    assert frames[i + 1][1]["delta"] == {"type": "input_json_delta",
+                                         "partial_json": '{"city": "Paris"}'}
+    assert writer.stop_reason("stop") == "tool_use"
+    assert [b["type"] for b in writer.blocks] == ["thinking", "text", "tool_use"]
+
+
+def test_withheld_thinking_leaves_an_empty_text_block():
+    writer = BlockWriter(withhold_thinking=True)
+    writer.events([ReasoningDelta("all thought")])
+    writer.close()
+    assert writer.blocks == [{"type": "text", "text": ""}]
+    assert writer.stop_reason("length") == "max_tokens"
+
+
+def test_openai_deltas_merge_into_whole_calls():
+    """The name goes out early, the arguments later; the non-streaming message holds one call."""
+    reader = OpenAIChatReader(_reader())
+    head = CALL_TEXT[:CALL_TEXT.index("Paris")]
+    first = reader.feed(head)
+    assert first.tool_calls[0].function.name == "get_weather"
+    assert first.tool_calls[0].function.arguments == ""
+    merged = merge_deltas(first, merge_deltas(reader.feed(CALL_TEXT[len(head):]),
+                                              reader.finish()))
+    assert merged.reasoning_content == "hmm" and merged.content == "Checking.\n"
+    (call,) = merged.tool_calls
+    assert (call.index, call.function.name, json.loads(call.function.arguments)) == \
+        (0, "get_weather", {"city": "Paris"})
+    assert call.id and call.type == "function" and reader.finish_reason == "tool_calls"
+
+
+def test_events_for_one_delta_coalesce():
+    reader = OpenAIChatReader(_reader())
+    delta = reader._delta([ContentDelta("a"), ToolCallStart(0, "c0", "f"),
+                           ToolCallArgs(0, "{}"), ContentDelta("b")])
+    assert delta.content == "ab" and len(delta.tool_calls) == 1
+    assert delta.tool_calls[0].function.arguments == "{}"
