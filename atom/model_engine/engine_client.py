@@ -39,9 +39,11 @@ class EngineCoreDead(RuntimeError):
 
 
 class EngineClient:
-    """Create with `EngineClient(cfg, tokenizer).start()`; then `attach(dispatcher)` on the loop."""
+    """Create with `EngineClient(cfg, tokenizer).start()` (or `launch()`, load the tokenizer while
+    the core loads the model, `set_tokenizer()`, `wait_ready()`); then `attach(dispatcher)` on the
+    event loop."""
 
-    def __init__(self, cfg: Config, tokenizer: Any) -> None:
+    def __init__(self, cfg: Config, tokenizer: Any = None) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.processor = OutputProcessor(tokenizer)
@@ -66,6 +68,20 @@ class EngineClient:
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "EngineClient":
         """Spawn the core and block until it reports ready (it loads the model first)."""
+        self.launch()
+        return self.wait_ready()
+
+    def set_tokenizer(self, tokenizer: Any) -> None:
+        """Before any request: the tokenizer the output processor detokenizes with."""
+        self.tokenizer = tokenizer
+        self.processor = OutputProcessor(tokenizer)
+
+    def wait_ready(self) -> "EngineClient":
+        self._wait_ready(self.cfg.server.engine_ready_timeout_s)
+        return self
+
+    def launch(self) -> None:
+        """Spawn the core process; returns at once (the model loads over there)."""
         from atom.model_engine.core_loop import run_core
 
         self._recv_sock = self._ctx.socket(zmq.PULL)
@@ -75,8 +91,6 @@ class EngineClient:
             target=run_core, args=(self.cfg, self._in_addr, self._out_addr, os.getpid()),
             name="atom-engine-core", daemon=True)
         self._proc.start()
-        self._wait_ready(self.cfg.server.engine_ready_timeout_s)
-        return self
 
     def _socket_to_core(self) -> zmq.Socket:
         sock = self._ctx.socket(zmq.PUSH)

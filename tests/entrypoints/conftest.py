@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from srv_process import ServerProcess
+from srv_process import ServerProcess, assert_gone
 
 API_KEY = "sk-test-atom"
 HELLO_IDS = "[72,101,108,108,111,32]"  # "Hello " in the byte-level tokenizer
@@ -34,9 +34,34 @@ def server(tmp_path_factory: pytest.TempPathFactory, profiler_dir: Path) -> Iter
     srv = ServerProcess(synthetic_args() + ["--api-key", API_KEY, "--torch-profiler-dir",
                                             str(profiler_dir)], log_path=log)
     yield srv
+    core = srv.core_pid()
     srv.stop()
+    assert_gone(core)
 
 
 @pytest.fixture(scope="session")
 def auth() -> dict[str, str]:
     return {"Authorization": f"Bearer {API_KEY}"}
+
+
+MODEL_SERVERS = {
+    "tiny": ["--model", "tiny_llama", "--load-dummy", "xavier", "--no-enable-log-stats",
+             "kv_cache.num_blocks=256", "runtime=cpu"],
+    "default": ["--no-enable-log-stats", "runtime=cpu", "kv_cache.num_blocks=128"],
+}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def model_servers(request, tmp_path_factory) -> Iterator[dict[str, ServerProcess]]:
+    """Real-engine servers launched at session start, without waiting: their model loads overlap
+    the synthetic-server tests. Only when a test that uses them was collected."""
+    wanted = any(item.path.name == "test_server_models.py" for item in request.session.items)
+    servers: dict[str, ServerProcess] = {}
+    if wanted:
+        logs = tmp_path_factory.mktemp("model_logs")
+        for name, args in MODEL_SERVERS.items():
+            servers[name] = ServerProcess(args, log_path=logs / f"{name}.log", startup_timeout_s=400,
+                                          wait=False)
+    yield servers
+    for srv in servers.values():
+        srv.stop()

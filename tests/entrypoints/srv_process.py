@@ -35,7 +35,8 @@ def child_pids(pid: int) -> list[int]:
 
 class ServerProcess:
     def __init__(self, args: Sequence[str], env: Optional[dict[str, str]] = None,
-                 startup_timeout_s: float = 150.0, log_path: Optional[Path] = None) -> None:
+                 startup_timeout_s: float = 150.0, log_path: Optional[Path] = None,
+                 wait: bool = True) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "atom.entrypoints.openai_server", "--host", "127.0.0.1",
@@ -45,7 +46,18 @@ class ServerProcess:
         self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, cwd=str(REPO), env=full_env, stdout=self._log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait_healthy(startup_timeout_s)
+        self._launched = time.monotonic()
+        self.startup_timeout_s = startup_timeout_s
+        self.healthy = False
+        if wait:
+            self.wait_healthy()
+
+    def wait_healthy(self) -> "ServerProcess":
+        """Block until /health answers 200 (counting from launch), or fail with the log tail."""
+        if not self.healthy:
+            self._wait_healthy(self.startup_timeout_s - (time.monotonic() - self._launched))
+            self.healthy = True
+        return self
 
     def _wait_healthy(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -90,3 +102,17 @@ class ServerProcess:
         self.proc.wait(5)
         if self._log is not subprocess.DEVNULL:
             self._log.close()
+
+
+def assert_gone(pid: int, timeout_s: float = 10.0) -> None:
+    """The process has exited (a zombie awaiting its reaper counts as gone)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return
+        if state == "Z":
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"process {pid} outlived its server")

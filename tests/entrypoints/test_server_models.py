@@ -1,0 +1,115 @@
+"""Real engine cores behind the server: a tiny random llama (dummy weights) and the embedded default
+model (SmolLM2-135M-Instruct). The openai SDK, sync and async, streamed and whole, must agree on
+greedy text; a disconnect frees the real KV blocks; a killed core turns into 503s and failed streams."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import httpx
+import openai
+import pytest
+
+from srv_process import ServerProcess
+from test_server_lifecycle import metric, wait_for
+
+
+def greedy_pair(client: openai.OpenAI, model: str, **kw) -> tuple[str, str, str, str]:
+    chat = dict(model=model, messages=[{"role": "user", "content": "What is the capital of France?"}],
+                temperature=0, **kw)
+    whole = client.chat.completions.create(**chat).choices[0].message.content
+    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        stream=True, **chat) if c.choices)
+    comp = dict(model=model, prompt="The capital of France is", temperature=0, **kw)
+    c_whole = client.completions.create(**comp).choices[0].text
+    c_streamed = "".join(c.choices[0].text for c in client.completions.create(stream=True, **comp))
+    return whole, streamed, c_whole, c_streamed
+
+
+async def async_greedy(base_url: str, model: str, n: int, **kw) -> list[str]:
+    client = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="none", max_retries=0, timeout=120)
+    try:
+        async def one() -> str:
+            stream = await client.completions.create(model=model, prompt="The capital of France is",
+                                                     temperature=0, stream=True, **kw)
+            return "".join([c.choices[0].text async for c in stream])
+        whole = await client.completions.create(model=model, prompt="The capital of France is",
+                                                temperature=0, **kw)
+        return [whole.choices[0].text] + list(await asyncio.gather(*(one() for _ in range(n))))
+    finally:
+        await client.close()
+
+
+@pytest.fixture(scope="module")
+def tiny(model_servers) -> ServerProcess:
+    return model_servers["tiny"].wait_healthy()
+
+
+def test_tiny_random_model_sdk(tiny):
+    client = openai.OpenAI(base_url=tiny.base_url + "/v1", api_key="none", max_retries=0, timeout=120)
+    whole, streamed, c_whole, c_streamed = greedy_pair(client, "tiny_llama", max_tokens=12)
+    assert whole == streamed and c_whole == c_streamed and len(c_whole) > 0
+    texts = asyncio.run(async_greedy(tiny.base_url, "tiny_llama", 4, max_tokens=12))
+    assert texts == [c_whole] * 5  # batched greedy decoding agrees with the lone request
+
+
+def test_tiny_disconnect_frees_real_kv_blocks(tiny):
+    url = tiny.base_url
+    assert wait_for(lambda: metric(url, "atom:num_requests_running") == 0)
+    start_free = metric(url, "atom:kv_cache_free_blocks")
+    assert start_free > 0
+    with httpx.Client(timeout=60) as c:
+        with c.stream("POST", url + "/v1/completions",
+                      json={"prompt": "a" * 300, "max_tokens": 1500, "stream": True, "ignore_eos": True}) as r:
+            lines = r.iter_lines()
+            for n, _ in enumerate(lines):
+                if n == 10:
+                    break
+            assert metric(url, "atom:kv_cache_free_blocks") < start_free
+    assert wait_for(lambda: metric(url, "atom:kv_cache_free_blocks") == start_free, 20)
+    assert metric(url, "atom:num_requests_running") == 0
+
+
+def test_tiny_profile_without_dir_is_400(tiny):
+    r = httpx.post(tiny.base_url + "/start_profile", timeout=10)
+    assert r.status_code == 400 and "torch-profiler-dir" in r.json()["error"]["message"]
+
+
+def test_tiny_dead_engine_fails_streams_and_health(tiny):
+    """Runs last in this module: it kills the engine core."""
+    client = openai.OpenAI(base_url=tiny.base_url + "/v1", api_key="none", max_retries=0, timeout=60)
+    it = iter(client.completions.create(model="tiny_llama", prompt="d", max_tokens=1500, stream=True,
+                                        extra_body={"ignore_eos": True}))
+    next(it)
+    os.kill(tiny.core_pid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(openai.APIError):
+        for _ in it:
+            pass
+    assert time.monotonic() - t0 < 10  # ended with an error, not a hang
+    r = httpx.get(tiny.base_url + "/health", timeout=10)
+    assert r.status_code == 503 and r.json()["error"]["type"] == "service_unavailable_error"
+    r = httpx.post(tiny.base_url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=10)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "engine_dead"
+    r = httpx.post(tiny.base_url + "/v1/chat/completions",
+                   json={"messages": [{"role": "user", "content": "x"}]}, timeout=10)
+    assert r.status_code == 503
+
+
+@pytest.fixture(scope="module")
+def default_model(model_servers) -> ServerProcess:
+    return model_servers["default"].wait_healthy()
+
+
+def test_default_model_sdk(default_model):
+    url = default_model.base_url
+    name = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+    assert name == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
+    whole, streamed, c_whole, c_streamed = greedy_pair(client, name, max_tokens=8)
+    assert whole == streamed and "Paris" in whole
+    assert c_whole == c_streamed and c_whole.strip()
+    texts = asyncio.run(async_greedy(url, name, 2, max_tokens=6))
+    assert len(set(texts)) == 1
