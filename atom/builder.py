@@ -43,14 +43,18 @@ def build_engine(cfg: Config) -> "LLMEngine":
 
 
 def build_app(cfg: Config) -> Any:
-    """The OpenAI server's Litestar app: tokenizer here, engine core started in its own process
-    (blocks until the model is loaded), then the app over both. The app closes the core on shutdown."""
+    """The OpenAI server's Litestar app: engine core started in its own process, tokenizer loaded
+    here meanwhile, then (once the model is loaded) the app over both. The app closes the core on
+    shutdown."""
     from atom.entrypoints.openai.app import create_app
     from atom.model_engine.engine_client import EngineClient
 
-    tokenizer = build_tokenizer(cfg)
-    client = EngineClient(cfg, tokenizer).start()
+    client = EngineClient(cfg)
+    client.launch()  # the core loads the model while this process loads the tokenizer
     try:
+        tokenizer = build_tokenizer(cfg)
+        client.set_tokenizer(tokenizer)
+        client.wait_ready()
         return create_app(cfg, client, tokenizer=tokenizer)
     except BaseException:
         client.close()
