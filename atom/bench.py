@@ -77,6 +77,15 @@ def bench_args(cfg: Any, output_dir: Optional[Path]) -> argparse.Namespace:
     return default_args(**b)
 
 
+def default_label(args: argparse.Namespace, overrides: list[str]) -> str:
+    """backend:model plus the point's server-side overrides, so a sweep over engine configs
+    (`kv_cache=bf16,fp8`) draws one line per config rather than one zig-zag line."""
+    from atom.benchmarks.server_launcher import server_overrides
+
+    server = " ".join(server_overrides(overrides))
+    return f"{args.backend}:{args.served_model_name or args.model}" + (f" {server}" if server else "")
+
+
 def run_point(node: DictConfig, output_dir: Path, overrides: list[str]) -> dict[str, Any]:
     """Run one sweep point and leave its result and resolved config in `output_dir`."""
     from atom.benchmarks.benchmark_serving import main as run_benchmark
@@ -86,6 +95,7 @@ def run_point(node: DictConfig, output_dir: Path, overrides: list[str]) -> dict[
     plain = OmegaConf.masked_copy(node, [k for k in node.keys() if k != "hydra"])
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(plain, resolve=True), encoding="utf-8")
     args = bench_args(cfg, output_dir)
+    args.label = args.label or default_label(args, overrides)
     args.metadata = (args.metadata or []) + [f"override.{i}={o}" for i, o in enumerate(overrides)]
     if not cfg.bench.launch_server:
         return run_benchmark(args)

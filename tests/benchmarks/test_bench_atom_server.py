@@ -95,7 +95,7 @@ def test_bench_config_sweep_points_and_plot(atom_server, tokenizer_dir, tmp_path
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             node = compose("config", overrides=overrides)
         result = run_point(node, tmp_path / str(conc), overrides)
-        assert result["completed"] == 4 and result["label"] == f"vllm:{MODEL}"
+        assert result["completed"] == 4 and result["label"] == f"vllm:{MODEL} model={MODEL} load=dummy"
         assert (tmp_path / str(conc) / "config.yaml").exists()
     assert launched == [[f"model={MODEL}", "load=dummy"]]
     paths = make_plots(tmp_path)
