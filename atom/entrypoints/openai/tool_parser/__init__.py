@@ -1,6 +1,10 @@
 """Tool calls and reasoning: how a model's raw text becomes content, reasoning and tool_calls.
 
-What the server calls.
+What the server calls. `create_app` already does all of this through
+`tool_parser.chat_io.build_chat_io(cfg, tokenizer)`, which gives the chat renderer
+(`ChatIO.render(req, messages) -> token ids`), the reader factory (`ChatIO.reader(req)`, a
+`ChatTextReader` yielding `DeltaMessage`s) and, for /v1/messages (serving_messages.py), the
+events-level `ChatIO.response_reader(req)`. Underneath:
 
 At startup (once per model; unknown names raise before weights load):
     encoder = chat_encoders.load_chat_encoder(model_dir, cfg.format.chat_template,
