@@ -1,0 +1,138 @@
+"""Every YAML composes and validates; every invalid-config rule stops with a message naming the
+field, the value and the rule, before anything heavy happens."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import atom
+from atom.config.compose import CONF_DIR
+from atom.config.errors import ConfigError
+
+# Options that need more than their own YAML to validate: what they need is added here.
+NEEDS = {("specdecode", "eagle3"): ["specdecode.draft_model=/tmp"]}
+OWN_TESTS = {("model", "local"), ("model", "deepseek_r1")}  # each has a test below
+HF_ONLY_MODELS = {"qwen3_0_6b", "llama3_8b", "tiny_llama", "tiny_qwen3"}
+
+
+def _options():
+    for group_dir in sorted(p for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "experiment"):
+        for yaml in sorted(group_dir.glob("*.yaml")):
+            if (group_dir.name, yaml.stem) not in OWN_TESTS:
+                yield group_dir.name, yaml.stem
+
+
+@pytest.mark.parametrize("group,option", list(_options()))
+def test_every_group_option_composes(group, option):
+    extra = NEEDS.get((group, option)) or []
+    if group == "parallel":  # the default model's 9 heads divide by no TP size above 1
+        extra = extra + ["model=llama3_8b", "load=dummy"]
+    if group == "model" and option in HF_ONLY_MODELS:
+        extra = extra + ["load=dummy"]
+    cfg = atom.compose([f"{group}={option}", *extra])
+    assert cfg is not None
+
+
+def test_deepseek_r1_is_refused_with_a_clear_message():
+    with pytest.raises(ConfigError, match="architecture DeepseekV3ForCausalLM is not implemented yet"):
+        atom.compose(["model=deepseek_r1", "load=dummy"])
+
+
+def test_local_model_needs_an_existing_path(tmp_path):
+    with pytest.raises(ConfigError, match=r"model.path=.*path does not exist"):
+        atom.compose(["model=local", f"model.path={tmp_path}/nope"])
+
+
+@pytest.mark.parametrize("overrides,field,rule", [
+    (["kv_cache.dtype=fp16"], "kv_cache.dtype", "must be one of bf16, fp8"),
+    (["model=qwen3_0_6b", "load=dummy", "parallel.tensor_parallel_size=3"],
+     "parallel.tensor_parallel_size", "must divide the number of attention heads"),
+    (["model=tiny_qwen3", "load=dummy", "parallel=tp4"], "parallel.tensor_parallel_size",
+     "must divide the number of KV heads"),
+    (["scheduler.max_num_batched_tokens=8"], "scheduler.max_num_batched_tokens",
+     "must be >= kv_cache.block_size"),
+    (["specdecode=eagle3"], "specdecode.draft_model", "a draft model is required for method eagle3"),
+    (["specdecode=mtp", "specdecode.num_speculative_tokens=2", "+specdecode.acceptance_length=3.5"],
+     "specdecode.acceptance_length", "must be in [1, num_speculative_tokens + 1]"),
+    (["specdecode=mtp", "specdecode.acceptance_length=1.5", "specdecode.acceptance_rate=0.5"],
+     "specdecode.acceptance_length", "mutually exclusive"),
+    (["specdecode=mtp", "specdecode.acceptance_rate=1.5"], "specdecode.acceptance_rate",
+     "must be in [0, 1]"),
+    (["model=tiny_llama"], "load.dummy", "needs load.dummy"),
+    (["runtime.kernels=aiter"], "runtime.kernels", "aiter backend needs ROCm"),
+    (["runtime.level=4"], "runtime.level", "must be in 0..3"),
+    (["kv_cache.block_size=12"], "kv_cache.block_size", "power of two"),
+    (["format.tool_call_parser=bogus"], "format.tool_call_parser", "must be one of"),
+])
+def test_invalid_config_names_field_value_and_rule(overrides, field, rule):
+    overrides = [o.replace("+specdecode", "specdecode") for o in overrides]
+    with pytest.raises(ConfigError) as e:
+        atom.compose(overrides)
+    assert e.value.field == field
+    assert rule in str(e.value)
+
+
+def test_bad_config_exits_nonzero_with_one_line_and_reads_no_weights():
+    r = subprocess.run([sys.executable, "-m", "atom.run", "kv_cache.dtype=fp16"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    err = [line for line in r.stderr.splitlines() if line.strip()]
+    assert err[-1] == "atom: invalid config: kv_cache.dtype='fp16': must be one of bf16, fp8"
+    assert "loading" not in r.stderr.lower()
+
+
+def test_cfg_job_prints_the_resolved_tree():
+    r = subprocess.run([sys.executable, "-m", "atom.run", "kv_cache=fp8", "--cfg", "job"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "dtype: fp8" in r.stdout and "max_num_batched_tokens: 16384" in r.stdout
+
+
+def test_a_typo_in_a_yaml_key_is_refused_by_the_schema():
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="blok_size"):
+        atom.compose(["kv_cache.blok_size=16"])
+
+
+def test_compose_leaves_no_global_hydra_state():
+    from hydra.core.global_hydra import GlobalHydra
+
+    atom.compose([])
+    assert not GlobalHydra.instance().is_initialized()
+
+
+def test_engine_kwargs_map_onto_the_same_tree():
+    from atom.config.flags import config_from_kwargs
+
+    cfg = config_from_kwargs(model="tiny_llama", load_dummy="xavier", kv_cache_dtype="fp8",
+                             tensor_parallel_size=2, max_num_seqs=8, gpu_memory_utilization=0.5)
+    assert (cfg.kv_cache.dtype, cfg.parallel.tensor_parallel_size, cfg.scheduler.max_num_seqs,
+            cfg.kv_cache.gpu_memory_utilization, cfg.load.dummy) == ("fp8", 2, 8, 0.5, "xavier")
+    with pytest.raises(TypeError, match="unknown argument"):
+        config_from_kwargs(model="tiny_llama", not_a_field=1)
+
+
+def test_every_spec_engine_flag_has_a_home_with_the_spec_default():
+    from atom.config.flags import ENGINE_FLAGS, SERVER_FLAGS, _get
+    from atom.config.schema import Config
+
+    spec = {"--trust-remote-code": False, "--tensor-parallel-size": 1, "--data-parallel-size": 1,
+            "--enforce-eager": False, "--enable-prefix-caching": False, "--enable-log-stats": True,
+            "--throughput-log-interval": 10.0, "--port": 8006, "--kv-cache-dtype": "bf16",
+            "--block-size": 16, "--max-model-len": None, "--max-num-batched-tokens": 16384,
+            "--max-num-seqs": 512, "--gpu-memory-utilization": 0.9,
+            "--scheduler-delay-factor": 0.0, "--level": 3, "--load-dummy": None,
+            "--enable-expert-parallel": False, "--enable-dp-attention": False,
+            "--method": None, "--num-speculative-tokens": 1, "--host": "0.0.0.0",
+            "--server-port": 8000, "--timeout-keep-alive": 5, "--disable-uvicorn-access-log": False,
+            "--tool-call-parser": "auto"}
+    flags = {f.names[0]: f for f in ENGINE_FLAGS + SERVER_FLAGS}
+    defaults = Config()
+    for name, value in spec.items():
+        assert name in flags, name
+        assert _get(defaults, flags[name].path) == value, name
+    sizes = _get(defaults, flags["--cudagraph-capture-sizes"].path)
+    assert sizes[:3] == [1, 2, 4] and sizes[-1] == 256
