@@ -53,6 +53,7 @@ class RequestFuncOutput:
     prompt_len: int = 0
     error: str = ""
     start_time: float = 0.0  # perf_counter when sent: the concurrency timeline needs it
+    server_prompt_tokens: int = 0  # usage.prompt_tokens when reported: exposes a tokenizer mismatch
 
 
 class _Timer:
@@ -150,6 +151,7 @@ async def _stream_openai(
                 usage = obj.get("usage") or {}
                 if usage.get("completion_tokens") is not None:
                     out.output_tokens = int(usage["completion_tokens"])
+                    out.server_prompt_tokens = int(usage.get("prompt_tokens") or 0)
         out.generated_text = "".join(parts)
         timer.finish()
     except Exception:

@@ -72,8 +72,16 @@ def pytorch_format_path(result_path: str | Path) -> Path:
     return path.with_name(path.stem + ".pytorch.json")
 
 
+BYTES_TOKENIZER = "bytes"
+
+
 def get_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
-    """A tokenizer from a local directory only: benchmarks never reach a model hub."""
+    """A tokenizer from a local directory only: benchmarks never reach a model hub.
+    `bytes` selects `ByteLevelTokenizer`, the match for a dummy-weight atom server."""
+    if path == BYTES_TOKENIZER:
+        from atom.benchmarks.byte_tokenizer import ByteLevelTokenizer
+
+        return ByteLevelTokenizer()
     from transformers import AutoTokenizer  # heavy import, only when a tokenizer is needed
 
     local = Path(path).expanduser()

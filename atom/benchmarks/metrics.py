@@ -55,6 +55,7 @@ class BenchmarkMetrics:
     itl: LatencyStats
     e2el: LatencyStats
     merge_factor: float  # mean ITL / mean TPOT; 1.0 = one token per chunk
+    server_total_input: Optional[int] = None  # Σ usage.prompt_tokens, when every response said
 
     def latency(self, name: str) -> LatencyStats:
         return getattr(self, name)
@@ -102,6 +103,13 @@ def peak_concurrency(outputs: Sequence[RequestFuncOutput]) -> int:
         current += delta
         peak = max(peak, current)
     return peak
+
+
+def _server_input(outputs: Sequence[RequestFuncOutput]) -> Optional[int]:
+    done = [o for o in outputs if o.success]
+    if not done or any(o.server_prompt_tokens <= 0 for o in done):
+        return None
+    return sum(o.server_prompt_tokens for o in done)
 
 
 def calculate_metrics(
@@ -155,5 +163,6 @@ def calculate_metrics(
         itl=itl,
         e2el=LatencyStats.of(e2els, selected_percentiles),
         merge_factor=itl.mean / tpot.mean if tpot.mean > 0 else 0.0,
+        server_total_input=_server_input(outputs),
     )
     return metrics, output_lens

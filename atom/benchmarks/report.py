@@ -31,6 +31,7 @@ def metrics_dict(m: BenchmarkMetrics, goodput_slos: dict[str, float]) -> dict[st
         "failed": m.failed,
         "total_input_tokens": m.total_input,
         "total_output_tokens": m.total_output,
+        "server_total_input_tokens": m.server_total_input,
         "request_throughput": m.request_throughput,
         "request_goodput": m.request_goodput,
         "goodput_slos_ms": goodput_slos or None,
@@ -81,6 +82,18 @@ def _rule(title: str, fill: str = "-") -> str:
     return f"{title:{fill}^{WIDTH}}"
 
 
+def _server_input_lines(m: BenchmarkMetrics) -> list[str]:
+    """The server's own prompt count, and a warning when it disagrees with the benchmark's
+    tokenizer: the workload the server saw is then not the one asked for."""
+    if m.server_total_input is None:
+        return []
+    lines = [_line("Total input tokens (server count):", m.server_total_input)]
+    if abs(m.server_total_input - m.total_input) > 0.05 * max(m.total_input, 1):
+        lines.append("WARNING: the server counts the prompts differently: pass the served model's "
+                     "tokenizer (--tokenizer bytes for a dummy-weight atom server).")
+    return lines
+
+
 def format_report(m: BenchmarkMetrics, selected_metrics: Sequence[str],
                   spec: Optional[SpecDecodeStats], max_concurrency: Optional[int],
                   request_rate: float) -> str:
@@ -93,6 +106,7 @@ def format_report(m: BenchmarkMetrics, selected_metrics: Sequence[str],
         lines.append(_line("Request rate configured (RPS):", float(request_rate)))
     lines += [_line("Benchmark duration (s):", m.duration_s),
               _line("Total input tokens:", m.total_input),
+              *_server_input_lines(m),
               _line("Total generated tokens:", m.total_output),
               _line("Request throughput (req/s):", m.request_throughput)]
     if m.request_goodput is not None:

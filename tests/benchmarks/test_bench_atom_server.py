@@ -40,15 +40,17 @@ def test_server_overrides_leave_out_the_client():
                                       "+experiment=e", "kv_cache=fp8"]) == ["model=x", "+experiment=e", "kv_cache=fp8"]
 
 
-def _argv(url: str, tokenizer_dir: Path, *extra: str) -> list[str]:
-    return ["--model", MODEL, "--tokenizer", str(tokenizer_dir), "--base-url", url,
+def _argv(url: str, tokenizer: object, *extra: str) -> list[str]:
+    return ["--model", MODEL, "--tokenizer", str(tokenizer), "--base-url", url,
             "--dataset-name", "random", "--random-input-len", "12", "--random-output-len",
             str(N_OUT), "--ignore-eos", "--disable-tqdm", *extra]
 
 
-def test_completions_with_profile_and_saved_result(atom_server, tokenizer_dir, tmp_path):
+def test_completions_with_profile_and_saved_result(atom_server, tmp_path, capsys):
+    """`--tokenizer bytes` matches the dummy-weight server's stand-in, so the two agree on every
+    prompt's length."""
     url, profiles = atom_server
-    result = cli(_argv(url, tokenizer_dir, "--backend", "vllm", "--num-prompts", "8",
+    result = cli(_argv(url, "bytes", "--backend", "vllm", "--num-prompts", "8",
                        "--max-concurrency", "4", "--profile", "--save-result", "--result-dir",
                        str(tmp_path), "--result-filename", "atom.json",
                        "--percentile-metrics", "ttft,tpot,itl,e2el", "--goodput", "e2el:600000"))
@@ -60,6 +62,8 @@ def test_completions_with_profile_and_saved_result(atom_server, tokenizer_dir, t
     assert result["mean_itl_ms"] > 0 and result["itl_tpot_ratio"] >= 0.99
     assert result["request_goodput"] == pytest.approx(result["request_throughput"])
     assert result["max_concurrency_observed"] <= 4
+    assert result["server_total_input_tokens"] == result["total_input_tokens"] == 8 * 12
+    assert "WARNING" not in capsys.readouterr().out
     saved = read_result_json(tmp_path / "atom.json")
     assert saved["mean_tpot_ms"] == result["mean_tpot_ms"] and saved["itls"] == result["itls"]
     assert list(profiles.rglob("*.json.gz")) or list(profiles.rglob("*.json")), "no trace written"

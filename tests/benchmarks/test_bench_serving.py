@@ -45,6 +45,8 @@ def test_metrics_are_consistent_and_the_json_round_trips(tmp_path, tokenizer_dir
         assert key in result
     assert "ITL/TPOT (merge factor):" in printed and "Mean E2EL (ms):" in printed
     assert "Speculative Decoding" not in printed  # the server has no /debug/mtp_stats
+    # The fake reports 1 prompt token per request: the tokenizer-mismatch warning must show.
+    assert result["server_total_input_tokens"] == 12 and "WARNING: the server counts" in printed
     saved = read_result_json(tmp_path / "r.json")
     for key, value in result.items():
         if key != "result_path":
