@@ -60,7 +60,6 @@ class BlockManager:
             return
         full = (seq.num_tokens - 1) // self.block_size
         hashes = self._hashes(seq, full)
-        self.queries += full
         for h in hashes[:full]:
             block = self.cached.get(h)
             if block is None:
@@ -69,10 +68,15 @@ class BlockManager:
                 del self.free[block]
             self.ref_count[block] += 1
             seq.block_table.append(block)
-        self.hits += len(seq.block_table)
         seq.num_cached_tokens = len(seq.block_table) * self.block_size
         seq.num_computed_tokens = seq.num_cached_tokens
         seq.num_hashed_blocks = len(seq.block_table)
+
+    def record_admission(self, seq: Sequence) -> None:
+        """Hit-rate bookkeeping, once per admitted prompt (not per retry while it waits)."""
+        if self.prefix_caching:
+            self.queries += (seq.num_tokens - 1) // self.block_size
+            self.hits += seq.num_cached_tokens // self.block_size
 
     def can_allocate(self, seq: Sequence, num_tokens: int) -> bool:
         return self.blocks_needed(seq, num_tokens) <= self.num_free_blocks

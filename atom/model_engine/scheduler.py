@@ -135,6 +135,7 @@ class Scheduler:
                 seq.num_computed_tokens = seq.num_cached_tokens = 0
                 break
             self.waiting.popleft()
+            self.blocks.record_admission(seq)
             self.blocks.allocate(seq, seq.num_computed_tokens + n)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
