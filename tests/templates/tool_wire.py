@@ -16,7 +16,7 @@ Call = tuple[str, dict[str, Any]]
 Piece = Union[str, list[Call]]
 
 # Formats whose calls sit in one wrapper (the whitespace inside it is markup).
-WRAPPED = {"minimax", "dsml", "kimi", "kimi_k3"}
+WRAPPED = {"minimax", "dsml", "kimi", "kimi_k3", "deepseek_v3"}
 # Longest literal each format declares (held-bytes bound).
 SEPARATOR = "\n"
 
@@ -49,6 +49,9 @@ def one_call(fmt: str, name: str, args: dict[str, Any], i: int = 0) -> str:
     if fmt == "kimi":
         return (f"<|tool_call_begin|>functions.{name}:{i}<|tool_call_argument_begin|>"
                 f"{json.dumps(args)}<|tool_call_end|>")
+    if fmt == "deepseek_v3":
+        return (f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n"
+                f"{json.dumps(args)}\n```<｜tool▁call▁end｜>")
     if fmt == "kimi_k3":
         kinds = {str: "string", int: "number", float: "number", bool: "boolean"}
         params = "".join(
@@ -67,6 +70,8 @@ def call_block(fmt: str, calls: list[Call]) -> tuple[str, str]:
         return "<｜DSML｜tool_calls>\n" + "".join(bodies) + "</｜DSML｜tool_calls>", ""
     if fmt == "kimi":
         return "<|tool_calls_section_begin|>" + "".join(bodies) + "<|tool_calls_section_end|>", ""
+    if fmt == "deepseek_v3":
+        return "<｜tool▁calls▁begin｜>" + "\n".join(bodies) + "<｜tool▁calls▁end｜>", ""
     if fmt == "kimi_k3":
         return k3.TOOLS_OPEN + "".join(bodies) + k3.TOOLS_CLOSE, ""
     return SEPARATOR.join(bodies), SEPARATOR * (len(bodies) - 1)

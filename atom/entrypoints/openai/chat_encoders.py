@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Generator, Iterator, Mapping, Optional, Sequence
 
 import jinja2
 from jinja2 import nodes
@@ -46,7 +46,14 @@ def _raise_exception(message: str) -> None:
 def _tojson(value: Any, ensure_ascii: bool = False, indent: Optional[int] = None,
             separators: Optional[tuple[str, str]] = None, sort_keys: bool = False) -> str:
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+                      sort_keys=sort_keys, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    """Filters such as `map` yield generators; a template piping one into tojson means a list."""
+    if isinstance(value, (Iterator, Generator)):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _from_json(text: Any) -> Any:

@@ -34,9 +34,9 @@ EXPECTED = {
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use": ("hermes", "think", None),
     "deepseek-ai-DeepSeek-V3.2": ("dsml", "think", "enable_thinking"),
     "deepseek-ai-DeepSeek-V4": ("dsml", "think", "enable_thinking"),
-    "deepseek-ai-DeepSeek-V3.1": (None, "think", "enable_thinking"),
-    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": (None, "deepseek_r1", "enable_thinking"),
-    "llama-cpp-deepseek-r1": (None, "deepseek_r1", None),
+    "deepseek-ai-DeepSeek-V3.1": ("deepseek_v3", "think", "enable_thinking"),
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": ("deepseek_v3", "deepseek_r1", "enable_thinking"),
+    "llama-cpp-deepseek-r1": ("deepseek_v3", "deepseek_r1", None),
     "moonshotai-Kimi-K2": ("kimi", "think", None),
     "Kimi-K2-Instruct": ("kimi", "think", None),
     "Kimi-K3": ("kimi_k3", "kimi_k3", "thinking"),
@@ -82,12 +82,18 @@ def test_the_templates_own_reply_reads_back_as_the_call(encoders, name):
                                                                 "limit": 2})}}]}
     prompt = apply_chat_template(enc, user, TOOLS, add_generation_prompt=True)
     full = apply_chat_template(enc, user + [call], TOOLS, add_generation_prompt=False)
-    shared = len(os.path.commonprefix([prompt, full]))
-    reply = full[shared:]
     formats = resolve_model_formats(enc)
+    shared = len(os.path.commonprefix([prompt, full]))
+    # The prompt and the reply may share the first characters of a marker ("<"): back off.
+    markers = formats.tool_format.START_MARKERS + formats.dialect.markers
+    shared -= next((k for k in range(1, 40)
+                    if any(full.startswith(m, shared - k) for m in markers)), 0)
+    reply = full[shared:]
     # The reply continues the part of the prompt it shares (a template may render a past turn
     # without the thinking block its generation prompt opens).
-    channel = ReasoningChannel.for_request(formats.dialect, prompt[:shared])
+    # (That rendered turn holds no chain of thought unless the shared part opened one.)
+    channel = ReasoningChannel(formats.dialect,
+                               formats.dialect.prompt_state(prompt[:shared]) is True)
     events = read_response(channel, formats.tool_format, reply, ToolPolicy.from_request(TOOLS))
     names = [e.name for e in events if isinstance(e, ToolCallStart)]
     args = [json.loads(e.arguments) for e in events if isinstance(e, ToolCallArgs)]

@@ -11,6 +11,7 @@ import logging
 import re
 from typing import Callable, Optional
 
+from atom.entrypoints.openai.tool_parser.deepseek_v3 import DeepSeekV3Format
 from atom.entrypoints.openai.tool_parser.dsml import DsmlFormat
 from atom.entrypoints.openai.tool_parser.glm import GlmFormat
 from atom.entrypoints.openai.tool_parser.hermes import HermesFormat
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 FORMATS: dict[str, type[ToolFormat]] = {f.NAME: f for f in (
     QwenFormat, GlmFormat, KimiFormat, KimiK3Format, MiniMaxFormat, DsmlFormat, HermesFormat,
-    Llama3JsonFormat)}
+    Llama3JsonFormat, DeepSeekV3Format)}
 
 _HERMES = re.compile(r'<tool_call>\s*\{\s*"(name|arguments)"')
 # The instruction Llama-3.x templates give, or the reply they render; a tool schema's own
@@ -39,6 +40,7 @@ _DETECT_ORDER: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("kimi_k3", lambda t: "<|open|>call" in t or "<|open|>tools" in t),
     ("kimi", lambda t: "<|tool_calls_section_begin|>" in t),
     ("dsml", lambda t: "｜DSML｜invoke" in t),
+    ("deepseek_v3", lambda t: "<｜tool▁call▁begin｜>" in t),
     ("minimax", lambda t: "<minimax:tool_call>" in t),
     ("glm", lambda t: "<arg_key>" in t and "<tool_call>" in t),
     ("qwen", lambda t: "<tool_call>" in t and "<function=" in t),
