@@ -91,11 +91,37 @@ def bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...] = ()) ->
         best = max(best or 0.0, tps)
     w, kv = bytes_per_decode_step(eng, ctx + gen // 2)
     graphs = eng.core.runner.graphs is not None
+    replay_ms = _replay_ms(eng) if graphs else None
+    if os.environ.get("BENCH_PROFILE_HOST") == "1":
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.enable()
+        eng.generate([prompt[:256]], _sp(max_tokens=200, temperature=0, ignore_eos=True))
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
     free(eng)
     return {"model": model, "ctx": ctx, "gen": gen, "decode_tok_s": round(best, 1),
+            "graph_replay_ms_bs1": replay_ms,
             "bytes_per_step_GB": round((w + kv) / 1e9, 3),
             "bandwidth_util": round((w + kv) * best / COPY_BW, 4), "cuda_graphs": graphs,
             "extra": list(extra)}
+
+
+def _replay_ms(eng) -> float:
+    """GPU time of one captured bs=1 decode forward (model + logits), replayed back to back: the
+    floor under a decode step, everything above it being host work."""
+    graph, _ = eng.core.runner.graphs.graphs[1]
+    for _ in range(5):
+        graph.replay()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(50):
+        graph.replay()
+    b.record()
+    torch.cuda.synchronize()
+    return round(a.elapsed_time(b) / 50, 4)
 
 
 def nano_vllm_workload(n: int = 256, seed: int = 0, vocab: int = 10001):
@@ -206,8 +232,11 @@ def bench_hf_decode(model: str, ctx: int, gen: int) -> dict[str, Any]:
 def bench_startup(model: str) -> dict[str, Any]:
     """Process start to ready (engine built, graphs captured), in a fresh interpreter: once with
     Triton's kernel cache cold, once warm."""
-    code = ("import time,sys;t=time.time();from atom.config.compose import compose;"
+    code = ("import time,sys,logging;t=time.time();"
+            "logging.basicConfig(level=logging.INFO,format='%(relativeCreated)d ms %(name)s: %(message)s');"
+            "from atom.config.compose import compose;"
             "from atom.model_engine.llm_engine import LLMEngine;"
+            "logging.getLogger('atom').info('imports done');"
             f"c=compose(['model={model}','load=dummy']);c.load.progress_bar=False;"
             "e=LLMEngine.from_config(c);print('READY',flush=True)")
     res = {}
@@ -219,9 +248,7 @@ def bench_startup(model: str) -> dict[str, Any]:
         if not ok:
             log(p.stderr[-3000:])
         res[f"{label}_s"] = round(dt, 2) if ok else None
-        for line in p.stderr.splitlines():
-            if "CUDA graphs" in line or "KV cache" in line:
-                res[f"{label}_log_" + ("graphs" if "graphs" in line else "kv")] = line[-160:]
+        res[f"{label}_log"] = [ln[:110] for ln in p.stderr.splitlines() if " ms atom" in ln]
     return {"model": model, **res}
 
 
@@ -258,32 +285,71 @@ def bench_kernels() -> dict[str, Any]:
                                      torch.full((b,), ctx, device=dev, dtype=torch.int32), tables,
                                      torch.zeros(b, device=dev, dtype=torch.int64), 1, ctx, True)
             q = torch.randn(b, hq, d, device=dev, dtype=torch.bfloat16)
-            ms = do_bench(lambda: decode_attention(q, kc, vc, meta, d ** -0.5), warmup=25, rep=100,
-                          return_mode="median")
             byts = 2 * kc.numel() * kc.element_size()
             tag = "fp8" if kvd != torch.bfloat16 else "bf16"
-            out[f"decode_attn_b{b}_ctx{ctx}_{tag}"] = {"us": round(ms * 1e3, 1),
-                                                       "TBps": round(byts / (ms * 1e-3) / 1e12, 3)}
+            for bn, nw in ((64, 4), (128, 4), (128, 8), (32, 4)):
+                # A captured graph timed by replay: launch overhead out, kernel time in.
+                fn = lambda: decode_attention(q, kc, vc, meta, d ** -0.5, block_n=bn, num_warps=nw)
+                fn()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    fn()
+                ms = do_bench(g.replay, warmup=25, rep=100, return_mode="median")
+                out[f"decode_attn_b{b}_ctx{ctx}_{tag}_n{bn}w{nw}"] = {
+                    "us": round(ms * 1e3, 1), "TBps": round(byts / (ms * 1e-3) / 1e12, 3)}
             del kc, vc
     torch.cuda.empty_cache()
     return out
 
 
+def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
+    """Logits after `tokens`, one prefill through the engine's own runner (engine idle)."""
+    from atom.kernels.metadata import AttentionMetadata
+    from atom.runner import forward_context
+    from atom.runner.forward_context import ForwardContext
+
+    r = eng.core.runner
+    n, dev = len(tokens), r.device
+    blocks = -(-n // r.block_size)
+    i32 = dict(dtype=torch.int32, device=dev)
+    meta = AttentionMetadata(torch.tensor([0, n], **i32), torch.tensor([n], **i32),
+                             torch.arange(blocks, **i32)[None], torch.arange(n, device=dev), n, n,
+                             False, [n], [n])
+    with torch.inference_mode(), forward_context.forward_context(
+            ForwardContext(meta, r.kv_caches, r.kv_scales)):
+        h = r.model(torch.tensor(tokens, device=dev), torch.arange(n, device=dev))
+        return r.model.compute_logits(h[-1:])[0].float()
+
+
 def bench_greedy_equal() -> dict[str, Any]:
-    """Greedy tokens of the triton backend vs the torch reference on the GPU (tiny random models)."""
+    """Greedy tokens of the triton backend (graphs on) vs the torch reference (eager) on the GPU,
+    tiny random models in bf16. At a divergence, both backends' logit gap between the two
+    candidate tokens says whether it is a bf16 near-tie."""
     res = {}
     rng = random.Random(1)
     prompts = [[rng.randint(3, 500) for _ in range(n)] for n in (5, 37, 200)]
     for model in ("tiny_llama", "tiny_qwen3"):
-        toks = {}
+        engs, toks = {}, {}
         for k in ("torch", "triton"):
-            eng = engine(model, f"runtime.kernels={k}", "runtime.enforce_eager=" + str(k == "torch"))
-            outs = eng.generate(prompts, _sp(max_tokens=32, temperature=0, ignore_eos=True))
+            engs[k] = engine(model, f"runtime.kernels={k}", "kv_cache.num_blocks=256",
+                             "runtime.enforce_eager=" + str(k == "torch").lower())
+            outs = engs[k].generate(prompts, _sp(max_tokens=32, temperature=0, ignore_eos=True))
             toks[k] = [o["token_ids"] for o in outs]
-            free(eng)
-        first = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), None)
-                 for x, y in zip(toks["torch"], toks["triton"])]
-        res[model] = {"equal": toks["torch"] == toks["triton"], "first_divergence": first}
+        report = []
+        for p, x, y in zip(prompts, toks["torch"], toks["triton"]):
+            i = next((j for j, (a, b) in enumerate(zip(x, y)) if a != b), None)
+            if i is None:
+                report.append({"equal": True})
+                continue
+            gaps = {}
+            for k in ("torch", "triton"):
+                lg = _last_logits(engs[k], p + x[:i])
+                gaps[k] = round(float(lg[x[i]] - lg[y[i]]), 5)
+            report.append({"equal": False, "first_divergence": i, "logit_gap_torch_minus_triton_choice": gaps,
+                           "logit_scale": round(float(_last_logits(engs["torch"], p + x[:i]).std()), 4)})
+        for k in engs:
+            free(engs[k])
+        res[model] = {"equal": toks["torch"] == toks["triton"], "per_prompt": report}
     return res
 
 
@@ -297,6 +363,7 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "decode_8b_peer": lambda: bench_hf_decode("llama3_8b", 1024, 64),
     "throughput_small": lambda: bench_throughput("qwen3_0_6b", 256),
     "throughput_small_peer": lambda: bench_hf_throughput("qwen3_0_6b", 64, 60),
+    "decode_8b_fp8": lambda: bench_decode("llama3_8b", 1024, 256, ("kv_cache=fp8",)),
     "throughput_8b": lambda: bench_throughput("llama3_8b", 1000, (), (1024, 1024)),
     "throughput_8b_fp8": lambda: bench_throughput("llama3_8b", 1000, ("kv_cache=fp8",), (1024, 1024)),
 }
@@ -324,6 +391,8 @@ def main() -> None:
 
             traceback.print_exc()
             results[name] = {"error": f"{type(e).__name__}: {e}"}
+        gc.collect()
+        torch.cuda.empty_cache()
         log(f"== {name} ({time.perf_counter() - t0:.0f}s): {json.dumps(results[name])}")
         if args.out:
             with open(args.out, "w") as f:

@@ -120,7 +120,8 @@ def num_splits(batch: int, n_kv_heads: int, device: torch.device) -> int:
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      meta: AttentionMetadata, scale: float, k_scale: float = 1.0,
                      v_scale: float = 1.0, sliding_window: int | None = None,
-                     splits: int | None = None) -> torch.Tensor:
+                     splits: int | None = None, block_n: int | None = None,
+                     num_warps: int = 4) -> torch.Tensor:
     """q: [B, Hq, D] (one new token per sequence, already stored) → [B, Hq, D]."""
     batch, n_q_heads, head_dim = q.shape
     out = torch.empty_like(q)
@@ -135,7 +136,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         mid_lse = torch.empty((batch, n_q_heads, n_split), dtype=torch.float32, device=q.device)
     else:
         mid_o = mid_lse = out
-    block_n = 64 if head_pad <= 128 else 32
+    block_n = block_n or (64 if head_pad <= 128 else 32)
     _decode_kernel[(batch, n_kv_heads, n_split)](
         q, k_cache, v_cache, out, mid_o, mid_lse, meta.context_lens, meta.block_tables,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
@@ -144,7 +145,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), PAGE=k_cache.shape[1],
         BLOCK_N=block_n, HEAD_DIM=head_pad, NUM_SPLITS=n_split,
         HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype),
-        PREC=dot_precision(q.dtype), num_warps=4, num_stages=2)
+        PREC=dot_precision(q.dtype), num_warps=num_warps, num_stages=2)
     if n_split > 1:
         _merge_kernel[(batch, n_q_heads)](
             mid_o, mid_lse, out, out.stride(0), out.stride(1), n_q_heads, head_dim, float(v_scale),
