@@ -52,7 +52,9 @@ def build_app(cfg: Config) -> Any:
     client = EngineClient(cfg)
     client.launch()  # the core loads the model while this process loads the tokenizer
     try:
-        tokenizer = build_tokenizer(cfg)
+        from atom.model_engine.fast_codec import fast_codec
+
+        tokenizer = fast_codec(build_tokenizer(cfg))  # per-token decode is the API's hot path
         client.set_tokenizer(tokenizer)
         client.wait_ready()
         return create_app(cfg, client, tokenizer=tokenizer)
