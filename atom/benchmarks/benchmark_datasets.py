@@ -130,7 +130,8 @@ def _require_file(path: Optional[str], dataset: str) -> Path:
         raise ValueError(f"--dataset-name {dataset} needs --dataset-path (a local file; nothing is downloaded)")
     p = Path(path).expanduser()
     if not p.exists():
-        raise FileNotFoundError(f"{dataset} dataset: {p} does not exist")
+        raise FileNotFoundError(f"{dataset} dataset: {p} does not exist (datasets are never "
+                                "downloaded: a hub ID must first be saved to a local path)")
     return p
 
 

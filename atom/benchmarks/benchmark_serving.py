@@ -195,6 +195,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--percentile-metrics: unknown {sorted(unknown)}; choose from {LATENCY_METRICS}")
     tokenizer = get_tokenizer(args.tokenizer or args.model, args.trust_remote_code)
     requests = get_samples(args, tokenizer)
+    if not requests:
+        raise ValueError("no requests to send: --num-prompts must be >= 1")
     api_url, base_url = resolve_urls(args)
     result = asyncio.run(benchmark(args, requests, tokenizer, api_url, base_url))
     if args.save_result:
