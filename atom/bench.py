@@ -86,14 +86,9 @@ def default_label(args: argparse.Namespace, overrides: list[str]) -> str:
     return f"{args.backend}:{args.served_model_name or args.model}" + (f" {server}" if server else "")
 
 
-def run_point(node: DictConfig, output_dir: Path, overrides: list[str]) -> dict[str, Any]:
-    """Run one sweep point and leave its result and resolved config in `output_dir`."""
+def _run(cfg: Any, output_dir: Optional[Path], overrides: list[str]) -> dict[str, Any]:
     from atom.benchmarks.benchmark_serving import main as run_benchmark
 
-    cfg = _typed(node)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    plain = OmegaConf.masked_copy(node, [k for k in node.keys() if k != "hydra"])
-    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(plain, resolve=True), encoding="utf-8")
     args = bench_args(cfg, output_dir)
     args.label = args.label or default_label(args, overrides)
     args.metadata = (args.metadata or []) + [f"override.{i}={o}" for i, o in enumerate(overrides)]
@@ -101,9 +96,32 @@ def run_point(node: DictConfig, output_dir: Path, overrides: list[str]) -> dict[
         return run_benchmark(args)
     from atom.benchmarks.server_launcher import launched_server
 
-    with launched_server(overrides, output_dir / "server.log", cfg.bench.server_startup_timeout_s) as url:
+    log_path = (output_dir or Path(".")) / "server.log"
+    with launched_server(overrides, log_path, cfg.bench.server_startup_timeout_s) as url:
         args.base_url = url
         return run_benchmark(args)
+
+
+def run_point(node: DictConfig, output_dir: Path, overrides: list[str]) -> dict[str, Any]:
+    """Run one sweep point and leave its result and resolved config in `output_dir`."""
+    cfg = _typed(node)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    plain = OmegaConf.masked_copy(node, [k for k in node.keys() if k != "hydra"])
+    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(plain, resolve=True), encoding="utf-8")
+    return _run(cfg, output_dir, overrides)
+
+
+def _task_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def run_bench(cfg: Any) -> dict[str, Any]:
+    """`python -m atom.run job=bench ...`: one benchmark from an already validated Config (atom.run
+    has written its config.yaml); the result lands in `cfg.output_dir`."""
+    output_dir = Path(cfg.output_dir) if cfg.output_dir else None
+    return _run(cfg, output_dir, _task_overrides())
 
 
 def _job(node: DictConfig) -> Optional[float]:

@@ -18,11 +18,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-CLIENT_PREFIXES = ("bench.", "bench=", "hydra.", "hydra/")
+CLIENT_PREFIXES = ("bench.", "bench=", "hydra.", "hydra/", "job=")
 
 
 def server_overrides(overrides: Sequence[str]) -> list[str]:
-    """The overrides that describe the server: drop the client's (`bench.*`) and Hydra's own."""
+    """The overrides that describe the server: drop the client's (`bench.*`, `job=bench`) and
+    Hydra's own."""
     return [o for o in overrides if not o.lstrip("+~").startswith(CLIENT_PREFIXES)]
 
 

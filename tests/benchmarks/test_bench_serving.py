@@ -140,3 +140,18 @@ def test_bench_config_names_are_cli_options():
     cli_names = set(vars(default_args()))
     own = {"launch_server", "server_startup_timeout_s", "prompts_per_concurrency"}
     assert {f.name for f in fields(BenchConfig)} - own <= cli_names
+
+
+def test_atom_run_job_bench_entry(tmp_path, tokenizer_dir):
+    """`python -m atom.run job=bench ...` hands a validated Config to `atom.bench.run_bench`."""
+    from atom.bench import run_bench
+    from atom.config.compose import compose
+
+    with FakeServer("completions") as server:
+        cfg = compose(["job=bench", "model=tiny_llama", "load=dummy", f"bench.base_url={server.base_url}",
+                       f"bench.tokenizer={tokenizer_dir}", "bench.num_prompts=3",
+                       "bench.random_input_len=8", "bench.random_output_len=4", "bench.disable_tqdm=true",
+                       f"output_dir={tmp_path}"])
+        result = run_bench(cfg)
+    assert result["completed"] == 3 and result["label"] == "vllm:tiny_llama"
+    assert read_result_json(tmp_path / "result.json")["total_output_tokens"] == 12
