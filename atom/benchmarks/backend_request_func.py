@@ -142,7 +142,7 @@ async def _stream_openai(
                 if data == "[DONE]":
                     continue
                 obj = json.loads(data)
-                if "error" in obj and not obj.get("choices"):
+                if obj.get("error") and not obj.get("choices"):
                     out.error = json.dumps(obj["error"])[:500]
                     return out
                 if text := chunk_text(obj):
