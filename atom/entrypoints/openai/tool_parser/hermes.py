@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+from typing import Optional
 
 from atom.entrypoints.openai.tool_parser.grammar import close_after, valid_name
 from atom.entrypoints.openai.tool_parser.partial_json import read_json, skip_ws
@@ -63,9 +63,6 @@ def json_call(region: str, pos: int, at_end: bool,
             args = {"arguments": args}
     if not isinstance(args, dict):
         args = {}
-    call = ParsedCall(name, _plain(args), read.complete)
+    call = ParsedCall(name, dict(args), read.complete)
     return call, (read.end if read.complete else None)
 
-
-def _plain(args: dict[str, Any]) -> dict[str, Any]:
-    return dict(args)
