@@ -63,7 +63,7 @@ def bench_args(cfg: Any, output_dir: Optional[Path]) -> argparse.Namespace:
     from atom.benchmarks.benchmark_serving import default_args
 
     b = OmegaConf.to_container(OmegaConf.structured(cfg.bench), resolve=True)
-    for key in ("launch_server", "server_startup_timeout_s"):  # atom.bench's, not the CLI's
+    for key in ("launch_server", "reuse_server", "server_startup_timeout_s"):  # atom.bench's only
         b.pop(key)
     b["model"] = _model_name(cfg)
     b["tokenizer"] = _tokenizer_path(cfg)
@@ -94,12 +94,15 @@ def _run(cfg: Any, output_dir: Optional[Path], overrides: list[str]) -> dict[str
     args.metadata = (args.metadata or []) + [f"override.{i}={o}" for i, o in enumerate(overrides)]
     if not cfg.bench.launch_server:
         return run_benchmark(args)
-    from atom.benchmarks.server_launcher import launched_server
+    from atom.benchmarks import server_launcher
 
     log_path = (output_dir or Path(".")) / "server.log"
-    with launched_server(overrides, log_path, cfg.bench.server_startup_timeout_s) as url:
-        args.base_url = url
-        return run_benchmark(args)
+    if not cfg.bench.reuse_server:
+        with server_launcher.launched_server(overrides, log_path, cfg.bench.server_startup_timeout_s) as url:
+            args.base_url = url
+            return run_benchmark(args)
+    args.base_url = server_launcher.shared_server(overrides, log_path, cfg.bench.server_startup_timeout_s)
+    return run_benchmark(args)
 
 
 def run_point(node: DictConfig, output_dir: Path, overrides: list[str]) -> dict[str, Any]:

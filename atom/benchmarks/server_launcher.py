@@ -3,10 +3,14 @@
 With `bench.launch_server=true`, `python -m atom.bench -m kv_cache=bf16,fp8 bench.max_concurrency=1,64`
 serves each point from a fresh `atom.entrypoints.openai_server` composed with that point's
 overrides (everything but `bench.*` and `hydra.*`), so the plot compares configs line by line.
-The server gets its own process group, and the whole group is ended when the point is done.
+The server gets its own process group, and the whole group is ended when it is done with.
+Consecutive points that need the same server share one (`SharedServer`): Hydra runs a sweep's
+jobs in order in one process, so `-m kv_cache=bf16,fp8 bench.max_concurrency=1,8,64` starts two
+servers, not six.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -14,9 +18,9 @@ import subprocess
 import sys
 import time
 import urllib.request
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 CLIENT_PREFIXES = ("bench.", "bench=", "hydra.", "hydra/", "job=")
 
@@ -77,3 +81,40 @@ def launched_server(overrides: Sequence[str], log_path: Path, startup_timeout_s:
             yield base_url
         finally:
             _stop(proc)
+
+
+class SharedServer:
+    """At most one launched server, kept alive while consecutive points ask for the same one."""
+
+    def __init__(self) -> None:
+        self._key: Optional[tuple[str, ...]] = None
+        self._stack: Optional[ExitStack] = None
+        self.url: Optional[str] = None
+        atexit.register(self.close)
+
+    def get(self, overrides: Sequence[str], log_path: Path, startup_timeout_s: float) -> str:
+        key = tuple(server_overrides(overrides))
+        if key == self._key and self.url is not None and _healthy(self.url):
+            return self.url
+        self.close()
+        stack = ExitStack()
+        self.url = stack.enter_context(launched_server(overrides, log_path, startup_timeout_s))
+        self._stack, self._key = stack, key
+        return self.url
+
+    def close(self) -> None:
+        if self._stack is not None:
+            self._stack.close()
+        self._stack, self._key, self.url = None, None, None
+
+
+_SHARED: Optional[SharedServer] = None
+
+
+def shared_server(overrides: Sequence[str], log_path: Path, startup_timeout_s: float = 600.0) -> str:
+    """A healthy server for these overrides: the previous point's when it matches, else a new one
+    (the previous one is stopped first, so two never share the GPU)."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = SharedServer()
+    return _SHARED.get(overrides, log_path, startup_timeout_s)

@@ -28,6 +28,9 @@ class BenchConfig:
     # Start atom's server for each sweep point from that point's non-bench overrides, on a free
     # loopback port (base_url/host/port are then ignored), and stop it afterwards.
     launch_server: bool = False
+    # Keep a launched server for the next point when its server-side overrides are the same
+    # (false: a fresh server per point, e.g. so no prefix cache carries over).
+    reuse_server: bool = True
     server_startup_timeout_s: float = 600.0
     # dataset
     dataset_name: str = "random"

@@ -77,8 +77,9 @@ def test_chat_backend(atom_server, tokenizer_dir):
 
 
 def test_bench_config_sweep_points_and_plot(atom_server, tokenizer_dir, tmp_path, monkeypatch):
-    """What each job of `python -m atom.bench -m bench.max_concurrency=1,4` does, in-process;
-    the second point goes through `bench.launch_server`, pointed at the running server."""
+    """What each job of `python -m atom.bench -m ... bench.launch_server=true` does, in-process.
+    The launch is redirected to the running server; consecutive points with the same server
+    overrides share one launch, a changed one gets its own (and its own plot line)."""
     url, _ = atom_server
     launched: list[list[str]] = []
 
@@ -88,19 +89,22 @@ def test_bench_config_sweep_points_and_plot(atom_server, tokenizer_dir, tmp_path
         yield url
 
     monkeypatch.setattr(launcher, "launched_server", reuse)
+    monkeypatch.setattr(launcher, "_SHARED", None)
     register_schema()
-    for conc in (1, 4):
-        base_url = url if conc == 1 else "http://127.0.0.1:1"  # the launcher's URL replaces it
-        overrides = [f"model={MODEL}", "load=dummy", f"bench.base_url={base_url}",
-                     f"bench.launch_server={conc == 4}",
-                     f"bench.tokenizer={tokenizer_dir}", "bench.num_prompts=4",
-                     "bench.random_input_len=12", f"bench.random_output_len={N_OUT}",
-                     "bench.disable_tqdm=true", f"bench.max_concurrency={conc}"]
+    points = [(1, []), (4, []), (2, ["kv_cache=bf16"])]
+    for conc, server_side in points:
+        overrides = [f"model={MODEL}", "load=dummy", *server_side, "bench.base_url=http://127.0.0.1:1",
+                     "bench.launch_server=true", f"bench.tokenizer={tokenizer_dir}",
+                     "bench.num_prompts=4", "bench.random_input_len=12",
+                     f"bench.random_output_len={N_OUT}", "bench.disable_tqdm=true",
+                     f"bench.max_concurrency={conc}"]
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             node = compose("config", overrides=overrides)
         result = run_point(node, tmp_path / str(conc), overrides)
-        assert result["completed"] == 4 and result["label"] == f"vllm:{MODEL} model={MODEL} load=dummy"
+        assert result["completed"] == 4
+        assert result["label"] == " ".join([f"vllm:{MODEL}", f"model={MODEL}", "load=dummy", *server_side])
         assert (tmp_path / str(conc) / "config.yaml").exists()
-    assert launched == [[f"model={MODEL}", "load=dummy"]]
+    assert launched == [[f"model={MODEL}", "load=dummy"], [f"model={MODEL}", "load=dummy", "kv_cache=bf16"]]
+    launcher._SHARED.close()
     paths = make_plots(tmp_path)
     assert (tmp_path / "throughput_vs_tpot.png").read_bytes()[:4] == b"\x89PNG" and len(paths) == 3

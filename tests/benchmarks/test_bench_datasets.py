@@ -102,3 +102,24 @@ def test_hf_jsonl_file_and_directory(tmp_path, tokenizer):
     (d / "test.json").write_text(json.dumps(rows[1:]))
     assert len(sample_hf_requests(str(d), 10, tokenizer, fixed_output_len=7)) == 1
     assert len(sample_hf_requests(str(d), 10, tokenizer, split="test")) == 2
+
+
+def test_hf_saved_dataset_needs_the_datasets_package(tmp_path, tokenizer):
+    import importlib.util
+
+    d = tmp_path / "saved"
+    d.mkdir()
+    (d / "dataset_info.json").write_text("{}")
+    if importlib.util.find_spec("datasets") is None:
+        with pytest.raises(RuntimeError, match="datasets"):
+            sample_hf_requests(str(d), 1, tokenizer)
+
+
+def test_bytes_tokenizer_gives_one_token_per_character():
+    from atom.benchmarks.benchmark_utils import get_tokenizer
+
+    tok = get_tokenizer("bytes")
+    reqs = sample_random_requests(tok, 4, input_len=64, output_len=8, range_ratio=0.5, prefix_len=16)
+    for r in reqs:
+        assert r.prompt_len == len(r.prompt) == len(r.prompt.encode()) and 16 + 32 <= r.prompt_len <= 80
+        assert all(32 <= ord(c) < 127 for c in r.prompt)

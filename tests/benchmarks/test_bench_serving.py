@@ -138,7 +138,7 @@ def test_bench_config_names_are_cli_options():
     from atom.config.bench import BenchConfig
 
     cli_names = set(vars(default_args()))
-    own = {"launch_server", "server_startup_timeout_s", "prompts_per_concurrency"}
+    own = {"launch_server", "reuse_server", "server_startup_timeout_s", "prompts_per_concurrency"}
     assert {f.name for f in fields(BenchConfig)} - own <= cli_names
 
 
