@@ -11,17 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from srv_process import ServerProcess, assert_gone
-
-API_KEY = "sk-test-atom"
-HELLO_IDS = "[72,101,108,108,111,32]"  # "Hello " in the byte-level tokenizer
-
-
-def synthetic_args(rate: float = 200.0) -> list[str]:
-    return ["--model", "tiny_llama", "--load-dummy", "--engine-source", "synthetic",
-            "--synthetic-tokens-per-s", str(rate), f"server.synthetic_token_ids={HELLO_IDS}",
-            "kv_cache.num_blocks=4096", "--no-enable-log-stats"]
-
+from srv_process import API_KEY, MODEL_SERVERS, ServerProcess, assert_gone, synthetic_args
 
 @pytest.fixture(scope="session")
 def profiler_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -42,13 +32,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, profiler_dir: Path) -> Iter
 @pytest.fixture(scope="session")
 def auth() -> dict[str, str]:
     return {"Authorization": f"Bearer {API_KEY}"}
-
-
-MODEL_SERVERS = {
-    "tiny": ["--model", "tiny_llama", "--load-dummy", "xavier", "--no-enable-log-stats",
-             "kv_cache.num_blocks=256", "runtime=cpu"],
-    "default": ["--no-enable-log-stats", "runtime=cpu", "kv_cache.num_blocks=128"],
-}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -18,6 +18,22 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[2]
 
+API_KEY = "sk-test-atom"
+HELLO_IDS = "[72,101,108,108,111,32]"  # "Hello " in the byte-level tokenizer
+
+
+def synthetic_args(rate: float = 200.0) -> list[str]:
+    return ["--model", "tiny_llama", "--load-dummy", "--engine-source", "synthetic",
+            "--synthetic-tokens-per-s", str(rate), f"server.synthetic_token_ids={HELLO_IDS}",
+            "kv_cache.num_blocks=4096", "--no-enable-log-stats"]
+
+
+MODEL_SERVERS = {
+    "tiny": ["--model", "tiny_llama", "--load-dummy", "xavier", "--no-enable-log-stats",
+             "kv_cache.num_blocks=256", "runtime=cpu"],
+    "default": ["--no-enable-log-stats", "runtime=cpu", "kv_cache.num_blocks=128"],
+}
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -10,8 +10,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import API_KEY, synthetic_args
-from srv_process import ServerProcess
+from srv_process import API_KEY, ServerProcess, synthetic_args
 
 
 def metric(base_url: str, name: str) -> float:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import API_KEY
+from srv_process import API_KEY
 
 TASK_YAML = """
 task: {name}

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import API_KEY
+from srv_process import API_KEY
 
 
 @pytest.fixture(scope="module")
