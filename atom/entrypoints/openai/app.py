@@ -17,6 +17,7 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi import OpenAPIConfig
+from litestar.params import JSONBody
 
 from atom.config.schema import Config
 from atom.entrypoints.openai.chat_reader import ChatReaderFactory, passthrough_factory
@@ -75,16 +76,16 @@ def create_app(cfg: Config, client: Any, *, tokenizer: Any = None,
     chat_io = build_chat_io(cfg, tokenizer)
     if chat_renderer is None and chat_reader_factory is None:
         chat_renderer, chat_reader_factory = chat_io.render, chat_io.reader
-    chat = OpenAIServingChat(ctx, chat_renderer or TemplateChatRenderer(tokenizer), 
+    chat = OpenAIServingChat(ctx, chat_renderer or TemplateChatRenderer(tokenizer),
                              chat_reader_factory or passthrough_factory)
     completion = OpenAIServingCompletion(ctx)
 
     @post("/chat/completions", status_code=200, summary="Chat completion")
-    async def chat_completions(data: ChatCompletionRequest, request: Request) -> Response:
+    async def chat_completions(data: JSONBody[ChatCompletionRequest], request: Request) -> Response:
         return await chat.create(data, request, time.perf_counter())
 
     @post("/completions", status_code=200, summary="Text completion")
-    async def completions(data: CompletionRequest, request: Request) -> Response:
+    async def completions(data: JSONBody[CompletionRequest], request: Request) -> Response:
         return await completion.create(data, request, time.perf_counter())
 
     @get("/models", summary="List the loaded model")
