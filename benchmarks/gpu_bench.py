@@ -240,6 +240,9 @@ def bench_startup(model: str) -> dict[str, Any]:
             f"c=compose(['model={model}','load=dummy']);c.load.progress_bar=False;"
             "e=LLMEngine.from_config(c);print('READY',flush=True)")
     res = {}
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch, transformers; torch.cuda.init()"])
+    res["import_torch_transformers_cuda_init_s"] = round(time.perf_counter() - t0, 2)
     for label in ("cold", "warm"):
         t0 = time.perf_counter()
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

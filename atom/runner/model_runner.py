@@ -16,6 +16,7 @@ from atom.model_engine.scheduler import ScheduledBatch
 from atom.models.hf_config import load_hf_config
 from atom.models.llama import head_dim_of
 from atom.runner import forward_context
+from atom.runner.annotation import annotate
 from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from atom.runner.distributed import tp_size
 from atom.runner.forward_context import ForwardContext
@@ -218,6 +219,11 @@ class ModelRunner:
     def execute(self, batch: ScheduledBatch) -> tuple[dict[int, list[int]], dict[int, TokenLogprob]]:
         """Run one step. Returns (batch index → sampled tokens, batch index → logprob record)."""
         input_ids, positions, meta, rows, logits_idx = self.prepare(batch)
+        with annotate(self.profiler.active, meta.q_lens_cpu or [], meta.context_lens_cpu or []):
+            return self._execute(batch, input_ids, positions, meta, rows, logits_idx)
+
+    def _execute(self, batch: ScheduledBatch, input_ids: torch.Tensor, positions: torch.Tensor,
+                 meta: AttentionMetadata, rows: list[int], logits_idx: list[int]):
         if not rows:
             self.forward(input_ids, positions, meta, [0])
             return {}, {}

@@ -136,7 +136,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         mid_lse = torch.empty((batch, n_q_heads, n_split), dtype=torch.float32, device=q.device)
     else:
         mid_o = mid_lse = out
-    block_n = block_n or (64 if head_pad <= 128 else 32)
+    fp8 = k_cache.dtype == torch.float8_e4m3fn  # run 2: 128-token tiles suit one-byte loads
+    block_n = block_n or (32 if head_pad > 128 else 128 if fp8 else 64)
     _decode_kernel[(batch, n_kv_heads, n_split)](
         q, k_cache, v_cache, out, mid_o, mid_lse, meta.context_lens, meta.block_tables,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
@@ -144,7 +145,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         scale * k_scale * LOG2E, float(v_scale), int(sliding_window or 0), head_dim, n_q_heads,
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), PAGE=k_cache.shape[1],
         BLOCK_N=block_n, HEAD_DIM=head_pad, NUM_SPLITS=n_split,
-        HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype),
+        HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype, k_cache.dtype),
         PREC=dot_precision(q.dtype), num_warps=num_warps, num_stages=2)
     if n_split > 1:
         _merge_kernel[(batch, n_q_heads)](

@@ -95,6 +95,6 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0),
         scale * k_scale * LOG2E, float(v_scale), int(sliding_window or 0), head_dim,
         GROUP=n_q_heads // n_kv_heads, PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
-        HEAD_DIM=head_pad, HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype),
+        HEAD_DIM=head_pad, HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype, k_cache.dtype),
         PREC=dot_precision(q.dtype), num_warps=4, num_stages=2)
     return out
