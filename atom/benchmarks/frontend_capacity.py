@@ -138,9 +138,13 @@ def frame_cost(n: int = 200_000) -> dict:
     return out
 
 
-def launch_server(port: int, rate: float, model_args: list[str], log: Path) -> subprocess.Popen:
+def launch_server(port: int, rate: float, model_args: list[str], token_ids: str, log: Path) -> subprocess.Popen:
+    """Token ids must decode to whole characters on their own (ordinary BPE words, not byte
+    pieces): otherwise the detokenizer rightly holds them back and the run measures that."""
+    lo, hi = (int(x) for x in token_ids.split("-"))
     cmd = [sys.executable, "-m", "atom.entrypoints.openai_server", "--host", "127.0.0.1",
            "--server-port", str(port), *model_args, "server=synthetic",
+           f"server.synthetic_token_ids=[{','.join(str(i) for i in range(lo, hi + 1))}]",
            f"server.synthetic_tokens_per_s={rate}", "scheduler.max_num_seqs=4096",
            "kv_cache.num_blocks=1000000", "--no-enable-log-stats"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -180,6 +184,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--tokens", type=int, default=100, help="tokens per stream")
     ap.add_argument("--model-args", default="", help="extra server args (default: the default model's "
                     "tokenizer, so detokenization is real BPE)")
+    ap.add_argument("--token-ids", default="1000-1063", help="range the synthetic core cycles through")
     ap.add_argument("--base-url", default=None, help="use a running server instead of launching one")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -198,7 +203,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             port = s.getsockname()[1]
         base_url = f"http://127.0.0.1:{port}"
         log = Path(os.environ.get("TMPDIR", "/tmp")) / f"frontend_capacity_{port}.log"
-        proc = launch_server(port, args.rate, args.model_args.split(), log)
+        proc = launch_server(port, args.rate, args.model_args.split(), args.token_ids, log)
     try:
         wait_healthy(base_url, proc) if proc else None
         asyncio.run(run_level(base_url, 8, 5))  # warm-up: connections, caches

@@ -36,7 +36,8 @@ def default_token_ids(cfg: Config) -> list[int]:
     inside the vocabulary (clear of the special tokens that sit at the ends)."""
     if cfg.server.synthetic_token_ids:
         return list(cfg.server.synthetic_token_ids)
-    vocab = int(cfg.model.hf_config.get("vocab_size", 0) or 0)
+    # A separate tokenizer (model.tokenizer) has its own vocabulary, which hf_config does not describe.
+    vocab = 0 if cfg.model.tokenizer else int(cfg.model.hf_config.get("vocab_size", 0) or 0)
     start = 1000 if vocab == 0 or vocab > 4000 else vocab // 4
     return list(range(start, start + 64))
 
