@@ -72,6 +72,21 @@ def test_tiny_disconnect_frees_real_kv_blocks(tiny):
     assert metric(url, "atom:num_requests_running") == 0
 
 
+def test_tiny_extreme_sampling_values_keep_the_engine_alive(tiny):
+    """Every in-range extreme is served, and the core survives all of them."""
+    client = openai.OpenAI(base_url=tiny.base_url + "/v1", api_key="none", max_retries=0, timeout=60)
+    for extra in ({"temperature": 1e-30}, {"temperature": 1e4}, {"top_p": 1e-9}, {"top_k": 1},
+                  {"top_k": 2**31 - 1}, {"presence_penalty": 2, "frequency_penalty": -2},
+                  {"repetition_penalty": 0.01}, {"repetition_penalty": 10}, {"seed": -(2**63)},
+                  {"seed": 2**63 - 257, "n": 3, "temperature": 1.0}, {"stop": ["", "a" * 500]},
+                  {"stop_token_ids": [2**31 - 1]}, {"logprobs": 20}):
+        params = {k: v for k, v in extra.items() if k not in ("top_k", "repetition_penalty", "stop_token_ids")}
+        body = {k: v for k, v in extra.items() if k in ("top_k", "repetition_penalty", "stop_token_ids")}
+        r = client.completions.create(model="tiny_llama", prompt="hi", max_tokens=3, extra_body=body, **params)
+        assert r.choices and r.usage.completion_tokens >= 1, extra
+    assert httpx.get(tiny.base_url + "/health", timeout=10).status_code == 200
+
+
 def test_tiny_profile_without_dir_is_400(tiny):
     r = httpx.post(tiny.base_url + "/start_profile", timeout=10)
     assert r.status_code == 400 and "torch-profiler-dir" in r.json()["error"]["message"]

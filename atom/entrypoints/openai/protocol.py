@@ -11,11 +11,14 @@ from typing import Annotated, Any, Literal, Optional, Union
 import msgspec
 from msgspec import Meta, Struct
 
-NonNegFloat = Annotated[float, Meta(ge=0.0)]
+NonNegFloat = Annotated[float, Meta(ge=0.0, le=1e4)]
 Probability = Annotated[float, Meta(gt=0.0, le=1.0)]
 Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
-PositiveInt = Annotated[int, Meta(ge=1)]
-TopK = Annotated[int, Meta(ge=-1)]
+# Integers are bounded so nothing a client sends can overflow the engine's 64-bit fields.
+PositiveInt = Annotated[int, Meta(ge=1, le=2**31 - 1)]
+TopK = Annotated[int, Meta(ge=-1, le=2**31 - 1)]
+Seed = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1 - 256)]
+TokenId = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 NumChoices = Annotated[int, Meta(ge=1, le=128)]
 TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
 StopField = Union[str, list[str], None]
@@ -49,15 +52,15 @@ class _SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
     top_k: Optional[TopK] = None
     max_tokens: Optional[PositiveInt] = None
     stop: StopField = None
-    stop_token_ids: Optional[list[int]] = None
+    stop_token_ids: Optional[list[TokenId]] = None
     ignore_eos: bool = False
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    seed: Optional[int] = None
+    seed: Optional[Seed] = None
     n: NumChoices = 1
     presence_penalty: Optional[Penalty] = None
     frequency_penalty: Optional[Penalty] = None
-    repetition_penalty: Optional[Annotated[float, Meta(gt=0.0)]] = None
+    repetition_penalty: Optional[Annotated[float, Meta(ge=0.01, le=10.0)]] = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     user: Optional[str] = None
@@ -67,8 +70,8 @@ class _SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
     # Recognised, not implemented: refused by name when set to anything that changes the output.
     logit_bias: Optional[dict[str, float]] = None
     min_p: Optional[float] = None
-    min_tokens: Optional[int] = None
-    best_of: Optional[int] = None
+    min_tokens: Optional[TokenId] = None
+    best_of: Optional[TokenId] = None
     response_format: Optional[dict[str, Any]] = None
     guided_json: Any = None
     guided_regex: Optional[str] = None
@@ -95,7 +98,7 @@ class ChatCompletionRequest(_SamplingFields, kw_only=True, forbid_unknown_fields
 class CompletionRequest(_SamplingFields, kw_only=True, forbid_unknown_fields=True):
     # str, a batch of str, a token-id list or a batch of them (what lm-eval and the SDK send).
     # (msgspec allows one array type per union, so the items are checked in serving_completion.)
-    prompt: Union[str, list[Union[str, int, list[int]]], None] = None
+    prompt: Union[str, list[Union[str, TokenId, list[TokenId]]], None] = None
     echo: bool = False
     logprobs: Optional[TopLogprobs] = None
     suffix: Optional[str] = None

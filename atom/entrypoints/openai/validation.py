@@ -14,6 +14,8 @@ from atom.sampling_params import SamplingParams
 
 AnyRequest = Union[ChatCompletionRequest, CompletionRequest]
 
+_MIN_TEMPERATURE = 1e-5
+
 
 def _set(value: Any) -> bool:
     return value is not None and value != [] and value != {}
@@ -86,9 +88,12 @@ def sampling_params(req: AnyRequest, max_tokens: int, logprobs: Optional[int],
     differ yet stay reproducible."""
     seed = None if req.seed is None else req.seed + choice_index
     top_k = -1 if req.top_k in (None, 0) else req.top_k
+    temperature = 1.0 if req.temperature is None else req.temperature
+    if temperature < _MIN_TEMPERATURE:  # logits / 1e-30 overflow to inf; that limit is greedy anyway
+        temperature = 0.0
     try:
         return SamplingParams(
-            temperature=1.0 if req.temperature is None else req.temperature, max_tokens=max_tokens,
+            temperature=temperature, max_tokens=max_tokens,
             ignore_eos=req.ignore_eos, stop_strings=stop_list(req.stop),
             top_p=1.0 if req.top_p is None else req.top_p, top_k=top_k, seed=seed,
             stop_token_ids=req.stop_token_ids or None,
