@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from srv_process import API_KEY, MODEL_SERVERS, ServerProcess, assert_gone, synthetic_args
+from srv_process import API_KEY, MODEL_SERVERS, ServerProcess, synthetic_args
 
 @pytest.fixture(scope="session")
 def profiler_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -24,9 +24,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, profiler_dir: Path) -> Iter
     srv = ServerProcess(synthetic_args() + ["--api-key", API_KEY, "--torch-profiler-dir",
                                             str(profiler_dir)], log_path=log)
     yield srv
-    core = srv.core_pid()
     srv.stop()
-    assert_gone(core)
+    assert srv.graceful, "SIGTERM did not stop the server and its engine core: " + srv.log_tail()
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +47,4 @@ def model_servers(request, tmp_path_factory) -> Iterator[dict[str, ServerProcess
     yield servers
     for srv in servers.values():
         srv.stop()
+    assert all(srv.graceful for srv in servers.values()), "a model server ignored SIGTERM"
