@@ -116,3 +116,11 @@ def test_api_key_required(server):
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=server.base_url + "/v1", api_key="wrong", max_retries=0).models.list()
     assert httpx.get(server.base_url + "/health").status_code == 200  # not under /v1
+
+
+def test_continuous_usage_stats(client):
+    chunks = list(client.completions.create(model="tiny_llama", prompt="u", max_tokens=4, stream=True,
+                                            stream_options={"include_usage": True,
+                                                            "continuous_usage_stats": True}))
+    running = [c.usage.completion_tokens for c in chunks if c.choices]
+    assert running == sorted(running) and running[-1] == 4 and chunks[-1].usage.completion_tokens == 4

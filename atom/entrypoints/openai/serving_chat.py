@@ -86,8 +86,11 @@ class OpenAIServingChat:
         created, model = ctx.created_now(), ctx.model_name
         want_lp = req.logprobs is True
 
+        running_usage = req.stream_options is not None and req.stream_options.continuous_usage_stats
+
         def chunk(choices: list[ChatChunkChoice]) -> bytes:
-            return data_frame(ChatCompletionChunk(rid, created, model, choices))
+            usage = gen.usage(prompt_tokens) if running_usage else None
+            return data_frame(ChatCompletionChunk(rid, created, model, choices, usage=usage))
 
         try:
             # The role chunk goes out with the first output, not before: the wait for the first

@@ -106,6 +106,7 @@ class OpenAIServingCompletion:
         ctx = self.ctx
         created, model = ctx.created_now(), ctx.model_name
         offsets = [len(e) for e in echo]
+        running_usage = req.stream_options is not None and req.stream_options.continuous_usage_stats
         try:
             while not gen.done:
                 for index, out in await gen.next():
@@ -117,7 +118,8 @@ class OpenAIServingCompletion:
                         lp = self._logprobs(out.logprobs or [], offsets[index])
                     offsets[index] += len(out.text)
                     yield data_frame(CompletionResponse(rid, created, model, [CompletionChoice(
-                        index, text, out.finish_reason if out.finished else None, lp)]))
+                        index, text, out.finish_reason if out.finished else None, lp)],
+                        gen.usage(prompt_tokens) if running_usage else None))
             if req.stream_options is not None and req.stream_options.include_usage:
                 yield data_frame(CompletionResponse(rid, created, model, [], gen.usage(prompt_tokens)))
             yield DONE_FRAME
