@@ -207,6 +207,8 @@ class EngineClient:
         try:
             while not self._stop.is_set():
                 if not self._recv_sock.poll(_POLL_MS):
+                    if self._stop.is_set():
+                        return  # close() is stopping the core: its exit is not a failure
                     if self._proc is not None and not self._proc.is_alive():
                         self._die(f"engine core exited (exit code {self._proc.exitcode})")
                         return
@@ -220,6 +222,8 @@ class EngineClient:
                     self._die(msg.message)
                     return
         except Exception as exc:  # a reader that dies silently would hang every stream
+            if self._stop.is_set():
+                return
             log.exception("engine reader thread failed")
             self._die(f"engine reader failed: {exc}")
         finally:
