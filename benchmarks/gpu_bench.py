@@ -117,13 +117,9 @@ def patch_gemv() -> None:
 
     import torch.nn.functional as F
 
-    from atom.kernels.triton.gemv import gemv
+    from atom.kernels.triton.gemv import linear as lin
     from atom.layers import embedding, linear
 
-    def lin(x, w, b=None):
-        if x.dim() == 2 and x.shape[0] == 1 and x.is_cuda and w.dtype == torch.bfloat16:
-            return gemv(x, w, b)
-        return F.linear(x, w, b)
     shim = types.SimpleNamespace(**{k: getattr(F, k) for k in dir(F) if not k.startswith("__")})
     shim.linear = lin
     linear.F = shim

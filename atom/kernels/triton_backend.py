@@ -11,7 +11,7 @@ import torch
 
 from atom.kernels.backend import register
 from atom.kernels.metadata import AttentionMetadata
-from atom.kernels.triton import activation, kv_store, rms_norm, rotary
+from atom.kernels.triton import activation, gemv, kv_store, rms_norm, rotary
 from atom.kernels.triton.paged_decode_attention import decode_attention
 from atom.kernels.triton.paged_prefill_attention import prefill_attention
 
@@ -30,6 +30,12 @@ class TritonBackend:
     def rotary(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                cos_sin_cache: torch.Tensor, is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
         return rotary.rotary(positions, q, k, cos_sin_cache, is_neox)
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor,
+               bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Not yet in the KernelBackend protocol: single-row (batch-1 decode) linears through the
+        Triton GEMV, +7% 8B and +16% Qwen3-0.6B single-request decode in run 3; F.linear else."""
+        return gemv.linear(x, weight, bias)
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         return activation.silu_and_mul(x)

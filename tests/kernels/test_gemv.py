@@ -21,3 +21,12 @@ def test_gemv_matches_linear(n, k, dtype, bias):
     out = gemv(x, w, b)
     assert out.shape == (1, n)
     assert rel_err(out, ref) < tol(dtype)
+
+
+def test_linear_dispatch_keeps_other_shapes_on_torch():
+    from atom.kernels import get_backend
+
+    be = get_backend("triton")
+    x = torch.randn(3, 16, device=DEVICE)
+    w = torch.randn(8, 16, device=DEVICE)
+    assert torch.allclose(be.linear(x, w), x @ w.T, atol=1e-5)
