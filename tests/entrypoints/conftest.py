@@ -41,9 +41,12 @@ def model_servers(request, tmp_path_factory) -> Iterator[dict[str, ServerProcess
     servers: dict[str, ServerProcess] = {}
     if wanted:
         logs = tmp_path_factory.mktemp("model_logs")
+        traces = tmp_path_factory.mktemp("model_profiles")
         for name, args in MODEL_SERVERS.items():
-            servers[name] = ServerProcess(args, log_path=logs / f"{name}.log", startup_timeout_s=400,
-                                          wait=False)
+            extra = ["--torch-profiler-dir", str(traces / name)] if name == "default" else []
+            servers[name] = ServerProcess(args + extra, log_path=logs / f"{name}.log",
+                                          startup_timeout_s=400, wait=False)
+            servers[name].profiler_dir = traces / name
     yield servers
     for srv in servers.values():
         srv.stop()

@@ -31,7 +31,7 @@ def synthetic_args(rate: float = 200.0) -> list[str]:
 MODEL_SERVERS = {
     "tiny": ["--model", "tiny_llama", "--load-dummy", "xavier", "--no-enable-log-stats",
              "kv_cache.num_blocks=256", "runtime=cpu"],
-    "default": ["--no-enable-log-stats", "runtime=cpu", "kv_cache.num_blocks=128"],
+    "default": ["--no-enable-log-stats", "runtime=cpu", "kv_cache.num_blocks=128"],  # + profiler dir
 }
 
 

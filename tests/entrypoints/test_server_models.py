@@ -128,3 +128,15 @@ def test_default_model_sdk(default_model):
     assert c_whole == c_streamed and c_whole.strip()
     texts = asyncio.run(async_greedy(url, name, 2, max_tokens=6))
     assert len(set(texts)) == 1
+
+
+def test_default_model_profiling_over_http(default_model):
+    """POST /start_profile, a request, POST /stop_profile: the real engine writes its trace under
+    <dir>/rank_0/."""
+    url = default_model.base_url
+    assert httpx.post(url + "/start_profile", timeout=120).status_code == 200
+    httpx.post(url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2}, timeout=120)
+    r = httpx.post(url + "/stop_profile", timeout=300)
+    assert r.status_code == 200, r.text
+    traces = list((default_model.profiler_dir / "rank_0").glob("*"))
+    assert traces and all(t.stat().st_size > 0 for t in traces)
