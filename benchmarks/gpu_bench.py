@@ -213,10 +213,11 @@ def bench_hf_throughput(model: str, n: int, budget_s: float) -> dict[str, Any]:
                            pad_token_id=0)
     t0 = time.perf_counter()
     try:
-        m.set_attn_implementation("sdpa_paged") if hasattr(m, "set_attn_implementation") else None
+        # transformers 5.17 spells the paged sdpa kernel "paged|sdpa" (run 2 rejected "sdpa_paged")
+        m.set_attn_implementation("paged|sdpa")
         res = m.generate_batch(inputs=prompts, generation_config=gc_)
         got = sum(len(r.generated_tokens) for r in res.values())
-        how = "generate_batch (sdpa_paged)"
+        how = "generate_batch (paged|sdpa)"
     except Exception as e:  # older/newer API: fall back to padded generate
         log(f"hf generate_batch failed ({type(e).__name__}: {e}); padded generate instead")
         m.set_attn_implementation("sdpa") if hasattr(m, "set_attn_implementation") else None
