@@ -132,8 +132,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     head_pad = triton.next_power_of_2(head_dim)
     n_split = splits or num_splits(batch, n_kv_heads, q.device)
     if n_split > 1:
-        mid_o = torch.empty((batch, n_q_heads, n_split, head_pad), dtype=torch.float32, device=q.device)
-        mid_lse = torch.empty((batch, n_q_heads, n_split), dtype=torch.float32, device=q.device)
+        f32 = dict(dtype=torch.float32, device=q.device)
+        mid_o = torch.empty((batch, n_q_heads, n_split, head_pad), **f32)
+        mid_lse = torch.empty((batch, n_q_heads, n_split), **f32)
     else:
         mid_o = mid_lse = out
     fp8 = k_cache.dtype == torch.float8_e4m3fn  # run 2: 128-token tiles suit one-byte loads

@@ -24,7 +24,8 @@ def _prefill_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, cu_q_ptr, ctx_ptr, bt_ptr,
                     c_blk_stride, c_tok_stride, c_head_stride, bt_stride,
                     qk_scale, v_scale, window, head_dim,
                     GROUP: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr):
+                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                    DOT: tl.constexpr, PREC: tl.constexpr):
     mblk = tl.program_id(0)
     seq = tl.program_id(1)
     head = tl.program_id(2)
@@ -95,6 +96,7 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0),
         scale * k_scale * LOG2E, float(v_scale), int(sliding_window or 0), head_dim,
         GROUP=n_q_heads // n_kv_heads, PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
-        HEAD_DIM=head_pad, HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype, k_cache.dtype),
-        PREC=dot_precision(q.dtype), num_warps=4, num_stages=2)
+        HEAD_DIM=head_pad, HAS_WINDOW=bool(sliding_window),
+        DOT=dot_dtype(q.dtype, k_cache.dtype), PREC=dot_precision(q.dtype), num_warps=4,
+        num_stages=2)
     return out
