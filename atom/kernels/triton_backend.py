@@ -11,7 +11,7 @@ import torch
 
 from atom.kernels.backend import register
 from atom.kernels.metadata import AttentionMetadata
-from atom.kernels.triton import activation, gemv, kv_store, rms_norm, rotary
+from atom.kernels.triton import activation, gemv, kv_store, qk_norm_rotary, rms_norm, rotary
 from atom.kernels.triton.paged_decode_attention import decode_attention
 from atom.kernels.triton.paged_prefill_attention import prefill_attention
 
@@ -36,6 +36,15 @@ class TritonBackend:
         """Not yet in the KernelBackend protocol: single-row (batch-1 decode) linears through the
         Triton GEMV, +7% 8B and +16% Qwen3-0.6B single-request decode in run 3; F.linear else."""
         return gemv.linear(x, weight, bias)
+
+    def qk_norm_rotary(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                       q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+                       cos_sin_cache: torch.Tensor,
+                       is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Not yet in the protocol: Qwen3's q_norm + k_norm + rotary in one launch (reference:
+        rms_norm on each, then rotary). Full-width rotary only."""
+        return qk_norm_rotary.qk_norm_rotary(positions, q, k, q_weight, k_weight, eps,
+                                             cos_sin_cache, is_neox)
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         return activation.silu_and_mul(x)
