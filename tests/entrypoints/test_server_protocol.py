@@ -124,3 +124,14 @@ def test_continuous_usage_stats(client):
                                                             "continuous_usage_stats": True}))
     running = [c.usage.completion_tokens for c in chunks if c.choices]
     assert running == sorted(running) and running[-1] == 4 and chunks[-1].usage.completion_tokens == 4
+
+
+def test_common_client_fields(client):
+    """What SDKs and harnesses send: max_completion_tokens, penalties, top_k, user, seed, stop ids."""
+    r = client.chat.completions.create(model="tiny_llama", messages=[{"role": "user", "content": "x"}],
+                                       max_completion_tokens=3, presence_penalty=0.5, frequency_penalty=0.5,
+                                       user="u-1", seed=7, extra_body={"top_k": 5, "repetition_penalty": 1.1})
+    assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length"
+    stopped = client.completions.create(model="tiny_llama", prompt="x", max_tokens=20,
+                                        extra_body={"stop_token_ids": [111]})  # "o" ends "Hello"
+    assert stopped.choices[0].text == "Hello" and stopped.choices[0].finish_reason == "stop"
