@@ -109,37 +109,6 @@ def bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...] = ()) ->
             "extra": list(extra)}
 
 
-def patch_gemv() -> None:
-    """Experimental, this script only: route single-row linears (decode at batch 1) through the
-    Triton GEMV by swapping the `F` the layer modules see. Measures what hooking it into the
-    layers would give before anyone edits them."""
-    import types
-
-    import torch.nn.functional as F
-
-    from atom.kernels.triton.gemv import linear as lin
-    from atom.layers import embedding, linear
-
-    shim = types.SimpleNamespace(**{k: getattr(F, k) for k in dir(F) if not k.startswith("__")})
-    shim.linear = lin
-    linear.F = shim
-    if hasattr(embedding, "F"):
-        embedding.F = shim
-
-
-def with_gemv(fn):
-    def run():
-        from atom.layers import embedding, linear
-
-        saved = linear.F, embedding.F
-        patch_gemv()
-        try:
-            return fn()
-        finally:
-            linear.F, embedding.F = saved
-    return run
-
-
 def _replay_ms(eng) -> float:
     """GPU time of one captured bs=1 decode forward (model + logits), replayed back to back: the
     floor under a decode step, everything above it being host work."""
@@ -412,8 +381,6 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "decode_small": lambda: bench_decode("qwen3_0_6b", 1024, 512),
     "decode_small_eager": lambda: bench_decode("qwen3_0_6b", 1024, 128, ("runtime.enforce_eager=true",)),
     "decode_8b": lambda: bench_decode("llama3_8b", 1024, 256),
-    "decode_8b_gemv": with_gemv(lambda: bench_decode("llama3_8b", 1024, 256)),
-    "decode_small_gemv": with_gemv(lambda: bench_decode("qwen3_0_6b", 1024, 512)),
     "decode_8b_peer": lambda: bench_hf_decode("llama3_8b", 1024, 64),
     "throughput_small": lambda: bench_throughput("qwen3_0_6b", 256),
     "throughput_small_peer": lambda: bench_hf_throughput("qwen3_0_6b", 64, 60),

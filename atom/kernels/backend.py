@@ -32,6 +32,15 @@ class KernelBackend(Protocol):
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         """x: [T, 2I] → silu(x[:, :I]) * x[:, I:]."""
 
+    def linear(self, x: torch.Tensor, weight: torch.Tensor,
+               bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x @ weight.T + bias; a backend may take the single-row (batch-1 decode) case itself."""
+
+    def qk_norm_rotary(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                       q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+                       cos_sin_cache: torch.Tensor, is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-head RMSNorm of q and k (Qwen3), then rotary over the whole head."""
+
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, k_scale: float, v_scale: float) -> None: ...
 

@@ -117,6 +117,13 @@ class TorchBackend:
     def silu_and_mul(self, x):
         return silu_and_mul(x)
 
+    def linear(self, x, weight, bias=None):
+        return F.linear(x, weight, bias)
+
+    def qk_norm_rotary(self, positions, q, k, q_weight, k_weight, eps, cos_sin_cache, is_neox):
+        return rotary(positions, rms_norm(q, q_weight, eps), rms_norm(k, k_weight, eps),
+                      cos_sin_cache, is_neox)
+
     def store_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
         store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
 

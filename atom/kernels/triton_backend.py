@@ -33,16 +33,15 @@ class TritonBackend:
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor,
                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Not yet in the KernelBackend protocol: single-row (batch-1 decode) linears through the
-        Triton GEMV, +7% 8B and +16% Qwen3-0.6B single-request decode in run 3; F.linear else."""
+        """Single-row (batch-1 decode) linears through the Triton GEMV, +7% 8B and +16%
+        Qwen3-0.6B single-request decode in run 3; F.linear otherwise."""
         return gemv.linear(x, weight, bias)
 
     def qk_norm_rotary(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                        q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
                        cos_sin_cache: torch.Tensor,
                        is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Not yet in the protocol: Qwen3's q_norm + k_norm + rotary in one launch (reference:
-        rms_norm on each, then rotary). Full-width rotary only."""
+        """Qwen3's q_norm + k_norm + rotary in one launch. Full-width rotary only."""
         return qk_norm_rotary.qk_norm_rotary(positions, q, k, q_weight, k_weight, eps,
                                              cos_sin_cache, is_neox)
 

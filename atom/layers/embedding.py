@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from atom.runner.distributed import all_gather_last_dim, all_reduce, tp_rank, tp_size
+from atom.runner.forward_context import backend
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -34,7 +35,7 @@ class VocabParallelEmbedding(nn.Module):
 
 class ParallelLMHead(VocabParallelEmbedding):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        logits = F.linear(hidden, self.weight)
+        logits = backend().linear(hidden, self.weight)
         if tp_size() > 1:
             logits = all_gather_last_dim(logits)
         return logits[..., : self.vocab_size]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from atom.runner.distributed import all_reduce, tp_rank, tp_size
+from atom.runner.forward_context import backend
 
 
 def _shard(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -34,7 +34,7 @@ class LinearBase(nn.Module):
         param.data.copy_(loaded)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return backend().linear(x, self.weight, self.bias)
 
 
 class ReplicatedLinear(LinearBase):
@@ -94,4 +94,4 @@ class RowParallelLinear(LinearBase):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias: Optional[torch.Tensor] = self.bias if tp_rank() == 0 else None
-        return all_reduce(F.linear(x, self.weight, bias))
+        return all_reduce(backend().linear(x, self.weight, bias))

@@ -38,7 +38,7 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, rotary_dim: int, max_position: int, base: float,
                  scaling: Optional[dict[str, Any]] = None, is_neox: bool = True) -> None:
         super().__init__()
-        self.head_dim, self.is_neox = head_dim, is_neox
+        self.head_dim, self.rotary_dim, self.is_neox = head_dim, rotary_dim, is_neox
         inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))
         kind = (scaling or {}).get("rope_type") or (scaling or {}).get("type") or "default"
         if kind != "default":

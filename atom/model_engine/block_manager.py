@@ -85,6 +85,15 @@ class BlockManager:
         for _ in range(self.blocks_needed(seq, num_tokens)):
             seq.block_table.append(self._take())
 
+    def try_allocate(self, seq: Sequence, num_tokens: int) -> bool:
+        """Allocate what `num_tokens` needs if the pool has it; False (nothing taken) if not."""
+        need = self.blocks_needed(seq, num_tokens)
+        if need > len(self.free):
+            return False
+        for _ in range(need):
+            seq.block_table.append(self._take())
+        return True
+
     def commit_full_blocks(self, seq: Sequence) -> None:
         """Register blocks whose tokens are all computed, so later prompts can share them."""
         if not self.prefix_caching:

@@ -77,11 +77,11 @@ class EngineCore:
         else:
             sampled, logprobs = self.runner.execute(batch)
         touched = self.scheduler.postprocess(batch, sampled)
-        index = {id(s): i for i, s in enumerate(batch.seqs)}
+        index = {id(s): i for i, s in enumerate(batch.seqs)} if logprobs else None
         for seq in touched:
-            new = seq.output_token_ids[seq.num_emitted:]
+            new = seq.token_ids[seq.num_prompt_tokens + seq.num_emitted:]
             seq.num_emitted += len(new)
-            lp = logprobs.get(index[id(seq)])
+            lp = logprobs.get(index[id(seq)]) if index else None
             outputs.append(StepOutput(
                 request_id=seq.request_id, new_token_ids=new, finished=seq.is_finished,
                 finish_reason=seq.finish_reason, num_prompt_tokens=seq.num_prompt_tokens,

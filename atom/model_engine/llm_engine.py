@@ -69,7 +69,7 @@ class LLMEngine:
             rid = str(next(self._ids))
             token_ids = self._encode(prompt)
             now = time.perf_counter()
-            self.processor.add_request(rid, token_ids, sp, now)
+            self.processor.add_request(rid, token_ids, sp, now, stream_text=stream_callback is not None)
             self.core.add_request(EngineRequest(request_id=rid, prompt_token_ids=token_ids,
                                                 sampling_params=sp, arrival_time=now))
             self._callbacks[rid] = stream_callback

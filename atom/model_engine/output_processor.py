@@ -62,6 +62,7 @@ class RequestState:
     released: int = 0  # characters of stops.text handed out so far
     first_token_time: Optional[float] = None
     num_cached_tokens: int = 0
+    decode_at_end: bool = False
 
     @property
     def text(self) -> str:
@@ -74,13 +75,18 @@ class OutputProcessor:
         self.states: dict[str, RequestState] = {}
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    arrival_time: Optional[float] = None) -> None:
+                    arrival_time: Optional[float] = None, stream_text: bool = True) -> None:
+        """`stream_text=False`: the caller wants the text only at the end, so a request without
+        stop strings is decoded once when it finishes instead of token by token."""
+        incremental = stream_text or bool(params.stop_strings)
         detok = (IncrementalDetokenizer(self._tok, prompt_token_ids, params.skip_special_tokens)
-                 if self._tok is not None else None)
-        self.states[request_id] = RequestState(
+                 if self._tok is not None and incremental else None)
+        st = RequestState(
             request_id, list(prompt_token_ids), params,
             arrival_time if arrival_time is not None else time.perf_counter(), detok,
             StopStringMatcher(params.stop_strings, params.include_stop_str_in_output))
+        st.decode_at_end = self._tok is not None and not incremental
+        self.states[request_id] = st
 
     def abort(self, request_id: str) -> Optional[RequestOutput]:
         st = self.states.pop(request_id, None)
@@ -109,6 +115,9 @@ class OutputProcessor:
                 st.stops.feed(delta)
             else:
                 st.output_token_ids.extend(new_ids)
+                if o.finished and st.decode_at_end:
+                    st.stops.feed(self._tok.decode(st.output_token_ids,
+                                                   skip_special_tokens=st.params.skip_special_tokens))
             finished, reason = o.finished, o.finish_reason
             if st.stops.stopped and not o.finished:
                 finished, reason = True, "stop"

@@ -99,7 +99,7 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
-            while not self.blocks.can_allocate(seq, seq.num_computed_tokens + n):
+            while not self.blocks.try_allocate(seq, seq.num_computed_tokens + n):
                 victim = self.running[-1]
                 self._preempt(victim)
                 preempted = True
@@ -107,7 +107,6 @@ class Scheduler:
                     break
             if seq.status != SequenceStatus.RUNNING:
                 break
-            self.blocks.allocate(seq, seq.num_computed_tokens + n)
             batch.seqs.append(seq)
             batch.num_new_tokens.append(n)
             budget -= n

@@ -17,6 +17,7 @@ from atom.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, Ro
 from atom.layers.norm import RMSNorm
 from atom.layers.rotary import RotaryEmbedding, rope_params
 from atom.runner.distributed import tp_size
+from atom.runner.forward_context import backend
 
 
 def head_dim_of(hf: Any) -> int:
@@ -53,9 +54,14 @@ class LlamaAttention(nn.Module):
         q = q.reshape(-1, self.num_heads, self.head_dim)
         k = k.reshape(-1, self.num_kv_heads, self.head_dim)
         v = v.reshape(-1, self.num_kv_heads, self.head_dim)
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary_emb(positions, q, k)
+        if self.qk_norm and self.rotary_emb.rotary_dim == self.head_dim:
+            q, k = backend().qk_norm_rotary(positions, q, k, self.q_norm.weight, self.k_norm.weight,
+                                            self.q_norm.eps, self.rotary_emb.cos_sin_cache,
+                                            self.rotary_emb.is_neox)
+        else:
+            if self.qk_norm:
+                q, k = self.q_norm(q), self.k_norm(k)
+            q, k = self.rotary_emb(positions, q, k)
         return self.o_proj(self.attn(q, k, v))
 
 
