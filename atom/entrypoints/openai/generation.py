@@ -143,3 +143,14 @@ async def run_unless_disconnected(gen: Generation, receive) -> bool:
         work.result()
         return True
     return False
+
+
+async def complete_or_abort(gen: Generation, receive) -> bool:
+    """The whole non-streaming path of every endpoint: run to the end, abort on disconnect,
+    turn a dead engine core into a 503, and always release the generation."""
+    try:
+        return await run_unless_disconnected(gen, receive)
+    except EngineCoreDead as exc:
+        raise engine_unavailable(str(exc)) from exc
+    finally:
+        gen.close()

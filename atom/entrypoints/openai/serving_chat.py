@@ -14,7 +14,7 @@ from atom.entrypoints.openai.chat_reader import ChatReaderFactory, ChatTextReade
 from atom.entrypoints.openai.chat_render import ChatRenderer
 from atom.entrypoints.openai.context import ServerContext
 from atom.entrypoints.openai.errors import bad_request, engine_unavailable
-from atom.entrypoints.openai.generation import Generation, run_unless_disconnected
+from atom.entrypoints.openai.generation import Generation, complete_or_abort
 from atom.entrypoints.openai.protocol import (ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                               ChatCompletionRequest, ChatCompletionResponse,
                                               ChatLogprobs, ChatResponseMessage, ChatTokenLogprob,
@@ -63,13 +63,8 @@ class OpenAIServingChat:
             frames = self._stream(gen, req, rid, readers, len(prompt))
             return Stream(client_stream(frames, rid, ctx.watchdog), media_type="text/event-stream",
                           headers=SSE_HEADERS)
-        try:
-            if not await run_unless_disconnected(gen, request.receive):
-                return Response(b"", status_code=499)
-        except EngineCoreDead as exc:
-            raise engine_unavailable(str(exc)) from exc
-        finally:
-            gen.close()
+        if not await complete_or_abort(gen, request.receive):
+            return Response(b"", status_code=499)
         out = []
         for i, (st, reader) in enumerate(zip(gen.states, readers)):
             delta = merge_deltas(reader.feed("".join(st.text)), reader.finish()) or DeltaMessage()

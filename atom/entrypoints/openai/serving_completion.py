@@ -8,7 +8,7 @@ from litestar.response import Stream
 
 from atom.entrypoints.openai.context import ServerContext
 from atom.entrypoints.openai.errors import bad_request, engine_unavailable
-from atom.entrypoints.openai.generation import Generation, run_unless_disconnected
+from atom.entrypoints.openai.generation import Generation, complete_or_abort
 from atom.entrypoints.openai.protocol import (CompletionChoice, CompletionLogprobs, CompletionRequest,
                                               CompletionResponse, ErrorInfo, ErrorResponse)
 from atom.entrypoints.openai.sse import DONE_FRAME, data_frame, encode_json
@@ -88,13 +88,8 @@ class OpenAIServingCompletion:
             frames = self._stream(gen, req, rid, echo, sum(len(p) for p in prompts))
             return Stream(client_stream(frames, rid, ctx.watchdog), media_type="text/event-stream",
                           headers=SSE_HEADERS)
-        try:
-            if not await run_unless_disconnected(gen, request.receive):
-                return Response(b"", status_code=499)
-        except EngineCoreDead as exc:
-            raise engine_unavailable(str(exc)) from exc
-        finally:
-            gen.close()
+        if not await complete_or_abort(gen, request.receive):
+            return Response(b"", status_code=499)
         out = [CompletionChoice(i, echo[i] + "".join(st.text), st.finish_reason,
                                 self._logprobs(st.logprobs, len(echo[i])) if req.logprobs is not None else None)
                for i, st in enumerate(gen.states)]

@@ -21,7 +21,7 @@ from litestar.response import Stream
 from msgspec import Struct
 
 from atom.entrypoints.openai.errors import bad_request, engine_unavailable
-from atom.entrypoints.openai.generation import Generation, run_unless_disconnected
+from atom.entrypoints.openai.generation import Generation, complete_or_abort
 from atom.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
 from atom.entrypoints.openai.serving_completion import SSE_HEADERS, json_response
 from atom.entrypoints.openai.sse import event_frame
@@ -242,13 +242,8 @@ class ServingMessages:
             frames = self._stream(gen, req, rid, reader, writer, len(prompt))
             return Stream(client_stream(frames, rid, ctx.watchdog),
                           media_type="text/event-stream", headers=SSE_HEADERS)
-        try:
-            if not await run_unless_disconnected(gen, request.receive):
-                return Response(b"", status_code=499)
-        except EngineCoreDead as exc:
-            raise engine_unavailable(str(exc)) from exc
-        finally:
-            gen.close()
+        if not await complete_or_abort(gen, request.receive):
+            return Response(b"", status_code=499)
         st = gen.states[0]
         writer.events(reader.feed("".join(st.text)) + reader.finish())
         writer.close()
