@@ -55,7 +55,7 @@ def run_transformers(cfg: Config, prompts: list[list[int]], out_lens: list[int])
     max_new_tokens for all, the mean of the workload's, since generate_batch takes one."""
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    from atom.models.hf_config import load_hf_config, model_source
+    from atom.models.hf_config import is_gguf, load_hf_config, model_source
     from atom.runner.model_runner import resolve_device, resolve_dtype
 
     device = resolve_device(cfg)
@@ -63,6 +63,8 @@ def run_transformers(cfg: Config, prompts: list[list[int]], out_lens: list[int])
     src = model_source(cfg)
     if src is None or cfg.load.dummy is not None:
         model = AutoModelForCausalLM.from_config(load_hf_config(cfg), dtype=dtype)
+    elif is_gguf(src):
+        model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=dtype)
     else:
         model = AutoModelForCausalLM.from_pretrained(str(src), dtype=dtype)
     model = model.to(device).eval()
