@@ -136,3 +136,14 @@ def test_every_spec_engine_flag_has_a_home_with_the_spec_default():
         assert _get(defaults, flags[name].path) == value, name
     sizes = _get(defaults, flags["--cudagraph-capture-sizes"].path)
     assert sizes[:3] == [1, 2, 4] and sizes[-1] == 256
+
+
+def test_multirun_sweeps_and_leaves_each_resolved_config_beside_its_outputs(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "atom.run", "-m", "job=generate", "model=tiny_llama",
+                        "load=dummy", "runtime=cpu", "kv_cache=bf16,fp8",
+                        f"hydra.sweep.dir={tmp_path}"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    configs = sorted(tmp_path.glob("*/config.yaml"))
+    assert [c.parent.name for c in configs] == ["0", "1"]
+    assert ["dtype: bf16" in c.read_text() for c in configs] == [True, False]
+    assert "dtype: fp8" in configs[1].read_text()
