@@ -22,9 +22,9 @@ from srv_process import free_port  # noqa: E402
 
 from atom.config.flags import _fmt  # noqa: E402
 
-uvicorn = pytest.importorskip("uvicorn")
-anthropic = pytest.importorskip("anthropic")
-openai = pytest.importorskip("openai")
+import anthropic  # noqa: E402  (test extras: a missing client must fail, not skip)
+import openai  # noqa: E402
+import uvicorn  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
