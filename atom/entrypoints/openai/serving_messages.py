@@ -17,6 +17,7 @@ import json
 from typing import Any, AsyncIterator, Optional, Union
 
 from litestar import Request, Response, post
+from litestar.params import JSONBody
 from litestar.response import Stream
 from msgspec import Struct
 
@@ -299,7 +300,7 @@ def messages_handler(ctx: Any, chat_io: ChatIO):
     serving = ServingMessages(ctx, chat_io)
 
     @post("/messages", status_code=200, summary="Anthropic Messages API")
-    async def messages(data: MessagesRequest, request: Request) -> Response:
+    async def messages(data: JSONBody[MessagesRequest], request: Request) -> Response:
         return await serving.create(data, request, time.perf_counter())
 
     return messages
