@@ -124,14 +124,14 @@ def _chunk_text_chat(obj: dict[str, Any]) -> str:
     return (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "")
 
 
-async def _stream_openai(
-    inp: RequestFuncInput,
-    session: aiohttp.ClientSession,
-    payload: dict[str, Any],
-    chunk_text: Callable[[dict[str, Any]], str],
-) -> RequestFuncOutput:
+EventHandler = Callable[[dict[str, Any], float, "_Timer", RequestFuncOutput], None]
+
+
+async def _stream_events(inp: RequestFuncInput, session: aiohttp.ClientSession,
+                         payload: dict[str, Any], handle: EventHandler) -> RequestFuncOutput:
+    """The one streaming loop every SSE protocol shares: POST, fail on a non-200 or an error
+    event, hand each JSON event and its arrival time to the protocol's handler, then time."""
     out = RequestFuncOutput(prompt_len=inp.prompt_len)
-    parts: list[str] = []
     timer = _Timer(out)
     try:
         async with session.post(inp.api_url, json=payload, headers=_headers(inp)) as response:
@@ -145,18 +145,23 @@ async def _stream_openai(
                 if obj.get("error") and not obj.get("choices"):
                     out.error = json.dumps(obj["error"])[:500]
                     return out
-                if text := chunk_text(obj):
-                    timer.token_chunk(ts)
-                    parts.append(text)
-                usage = obj.get("usage") or {}
-                if usage.get("completion_tokens") is not None:
-                    out.output_tokens = int(usage["completion_tokens"])
-                    out.server_prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        out.generated_text = "".join(parts)
+                handle(obj, ts, timer, out)
         timer.finish()
     except Exception:
         _fail(out)
     return out
+
+
+def _openai_handler(chunk_text: Callable[[dict[str, Any]], str]) -> EventHandler:
+    def handle(obj: dict[str, Any], ts: float, timer: _Timer, out: RequestFuncOutput) -> None:
+        if text := chunk_text(obj):
+            timer.token_chunk(ts)
+            out.generated_text += text
+        usage = obj.get("usage") or {}
+        if usage.get("completion_tokens") is not None:
+            out.output_tokens = int(usage["completion_tokens"])
+            out.server_prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    return handle
 
 
 def _openai_common(inp: RequestFuncInput) -> dict[str, Any]:
@@ -182,7 +187,7 @@ async def async_request_openai_completions(
     if inp.logprobs is not None:
         payload["logprobs"] = inp.logprobs
     payload.update(inp.extra_body or {})
-    return await _stream_openai(inp, session, payload, _chunk_text_completions)
+    return await _stream_events(inp, session, payload, _openai_handler(_chunk_text_completions))
 
 
 async def async_request_openai_chat_completions(
@@ -196,7 +201,7 @@ async def async_request_openai_chat_completions(
         payload["logprobs"] = True
         payload["top_logprobs"] = inp.logprobs
     payload.update(inp.extra_body or {})
-    return await _stream_openai(inp, session, payload, _chunk_text_chat)
+    return await _stream_events(inp, session, payload, _openai_handler(_chunk_text_chat))
 
 
 async def async_request_tgi(
@@ -210,33 +215,19 @@ async def async_request_tgi(
     params: dict[str, Any] = {"max_new_tokens": inp.output_len, "do_sample": False, "details": True}
     payload: dict[str, Any] = {"inputs": inp.prompt, "parameters": params}
     params.update(inp.extra_body or {})
-    out = RequestFuncOutput(prompt_len=inp.prompt_len)
-    timer = _Timer(out)
-    parts: list[str] = []
-    try:
-        async with session.post(inp.api_url, json=payload, headers=_headers(inp)) as response:
-            if response.status != 200:
-                out.error = await _http_error(response)
-                return out
-            async for data, ts in iter_sse_data(response):
-                obj = json.loads(data)
-                if obj.get("error"):
-                    out.error = str(obj["error"])[:500]
-                    return out
-                token = obj.get("token") or {}
-                if not token.get("special", False):
-                    timer.token_chunk(ts)
-                    parts.append(token.get("text") or "")
-                details = obj.get("details") or {}
-                if details.get("generated_tokens") is not None:
-                    out.output_tokens = int(details["generated_tokens"])
-                if obj.get("generated_text") is not None:
-                    parts = [obj["generated_text"]]
-        out.generated_text = "".join(parts)
-        timer.finish()
-    except Exception:
-        _fail(out)
-    return out
+    return await _stream_events(inp, session, payload, _tgi_event)
+
+
+def _tgi_event(obj: dict[str, Any], ts: float, timer: _Timer, out: RequestFuncOutput) -> None:
+    token = obj.get("token") or {}
+    if not token.get("special", False):
+        timer.token_chunk(ts)
+        out.generated_text += token.get("text") or ""
+    details = obj.get("details") or {}
+    if details.get("generated_tokens") is not None:
+        out.output_tokens = int(details["generated_tokens"])
+    if obj.get("generated_text") is not None:
+        out.generated_text = obj["generated_text"]
 
 
 def _append_text(accumulated: str, new: str) -> str:
@@ -264,28 +255,13 @@ async def async_request_trt_llm(
     if inp.ignore_eos:
         payload["min_length"] = inp.output_len
     payload.update(inp.extra_body or {})
-    out = RequestFuncOutput(prompt_len=inp.prompt_len)
-    timer = _Timer(out)
-    text = ""
-    try:
-        async with session.post(inp.api_url, json=payload, headers=_headers(inp)) as response:
-            if response.status != 200:
-                out.error = await _http_error(response)
-                return out
-            async for data, ts in iter_sse_data(response):
-                obj = json.loads(data)
-                if obj.get("error"):
-                    out.error = str(obj["error"])[:500]
-                    return out
-                piece = obj.get("text_output")
-                if piece:
-                    timer.token_chunk(ts)
-                    text = _append_text(text, piece)
-        out.generated_text = text
-        timer.finish()
-    except Exception:
-        _fail(out)
-    return out
+    return await _stream_events(inp, session, payload, _trt_event)
+
+
+def _trt_event(obj: dict[str, Any], ts: float, timer: _Timer, out: RequestFuncOutput) -> None:
+    if piece := obj.get("text_output"):
+        timer.token_chunk(ts)
+        out.generated_text = _append_text(out.generated_text, piece)
 
 
 def _mii_text_and_tokens(body: Any) -> tuple[str, int]:
