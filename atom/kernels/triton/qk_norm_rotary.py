@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from atom.kernels.triton.rotary import pair_offsets
+
 
 @triton.jit
 def _norm_rotate_heads(ptr, w_ptr, tok, tok_stride, head_stride, n_heads, cos, sin, half, eps,
@@ -21,12 +23,7 @@ def _norm_rotate_heads(ptr, w_ptr, tok, tok_stride, head_stride, n_heads, cos, s
     i = tl.arange(0, HALF)[None, :]
     mask = (h < n_heads) & (i < half)
     base = ptr + tok * tok_stride + h * head_stride
-    if IS_NEOX:
-        off1 = i
-        off2 = i + half
-    else:
-        off1 = 2 * i
-        off2 = 2 * i + 1
+    off1, off2 = pair_offsets(i, half, IS_NEOX)
     x1 = tl.load(base + off1, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(base + off2, mask=mask, other=0.0).to(tl.float32)
     rstd = 1.0 / tl.sqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / (2 * half) + eps)

@@ -12,18 +12,22 @@ import triton.language as tl
 
 
 @triton.jit
+def pair_offsets(i, half, IS_NEOX: tl.constexpr):
+    """Offsets of the two elements rotary turns together: split halves (neox) or adjacent
+    pairs (gptj)."""
+    if IS_NEOX:
+        return i, i + half
+    return 2 * i, 2 * i + 1
+
+
+@triton.jit
 def _rotate_heads(ptr, tok, tok_stride, head_stride, n_heads, cos, sin, half,
                   IS_NEOX: tl.constexpr, HEADS: tl.constexpr, HALF: tl.constexpr):
     h = tl.arange(0, HEADS)[:, None]
     i = tl.arange(0, HALF)[None, :]
     mask = (h < n_heads) & (i < half)
     base = ptr + tok * tok_stride + h * head_stride
-    if IS_NEOX:
-        off1 = i
-        off2 = i + half
-    else:
-        off1 = 2 * i
-        off2 = 2 * i + 1
+    off1, off2 = pair_offsets(i, half, IS_NEOX)
     x1 = tl.load(base + off1, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(base + off2, mask=mask, other=0.0).to(tl.float32)
     o1 = x1 * cos - x2 * sin
