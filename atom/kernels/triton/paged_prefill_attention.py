@@ -14,6 +14,7 @@ import triton.language as tl
 
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.triton.dot_dtype import dot_dtype, dot_precision
+from atom.kernels.triton.paged_kv import paged_kv_offsets
 
 LOG2E = 1.4426950408889634
 
@@ -54,8 +55,8 @@ def _prefill_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, cu_q_ptr, ctx_ptr, bt_ptr,
         for start in range(lo, hi, BLOCK_N):
             n = start + tl.arange(0, BLOCK_N)
             n_mask = n < hi
-            blk = tl.load(bt_row + n // PAGE, mask=n_mask, other=0).to(tl.int64)
-            kv_off = blk * c_blk_stride + (n % PAGE) * c_tok_stride + kvh * c_head_stride
+            kv_off = paged_kv_offsets(bt_row, n, n_mask, kvh, c_blk_stride, c_tok_stride,
+                                      c_head_stride, PAGE)
             kv_mask = n_mask[:, None] & d_mask[None, :]
             k = tl.load(kc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
             qk = tl.dot(q, tl.trans(k.to(DOT)), input_precision=PREC) * qk_scale
