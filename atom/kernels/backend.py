@@ -61,18 +61,14 @@ def register(name: str):
 
 
 def resolve_backend_name(requested: str, device: torch.device) -> str:
-    """`auto`: aiter on ROCm when importable, triton on CUDA, torch on CPU."""
+    """`auto`: triton on a GPU (CUDA or ROCm), torch on CPU. aiter is taken only when asked for
+    by name, and no aiter kernels exist yet (see get_backend)."""
+    import importlib.util
+
     if requested != "auto":
         return requested
     if device.type != "cuda":
         return "torch"
-    if torch.version.hip is not None:
-        import importlib.util
-
-        if importlib.util.find_spec("aiter") is not None:
-            return "aiter"
-    import importlib.util
-
     return "triton" if importlib.util.find_spec("triton") is not None else "torch"
 
 
@@ -86,7 +82,8 @@ def get_backend(name: str) -> KernelBackend:
             import aiter  # noqa: F401
         except Exception as e:  # pragma: no cover - only on ROCm
             raise RuntimeError("aiter backend needs ROCm (import aiter failed: %s)" % e) from e
-        from atom.kernels import aiter_backend  # noqa: F401
+        raise NotImplementedError("the aiter kernel backend is not implemented yet; "
+                                  "use runtime.kernels=triton on ROCm")  # pragma: no cover
     if name not in _BACKENDS:
         raise ValueError(f"unknown kernel backend {name!r}; known: {sorted(_BACKENDS)}")
     return _BACKENDS[name]()

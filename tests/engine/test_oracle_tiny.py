@@ -41,7 +41,7 @@ def _hf_greedy(path, prompts):
 
 
 def _engine(path, **over):
-    args = [f"model=local", f"model.path={path}", "runtime=cpu", "load.progress_bar=false",
+    args = ["model=local", f"model.path={path}", "runtime=cpu", "load.progress_bar=false",
             "scheduler.max_num_batched_tokens=64", "kv_cache.block_size=16"]
     args += [f"{k}={v}" for k, v in over.items()]
     return atom.build_engine(atom.compose(args))

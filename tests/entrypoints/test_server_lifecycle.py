@@ -2,15 +2,11 @@
 metrics work over HTTP."""
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import httpx
-import openai
 import pytest
 
-from srv_process import API_KEY, ServerProcess, synthetic_args
 
 
 def metric(base_url: str, name: str) -> float:

@@ -3,7 +3,6 @@ local dataset file against the live server (no hub), and score what the server s
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -2,7 +2,6 @@
 detailed annotation and the offline profiling example."""
 import gzip
 import json
-import os
 
 import pytest
 import torch

@@ -1,7 +1,7 @@
 """POST /v1/completions: prompt (text or token ids, one or a batch) → text, streamed or whole."""
 from __future__ import annotations
 
-from typing import AsyncIterator, Optional, Union
+from typing import AsyncIterator
 
 from litestar import Request, Response
 from litestar.response import Stream

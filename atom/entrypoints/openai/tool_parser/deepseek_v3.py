@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from atom.entrypoints.openai.tool_parser.grammar import could_become, valid_name
+from atom.entrypoints.openai.tool_parser.grammar import read_section, valid_name
 from atom.entrypoints.openai.tool_parser.partial_json import read_json, skip_ws
 from atom.entrypoints.openai.tool_parser.region import ParsedCall, RegionParse, ToolFormat
 
@@ -30,24 +30,7 @@ class DeepSeekV3Format(ToolFormat):
 
     @classmethod
     def parse_region(cls, region: str, at_end: bool) -> Optional[RegionParse]:
-        calls: list[ParsedCall] = []
-        pos = len(SECTION_OPEN)
-        while True:
-            p = skip_ws(region, pos)
-            if region.startswith(SECTION_CLOSE, p):
-                return RegionParse(tuple(calls), 0, p + len(SECTION_CLOSE))
-            if not region.startswith(CALL_BEGIN, p):
-                rest = region[p:]
-                if rest and not could_become(rest, (SECTION_CLOSE, CALL_BEGIN)):
-                    return None
-                return RegionParse(tuple(calls)) if calls else None
-            entry = _entry(region, p + len(CALL_BEGIN), at_end)
-            if entry is None:
-                return RegionParse(tuple(calls)) if calls else None
-            call, pos = entry
-            calls.append(call)
-            if not call.complete:
-                return RegionParse(tuple(calls))
+        return read_section(region, len(SECTION_OPEN), (SECTION_CLOSE,), CALL_BEGIN, _entry, at_end)
 
 
 def _entry(region: str, pos: int, at_end: bool) -> Optional[tuple[ParsedCall, int]]:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Optional
+from typing import Callable, Optional
 
 from atom.entrypoints.openai.tool_parser.partial_json import skip_ws
+from atom.entrypoints.openai.tool_parser.region import ParsedCall, RegionParse
 
 _NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
 _ATTR = re.compile(r'\s*([A-Za-z_][\w\-]*)\s*=\s*"([^"]*)"')
@@ -94,3 +95,29 @@ def trim_one_newline(value: str) -> str:
     if value.endswith("\n"):
         value = value[:-1]
     return value
+
+
+def read_section(region: str, pos: int, closers: tuple[str, ...], call_begin: str,
+                 entry: Callable[[str, int, bool], Optional[tuple[ParsedCall, int]]],
+                 at_end: bool) -> Optional[RegionParse]:
+    """The entry loop of a section-shaped region (Kimi-K2, DeepSeek-V3): entries each opened by
+    `call_begin` until one of `closers`. `entry` reads one entry after its opener and returns the
+    call and where it ended, or None while it is not legible yet."""
+    calls: list[ParsedCall] = []
+    while True:
+        p = skip_ws(region, pos)
+        closer = next((c for c in closers if region.startswith(c, p)), None)
+        if closer is not None:
+            return RegionParse(tuple(calls), 0, p + len(closer))
+        if not region.startswith(call_begin, p):
+            rest = region[p:]
+            if rest and not could_become(rest, closers + (call_begin,)):
+                return None
+            return RegionParse(tuple(calls)) if calls else None
+        read = entry(region, p + len(call_begin), at_end)
+        if read is None:
+            return RegionParse(tuple(calls)) if calls else None
+        call, pos = read
+        calls.append(call)
+        if not call.complete:
+            return RegionParse(tuple(calls))

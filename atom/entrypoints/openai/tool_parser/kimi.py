@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from atom.entrypoints.openai.tool_parser.grammar import could_become, valid_name
-from atom.entrypoints.openai.tool_parser.partial_json import read_json, skip_ws
+from atom.entrypoints.openai.tool_parser.grammar import read_section, valid_name
+from atom.entrypoints.openai.tool_parser.partial_json import read_json
 from atom.entrypoints.openai.tool_parser.region import ParsedCall, RegionParse, ToolFormat
 
 SECTION_OPENERS = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
@@ -29,25 +29,7 @@ class KimiFormat(ToolFormat):
     @classmethod
     def parse_region(cls, region: str, at_end: bool) -> Optional[RegionParse]:
         opener = next(o for o in SECTION_OPENERS if region.startswith(o))
-        calls: list[ParsedCall] = []
-        pos = len(opener)
-        while True:
-            p = skip_ws(region, pos)
-            closer = next((c for c in SECTION_CLOSERS if region.startswith(c, p)), None)
-            if closer is not None:
-                return RegionParse(tuple(calls), 0, p + len(closer))
-            if not region.startswith(CALL_BEGIN, p):
-                rest = region[p:]
-                if rest and not could_become(rest, SECTION_CLOSERS + (CALL_BEGIN,)):
-                    return None
-                return RegionParse(tuple(calls)) if calls else None
-            entry = _entry(region, p + len(CALL_BEGIN), at_end)
-            if entry is None:
-                return RegionParse(tuple(calls)) if calls else None
-            call, pos = entry
-            calls.append(call)
-            if not call.complete:
-                return RegionParse(tuple(calls))
+        return read_section(region, len(opener), SECTION_CLOSERS, CALL_BEGIN, _entry, at_end)
 
 
 def _entry(region: str, pos: int, at_end: bool) -> Optional[tuple[ParsedCall, int]]:
