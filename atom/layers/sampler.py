@@ -5,6 +5,8 @@ noise from its own generator and samples the same tokens alone or inside any bat
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -89,6 +91,7 @@ def sample(logits: torch.Tensor, sb: SamplingBatch) -> torch.Tensor:
     return torch.where(sb.temperatures == 0, greedy, sampled)
 
 
+@functools.cache
 def _gpu_sampler_available() -> bool:
     import importlib.util
 
