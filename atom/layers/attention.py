@@ -9,6 +9,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from atom.layers.attention_op import paged_attention
 from atom.runner.forward_context import backend, current
 
 
@@ -20,7 +21,13 @@ class PagedAttention(nn.Module):
         self.scale, self.layer_idx, self.sliding_window = scale, layer_idx, sliding_window
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """q: [T, Hq, D], k/v: [T, Hk, D] → [T, Hq*D]."""
+        """q: [T, Hq, D], k/v: [T, Hk, D] → [T, Hq*D]. Under torch.compile the body is one opaque
+        op (attention_op.py): traced, its per-step context would recompile every step."""
+        if torch.compiler.is_compiling():
+            return paged_attention(q, k, v, self.layer_idx)
+        return self._forward_impl(q, k, v)
+
+    def _forward_impl(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         ctx = current()
         assert ctx is not None, "attention needs a forward context (set by the model runner)"
         k_cache, v_cache = ctx.kv_caches[self.layer_idx]
