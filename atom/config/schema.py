@@ -66,6 +66,8 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 16384
     max_num_seqs: int = 512
     delay_factor: float = 0.0
+    # Build step N+1 on the host while step N runs on the device; None = on for GPUs only.
+    async_scheduling: Optional[bool] = None
 
 
 @dataclass

@@ -6,14 +6,25 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from atom.config.schema import Config
 from atom.model_engine.messages import EngineRequest, EngineStats, StepOutput
-from atom.model_engine.scheduler import Scheduler
+from atom.model_engine.scheduler import ScheduledBatch, Scheduler
 from atom.model_engine.sequence import Sequence
 
+if TYPE_CHECKING:
+    from atom.runner.launched_step import LaunchedStep
+
 log = logging.getLogger("atom.engine")
+
+
+def async_scheduling_enabled(cfg: Config, device: Any) -> bool:
+    """`scheduler.async_scheduling`: None (auto) overlaps on a GPU only; on CPU the "device" is
+    the host itself, so there is nothing to overlap and the extra step of a stopped sequence
+    would be pure waste."""
+    flag = cfg.scheduler.async_scheduling
+    return device.type == "cuda" if flag is None else bool(flag)
 
 
 class RequestRejected(ValueError):
@@ -33,6 +44,8 @@ class EngineCore:
                                    self.max_model_len)
         self.seqs: dict[str, Sequence] = {}
         self._pending: list[StepOutput] = []
+        self.async_scheduling = async_scheduling_enabled(cfg, self.runner.device)
+        self._inflight: Optional[tuple[ScheduledBatch, LaunchedStep]] = None
         self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks)
         self._last_log = time.perf_counter()
         self._tokens_since_log = 0
@@ -61,27 +74,51 @@ class EngineCore:
                                             num_prompt_tokens=seq.num_prompt_tokens))
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished() or bool(self._pending)
+        return (self.scheduler.has_unfinished() or bool(self._pending)
+                or self._inflight is not None)
 
     # -- one step ---------------------------------------------------------------------------------
     def step(self) -> list[StepOutput]:
+        """Schedule and queue a step, then report the previous one. With async scheduling the
+        device runs step N while the host reads step N-1's tokens and builds step N+1; without
+        it (or when penalties need every token on the host) each step is resolved at once."""
         outputs, self._pending = self._pending, []
+        if self._inflight is not None and not self._may_overlap():
+            outputs += self._resolve()
         batch = self.scheduler.schedule()
-        if not batch.seqs:
-            return outputs
-        if self.runner.profiler.active:
-            import torch
+        launched = self._launch(batch) if batch.seqs else None
+        if self._inflight is not None:
+            outputs += self._resolve()
+        if launched is not None:
+            self.scheduler.advance(batch, launched.rows)
+            self._inflight = (batch, launched)
+            if not self.async_scheduling:
+                outputs += self._resolve()
+            self._stats.num_steps += 1
+        self._maybe_log()
+        return outputs
 
-            with torch.profiler.record_function(self._step_label(batch)):
-                sampled, logprobs = self.runner.execute(batch)
-        else:
-            sampled, logprobs = self.runner.execute(batch)
-        touched = self.scheduler.postprocess(batch, sampled)
-        index = {id(s): i for i, s in enumerate(batch.seqs)} if logprobs else None
-        for seq in touched:
+    def _may_overlap(self) -> bool:
+        return self.async_scheduling and not any(s.params.uses_penalties
+                                                 for s in self.scheduler.running)
+
+    def _launch(self, batch: ScheduledBatch) -> LaunchedStep:
+        if not self.runner.profiler.active:
+            return self.runner.launch(batch)
+        import torch
+
+        with torch.profiler.record_function(self._step_label(batch)):
+            return self.runner.launch(batch)
+
+    def _resolve(self) -> list[StepOutput]:
+        assert self._inflight is not None
+        (batch, launched), self._inflight = self._inflight, None
+        sampled, logprobs = launched.result()
+        outputs = []
+        for i, seq in self.scheduler.resolve(batch, sampled):
             new = seq.token_ids[seq.num_prompt_tokens + seq.num_emitted:]
             seq.num_emitted += len(new)
-            lp = logprobs.get(index[id(seq)]) if index else None
+            lp = logprobs.get(i)
             outputs.append(StepOutput(
                 request_id=seq.request_id, new_token_ids=new, finished=seq.is_finished,
                 finish_reason=seq.finish_reason, num_prompt_tokens=seq.num_prompt_tokens,
@@ -90,8 +127,6 @@ class EngineCore:
                 self.seqs.pop(seq.request_id, None)
             self._stats.generation_tokens_total += len(new)
             self._tokens_since_log += len(new)
-        self._stats.num_steps += 1
-        self._maybe_log()
         return outputs
 
     @staticmethod

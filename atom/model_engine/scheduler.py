@@ -14,7 +14,7 @@ from typing import Optional
 
 from atom.config.schema import Config
 from atom.model_engine.block_manager import BlockManager
-from atom.model_engine.sequence import Sequence, SequenceStatus
+from atom.model_engine.sequence import PENDING_TOKEN, Sequence, SequenceStatus
 
 
 @dataclass
@@ -98,6 +98,9 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
+            if seq.has_pending_token and self._reaches_length(seq):
+                i += 1  # its pending token is its last: it finishes when that step resolves
+                continue
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
             while not self.blocks.try_allocate(seq, seq.num_computed_tokens + n):
                 victim = self.running[-1]
@@ -147,26 +150,35 @@ class Scheduler:
             self._last_prompt_latency = now - self._last_prompt_time if self._last_prompt_time else 0.0
             self._last_prompt_time = now
 
-    # -- after the forward ----------------------------------------------------------------------
-    def postprocess(self, batch: ScheduledBatch, sampled: dict[int, list[int]]) -> list[Sequence]:
-        """Advance computed counts, append sampled tokens, finish sequences. `sampled` maps a
-        batch index to its new tokens. Returns the sequences that advanced or finished."""
-        touched = []
+    # -- after the launch, and after the result ------------------------------------------------
+    def advance(self, batch: ScheduledBatch, sampling_rows: list[int]) -> None:
+        """Right after a step is queued: its tokens count as computed, and each sampling row gets
+        a PENDING_TOKEN until `resolve` reads the real one, so the next step can be scheduled
+        (and its input read on the device) while this one still runs."""
+        rows = set(sampling_rows)
         for i, seq in enumerate(batch.seqs):
             if seq.status != SequenceStatus.RUNNING:
                 continue
             seq.num_computed_tokens += batch.num_new_tokens[i]
+            if i in rows:
+                seq.token_ids.append(PENDING_TOKEN)
             self.blocks.commit_full_blocks(seq)
-            new = sampled.get(i)
-            if new is None:
+
+    def resolve(self, batch: ScheduledBatch,
+                 sampled: dict[int, list[int]]) -> list[tuple[int, Sequence]]:
+        """When a step's tokens are on the host: replace the pending tokens, finish sequences
+        that stopped. Returns (batch index, sequence) of those that got a token."""
+        touched = []
+        for i, tokens in sampled.items():
+            seq = batch.seqs[i]
+            if seq.is_finished:  # aborted, or stopped one step earlier (its extra token is dropped)
                 continue
-            for tok in new:
-                seq.token_ids.append(tok)
-                reason = self._stop_reason(seq, tok)
-                if reason is not None:
-                    self._finish(seq, reason)
-                    break
-            touched.append(seq)
+            assert seq.has_pending_token, seq
+            seq.token_ids[-1] = tokens[0]
+            reason = self._stop_reason(seq, tokens[0])
+            if reason is not None:
+                self._finish(seq, reason)
+            touched.append((i, seq))
         return touched
 
     def _stop_reason(self, seq: Sequence, tok: int) -> Optional[str]:
@@ -175,6 +187,9 @@ class Scheduler:
             return "stop"
         if p.stop_token_ids and tok in p.stop_token_ids:
             return "stop"
-        if seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+        if self._reaches_length(seq):
             return "length"
         return None
+
+    def _reaches_length(self, seq: Sequence) -> bool:
+        return seq.num_output_tokens >= seq.params.max_tokens or seq.num_tokens >= self.max_model_len

@@ -6,6 +6,10 @@ from typing import Optional
 
 from atom.sampling_params import SamplingParams
 
+# Stands in for a token the device has sampled but the host has not read yet (async scheduling):
+# always the last token of a sequence, replaced when its step is resolved.
+PENDING_TOKEN = -1
+
 
 class SequenceStatus(Enum):
     WAITING = auto()
@@ -47,6 +51,10 @@ class Sequence:
     @property
     def output_token_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def has_pending_token(self) -> bool:
+        return self.token_ids[-1] == PENDING_TOKEN
 
     @property
     def is_finished(self) -> bool:

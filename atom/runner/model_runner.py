@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -15,6 +16,7 @@ from atom.layers.sampler import PenaltyBatch, SamplingBatch, compute_logprobs, s
 from atom.loader.model_loader import build_model
 from atom.model_engine.messages import TokenLogprob
 from atom.model_engine.scheduler import ScheduledBatch
+from atom.model_engine.sequence import PENDING_TOKEN
 from atom.models.hf_config import load_hf_config
 from atom.models.llama import head_dim_of
 from atom.runner import forward_context
@@ -22,10 +24,24 @@ from atom.runner.annotation import annotate
 from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from atom.runner.distributed import tp_size
 from atom.runner.forward_context import ForwardContext
+from atom.runner.host_staging import HostStager
 from atom.runner.kv_cache import KVLayout, allocate, kv_dtype, num_blocks_for
+from atom.runner.launched_step import LaunchedStep
 from atom.runner.profiler import StepProfiler
 
 log = logging.getLogger("atom.runner")
+
+
+@dataclass
+class StepInputs:
+    """One step's device inputs (prepare's output)."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    rows: list[int]  # batch indices that sample a token this step
+    logits_idx: torch.Tensor  # [len(rows)] the token index of each sampling row
+    sampling: SamplingBatch
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -79,6 +95,9 @@ class ModelRunner:
                  self.num_blocks, self.block_size, self.num_blocks * self.block_size,
                  self.layout.dtype, self.num_blocks * self.layout.bytes_per_block / 2**30, backend_name)
         self.profiler = StepProfiler(cfg.profiler.torch_profiler_dir)
+        self.stager = HostStager(self.device)
+        self._last_tokens: Optional[torch.Tensor] = None  # the previous step's sampled tokens
+        self._last_row_of: dict[int, int] = {}  # id(seq) → its row in _last_tokens
         self.graphs = self._capture_graphs()
 
     def _capture_graphs(self):
@@ -133,10 +152,12 @@ class ModelRunner:
         torch.cuda.synchronize()
 
     # -- one step ---------------------------------------------------------------------------
-    def prepare(self, batch: ScheduledBatch):
-        """Host lists → device tensors for one step. Built with numpy: at 256 decoding sequences
-        with 2k-token contexts the nested-list torch.tensor of the block tables alone cost more
-        than the GPU forward of a small model."""
+    def prepare(self, batch: ScheduledBatch) -> StepInputs:
+        """Host lists → device tensors for one step, in one pinned copy (host_staging.py). Built
+        with numpy: at 256 decoding sequences with 2k-token contexts the nested-list
+        torch.tensor of the block tables alone cost more than the GPU forward of a small model.
+        A token still being sampled by the previous step (PENDING_TOKEN) is read from that
+        step's device output instead (async scheduling)."""
         bs = self.block_size
         seqs = batch.seqs
         q_lens = list(batch.num_new_tokens)
@@ -146,9 +167,9 @@ class ModelRunner:
         tables = np.full((len(seqs), max(widths)), -1, dtype=np.int32)
         flat = np.fromiter(itertools.chain.from_iterable(s.block_table for s in seqs),
                            dtype=np.int32, count=sum(widths))
-        rows = np.repeat(np.arange(len(seqs)), widths)
+        rows_of_blocks = np.repeat(np.arange(len(seqs)), widths)
         cols = np.arange(flat.size) - np.repeat(np.cumsum(widths) - widths, widths)
-        tables[rows, cols] = flat
+        tables[rows_of_blocks, cols] = flat
         cu = np.zeros(len(seqs) + 1, dtype=np.int32)
         np.cumsum(q_lens, out=cu[1:])
         if cu[-1] == len(seqs):  # decode: one token per sequence, fully vectorised
@@ -164,56 +185,71 @@ class ModelRunner:
                 count=int(cu[-1]))
             seq_of_tok = np.repeat(np.arange(len(seqs)), q_lens)
         slots = tables[seq_of_tok, pos // bs].astype(np.int64) * bs + pos % bs
-        sample_rows = [i for i in range(len(seqs)) if batch.samples(i)]
-        logits_idx = [int(cu[i + 1]) - 1 for i in sample_rows]
-        dev = self.device
+        rows = [i for i in range(len(seqs)) if batch.samples(i)]
+        logits_idx = cu[1:][rows].astype(np.int64) - 1
+        pending = np.flatnonzero(ids == PENDING_TOKEN)
+        src = self._pending_sources(seqs, seq_of_tok[pending])
+        params = [seqs[i].params for i in rows]
+        temps = np.fromiter((p.temperature for p in params), dtype=np.float32, count=len(rows))
+        top_ks = np.fromiter((p.top_k if p.top_k > 0 else self.hf.vocab_size for p in params),
+                             dtype=np.int64, count=len(rows))
+        top_ps = np.fromiter((p.top_p for p in params), dtype=np.float32, count=len(rows))
+        (ids_d, pos_d, cu_d, ctx_d, tables_d, slots_d, idx_d, pend_d, src_d, temps_d, ks_d,
+         ps_d) = self.stager.stage(ids, pos, cu, np.asarray(ctx, dtype=np.int32), tables, slots,
+                                   logits_idx, pending.astype(np.int64), src, temps, top_ks, top_ps)
+        if pending.size:
+            ids_d.index_copy_(0, pend_d, self._last_tokens.index_select(0, src_d))
         meta = AttentionMetadata(
-            cu_seqlens_q=torch.from_numpy(cu).to(dev),
-            context_lens=torch.tensor(ctx, dtype=torch.int32, device=dev),
-            block_tables=torch.from_numpy(tables).to(dev),
-            slot_mapping=torch.from_numpy(slots).to(dev),
+            cu_seqlens_q=cu_d, context_lens=ctx_d, block_tables=tables_d, slot_mapping=slots_d,
             max_q_len=max(q_lens), max_context_len=max(ctx), is_decode=max(q_lens) == 1,
             q_lens_cpu=q_lens, context_lens_cpu=ctx)
-        return (torch.from_numpy(ids).to(dev), torch.from_numpy(pos).to(dev), meta, sample_rows,
-                logits_idx)
+        sampling = self._sampling_batch(batch, rows, temps_d, ks_d, ps_d)
+        return StepInputs(ids_d, pos_d, meta, rows, idx_d, sampling)
+
+    def _pending_sources(self, seqs: list, seq_rows: np.ndarray) -> np.ndarray:
+        """Where each pending token sits in the previous step's sampled-token tensor."""
+        try:
+            return np.fromiter((self._last_row_of[id(seqs[r])] for r in seq_rows), dtype=np.int64,
+                               count=seq_rows.size)
+        except KeyError:
+            raise RuntimeError("a pending token does not come from the previous step: the engine "
+                               "must resolve a step before scheduling twice past it") from None
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-                logits_idx: list[int]) -> torch.Tensor:
+                logits_idx: torch.Tensor) -> torch.Tensor:
+        """Logits of the rows in logits_idx (token indices, on the device)."""
         b = input_ids.shape[0]
         if meta.is_decode and self.graphs is not None and self.graphs.fits(b):
             logits = self.graphs.replay(input_ids, positions, meta)
-            if len(logits_idx) == b:
+            if logits_idx.shape[0] == b:
                 return logits
-            return logits.index_select(0, torch.tensor(logits_idx, device=self.device))
+            return logits.index_select(0, logits_idx)
         with forward_context.forward_context(ForwardContext(meta, self.kv_caches, self.kv_scales)):
             hidden = self.model(input_ids, positions)
-            idx = torch.tensor(logits_idx, dtype=torch.long, device=self.device)
-            return self.model.compute_logits(hidden.index_select(0, idx))
+            return self.model.compute_logits(hidden.index_select(0, logits_idx))
 
-    def _sampling_batch(self, batch: ScheduledBatch, rows: list[int]) -> SamplingBatch:
+    def _sampling_batch(self, batch: ScheduledBatch, rows: list[int], temps: torch.Tensor,
+                        top_ks: torch.Tensor, top_ps: torch.Tensor) -> SamplingBatch:
         seqs = [batch.seqs[i] for i in rows]
-        dev = self.device
-        temps = torch.tensor([s.params.temperature for s in seqs], dtype=torch.float32, device=dev)
-        vocab = self.hf.vocab_size
-        top_ks = [s.params.top_k if s.params.top_k > 0 else vocab for s in seqs]
-        top_ps = [s.params.top_p for s in seqs]
+        params = [s.params for s in seqs]
         gens = []
         for s in seqs:
             if s.params.seed is not None and s.params.temperature > 0 and s.generator is None:
-                s.generator = torch.Generator(device=dev).manual_seed(s.params.seed)
+                s.generator = torch.Generator(device=self.device).manual_seed(s.params.seed)
             gens.append(s.generator if s.params.seed is not None else None)
-        penalties = self._penalties(seqs) if any(s.params.uses_penalties for s in seqs) else None
+        penalties = self._penalties(seqs) if any(p.uses_penalties for p in params) else None
         return SamplingBatch(
             temperatures=temps,
-            top_ks=torch.tensor(top_ks, device=dev) if any(k < vocab for k in top_ks) else None,
-            top_ps=torch.tensor(top_ps, device=dev) if any(p < 1.0 for p in top_ps) else None,
-            generators=gens, all_greedy=all(s.params.temperature == 0 for s in seqs),
+            top_ks=top_ks if any(0 < p.top_k < self.hf.vocab_size for p in params) else None,
+            top_ps=top_ps if any(p.top_p < 1.0 for p in params) else None,
+            generators=gens, all_greedy=all(p.temperature == 0 for p in params),
             penalties=penalties,
-            max_logprobs=max((s.params.logprobs for s in seqs if s.params.logprobs is not None),
-                             default=-1))
+            max_logprobs=max((p.logprobs for p in params if p.logprobs is not None), default=-1))
 
     def _penalties(self, seqs) -> PenaltyBatch:
+        """Built from host token lists, so the engine resolves every step before one that
+        needs penalties (see EngineCore.step)."""
         dev, vocab = self.device, self.hf.vocab_size
         counts = torch.zeros(len(seqs), vocab, device=dev)
         seen = torch.zeros(len(seqs), vocab, dtype=torch.bool, device=dev)
@@ -226,30 +262,31 @@ class ModelRunner:
         return PenaltyBatch(counts, seen, f("presence_penalty"), f("frequency_penalty"),
                             f("repetition_penalty"))
 
-    def execute(self, batch: ScheduledBatch) -> tuple[dict[int, list[int]], dict[int, TokenLogprob]]:
-        """Run one step. Returns (batch index → sampled tokens, batch index → logprob record)."""
-        input_ids, positions, meta, rows, logits_idx = self.prepare(batch)
-        with annotate(self.profiler.active, meta.q_lens_cpu or [], meta.context_lens_cpu or []):
-            return self._execute(batch, input_ids, positions, meta, rows, logits_idx)
+    def launch(self, batch: ScheduledBatch) -> LaunchedStep:
+        """Queue one step (inputs, forward, sampling) on the device without waiting for it."""
+        inputs = self.prepare(batch)
+        with annotate(self.profiler.active, inputs.meta.q_lens_cpu or [],
+                      inputs.meta.context_lens_cpu or []):
+            step = self._launch(batch, inputs)
+        self._last_tokens = step.tokens
+        self._last_row_of = {id(batch.seqs[row]): r for r, row in enumerate(step.rows)}
+        return step
 
-    def _execute(self, batch: ScheduledBatch, input_ids: torch.Tensor, positions: torch.Tensor,
-                 meta: AttentionMetadata, rows: list[int], logits_idx: list[int]):
-        if not rows:
-            self.forward(input_ids, positions, meta, [0])
-            return {}, {}
-        logits = self.forward(input_ids, positions, meta, logits_idx)
-        sb = self._sampling_batch(batch, rows)
+    def execute(self, batch: ScheduledBatch) -> tuple[dict[int, list[int]], dict[int, TokenLogprob]]:
+        """Run one step and wait for it: (batch index → sampled tokens, → logprob record)."""
+        return self.launch(batch).result()
+
+    def _launch(self, batch: ScheduledBatch, inputs: StepInputs) -> LaunchedStep:
+        if not inputs.rows:
+            first = torch.zeros(1, dtype=torch.long, device=self.device)
+            self.forward(inputs.input_ids, inputs.positions, inputs.meta, first)
+            return LaunchedStep([], None)
+        logits = self.forward(inputs.input_ids, inputs.positions, inputs.meta, inputs.logits_idx)
+        sb = inputs.sampling
         tokens = sample(logits, sb)
-        token_list = tokens.tolist()
-        sampled = {row: [tok] for row, tok in zip(rows, token_list)}
-        logprobs: dict[int, TokenLogprob] = {}
-        if sb.max_logprobs >= 0:
-            chosen, top = compute_logprobs(logits, tokens, sb.max_logprobs)
-            for r, row in enumerate(rows):
-                k = batch.seqs[row].params.logprobs
-                if k is None:
-                    continue
-                alts = [] if top is None else list(zip(top.indices[r, :k].tolist(),
-                                                       top.values[r, :k].tolist()))
-                logprobs[row] = TokenLogprob(token_list[r], float(chosen[r]), alts)
-        return sampled, logprobs
+        if sb.max_logprobs < 0:
+            return LaunchedStep(inputs.rows, tokens)
+        chosen, top = compute_logprobs(logits, tokens, sb.max_logprobs)
+        ks = [batch.seqs[row].params.logprobs for row in inputs.rows]
+        return LaunchedStep(inputs.rows, tokens, ks, chosen,
+                            None if top is None else (top.values, top.indices))
