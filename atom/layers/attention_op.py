@@ -38,19 +38,25 @@ def bound_layers(layers: Mapping[int, "PagedAttention"]) -> Iterator[None]:
 
 
 @torch.library.custom_op("atom::paged_attention", mutates_args=())
-def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    layer_idx: int) -> torch.Tensor:
-    """The layer's eager attention. It also writes k/v into the layer's KV cache: that cache lives
-    in the forward context, never among the op's arguments, so no tensor the graph holds is
-    mutated and the op can be declared functional."""
+def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+                    cos_sin_cache: torch.Tensor, is_neox: bool,
+                    q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor],
+                    norm_eps: float, layer_idx: int) -> torch.Tensor:
+    """`PagedAttention.forward`'s arguments, then the layer's index. It also writes k/v into the
+    layer's KV cache: that cache lives in the forward context, never among the op's arguments, so
+    no tensor the graph holds is mutated and the op can be declared functional."""
     if _LAYERS is None:
         raise RuntimeError("atom::paged_attention ran outside a compiled forward "
                            "(atom.runner.compile binds the model's attention layers)")
-    return _LAYERS[layer_idx]._forward_impl(q, k, v)
+    return _LAYERS[layer_idx]._forward_impl(q, k, v, positions, cos_sin_cache, is_neox,
+                                            q_norm_weight, k_norm_weight, norm_eps)
 
 
 @paged_attention.register_fake
 def _paged_attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          positions: torch.Tensor, cos_sin_cache: torch.Tensor, is_neox: bool,
+                          q_norm_weight: Optional[torch.Tensor],
+                          k_norm_weight: Optional[torch.Tensor], norm_eps: float,
                           layer_idx: int) -> torch.Tensor:
     """One row per token, the heads flattened: [T, Hq, D] → [T, Hq*D]."""
     return q.new_empty((q.shape[0], math.prod(q.shape[1:])))

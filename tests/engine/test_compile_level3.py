@@ -1,0 +1,183 @@
+"""runtime.level=3: the compiled forward matches eager, compiles once for every token count, and
+the attention custom op runs the layer's own body (torch reference backend, CPU, fp32)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from atom.config.compose import compose
+from atom.kernels.backend import get_backend
+from atom.kernels.metadata import AttentionMetadata
+from atom.layers.attention_op import bound_layers, paged_attention
+from atom.loader.model_loader import build_model
+from atom.models.hf_config import load_hf_config
+from atom.models.llama import head_dim_of
+from atom.runner import forward_context
+from atom.runner.compile import CompiledForward, compile_forward, compiles
+from atom.runner.forward_context import ForwardContext
+from atom.runner.kv_cache import KVLayout, allocate
+
+BLOCK, BLOCKS_PER_SEQ = 16, 4
+CPU = torch.device("cpu")
+
+
+def _config(model: str, *overrides: str):
+    return compose([f"model={model}", "load=dummy", "runtime=cpu", *overrides])
+
+
+def _model(name: str) -> torch.nn.Module:
+    cfg = _config(name)
+    forward_context.set_backend(get_backend("torch"))
+    return build_model(cfg, load_hf_config(cfg), CPU, torch.float32)
+
+
+@dataclass
+class _Batch:
+    """Sequences with their own blocks of a fresh KV cache, stepped the way the runner steps them."""
+
+    model: torch.nn.Module
+    num_seqs: int
+    caches: list = field(init=False)
+    scales: list = field(init=False)
+    lens: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        hf = self.model.hf_config
+        layout = KVLayout(hf.num_hidden_layers, hf.num_key_value_heads, head_dim_of(hf), BLOCK,
+                          torch.float32)
+        _, self.caches, self.scales = allocate(layout, self.num_seqs * BLOCKS_PER_SEQ, CPU)
+        self.lens = [0] * self.num_seqs
+
+    def step(self, forward, new_tokens: dict[int, list[int]]) -> torch.Tensor:
+        """Runs `forward` over the new tokens of the sequences named; last-token logits per seq."""
+        seqs = sorted(new_tokens)
+        q_lens = [len(new_tokens[s]) for s in seqs]
+        starts = [self.lens[s] for s in seqs]
+        ctx = [st + n for st, n in zip(starts, q_lens)]
+        pos = torch.cat([torch.arange(st, c) for st, c in zip(starts, ctx)])
+        tables = torch.stack([torch.arange(s * BLOCKS_PER_SEQ, (s + 1) * BLOCKS_PER_SEQ)
+                              for s in seqs]).int()
+        seq_of_tok = torch.repeat_interleave(torch.arange(len(seqs)), torch.tensor(q_lens))
+        slots = tables[seq_of_tok, pos // BLOCK].long() * BLOCK + pos % BLOCK
+        cu = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+        meta = AttentionMetadata(cu, torch.tensor(ctx, dtype=torch.int32), tables, slots,
+                                 max(q_lens), max(ctx), max(q_lens) == 1, q_lens, ctx)
+        ids = torch.tensor([t for s in seqs for t in new_tokens[s]])
+        with torch.inference_mode(), forward_context.forward_context(
+                ForwardContext(meta, self.caches, self.scales)):
+            hidden = forward(ids, pos)
+            logits = self.model.compute_logits(hidden[cu[1:].long() - 1])
+        for s, c in zip(seqs, ctx):
+            self.lens[s] = c
+        return logits
+
+
+def _schedule(vocab: int) -> list[dict[int, list[int]]]:
+    """Prefill of three prompts, decodes of 3, 2 and 1 sequences, then a late prefill chunk on
+    top of a cached context beside decodes: every token count the runner produces."""
+    g = torch.Generator().manual_seed(0)
+    prompt = lambda n: torch.randint(3, vocab, (n,), generator=g).tolist()
+    tok = lambda: prompt(1)
+    steps = [{0: prompt(5), 1: prompt(11), 2: prompt(3)}]
+    steps += [{0: tok(), 1: tok(), 2: tok()} for _ in range(2)]
+    steps += [{0: tok(), 2: tok()}, {1: tok()}, {1: tok()}]
+    steps += [{0: prompt(7), 1: tok(), 2: tok()}, {0: tok(), 1: tok(), 2: tok()}]
+    return steps
+
+
+class _CountingBackend:
+    """aot_eager that counts the graphs dynamo hands it: one per compile."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs):
+        self.graphs += 1
+        return torch._dynamo.backends.registry.lookup_backend("aot_eager")(gm, example_inputs)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Dynamo's caches are per code object: another test's compiled model must not count here."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name,compiler", [("tiny_qwen3", "inductor"), ("tiny_llama", "aot_eager")])
+def test_level3_logits_match_eager(name, compiler):
+    """Inductor (what the GPU runs) builds two C++ graphs on CPU, ~30 s on two cores: once, on
+    the Qwen3 shape (q/k norm). Llama's rotary scaling and plain q/k take aot_eager, which
+    traces and functionalises the same way without the C++ build."""
+    model = _model(name)
+    compiled = CompiledForward(model, compiler)
+    eager_batch, compiled_batch = _Batch(model, 3), _Batch(model, 3)
+    for new in _schedule(model.hf_config.vocab_size):
+        want = eager_batch.step(model, new)
+        got = compiled_batch.step(compiled, new)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for (kw, vw), (kg, vg) in zip(eager_batch.caches, compiled_batch.caches):
+        torch.testing.assert_close(kg, kw, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(vg, vw, rtol=1e-5, atol=1e-5)
+
+
+def test_one_graph_for_every_token_count_and_one_for_single_tokens():
+    model = _model("tiny_qwen3")
+    backend = _CountingBackend()
+    compiled, batch = CompiledForward(model, backend), _Batch(model, 3)
+    torch._dynamo.utils.counters.clear()
+    for new in _schedule(model.hf_config.vocab_size):
+        batch.step(compiled, new)
+    assert backend.graphs == 2, "token counts 16, 3, 2, 1, 9, 3: one dynamic graph + size 1"
+    assert not torch._dynamo.utils.counters["graph_break"], "attention must stay one opaque op"
+    batch2 = _Batch(model, 3)  # a fresh cache and fresh metadata objects: still no recompile
+    for new in _schedule(model.hf_config.vocab_size)[:4]:
+        batch2.step(compiled, new)
+    assert backend.graphs == 2
+
+
+def test_attention_op_runs_the_layer_body():
+    """The op against the layer's eager body, both on the torch reference backend, and
+    torch.library.opcheck's schema, fake-tensor and dispatch checks (Qwen3: q/k norm weights)."""
+    model = _model("tiny_qwen3")
+    attn = model.model.layers[1].self_attn
+    layer = attn.attn
+    g = torch.Generator().manual_seed(3)
+    t = 5
+    q = torch.randn(t, layer.num_heads, layer.head_dim, generator=g)
+    k = torch.randn(t, layer.num_kv_heads, layer.head_dim, generator=g)
+    v = torch.randn(t, layer.num_kv_heads, layer.head_dim, generator=g)
+    results = {}
+
+    def forward(ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Stands in for the model: one attention layer, eager body and op on the same step."""
+        args = (q, k, v, pos, attn.rotary_emb.cos_sin_cache, attn.rotary_emb.is_neox,
+                attn.q_norm.weight, attn.k_norm.weight, attn.q_norm.eps)
+        results["eager"] = layer._forward_impl(*args)
+        with bound_layers({layer.layer_idx: layer}):
+            results["op"] = paged_attention(*args, layer.layer_idx)
+            torch.library.opcheck(paged_attention, (*args, layer.layer_idx))
+        return torch.zeros(ids.shape[0], model.hf_config.hidden_size)
+
+    _Batch(model, 2).step(forward, {0: [5, 6, 7], 1: [8, 9]})
+    assert results["op"].shape == (t, layer.num_heads * layer.head_dim)
+    torch.testing.assert_close(results["op"], results["eager"], rtol=0, atol=0)
+
+
+def test_attention_op_needs_a_compiled_forward():
+    with pytest.raises(RuntimeError, match="outside a compiled forward"):
+        x = torch.zeros(1, 1, 4)
+        paged_attention(x, x, x, torch.zeros(1, dtype=torch.long), torch.zeros(8, 4), True, None,
+                        None, 0.0, 0)
+
+
+def test_compile_only_at_level3_on_cuda_without_enforce_eager():
+    cuda = torch.device("cuda")
+    assert compiles(_config("tiny_qwen3", "runtime.level=3", "runtime.enforce_eager=false"), cuda)
+    assert not compiles(_config("tiny_qwen3", "runtime.level=2", "runtime.enforce_eager=false"), cuda)
+    assert not compiles(_config("tiny_qwen3", "runtime.level=3", "runtime.enforce_eager=true"), cuda)
+    assert not compiles(_config("tiny_qwen3", "runtime.level=3", "runtime.enforce_eager=false"), CPU)
+    model = torch.nn.Linear(1, 1)
+    assert compile_forward(model, _config("tiny_qwen3", "runtime.level=3"), CPU) is model
