@@ -54,3 +54,43 @@ def test_backend_dispatches_decode_and_prefill():
         out = be.attention(q, kc, vc, meta, 0.25, 1.0, 1.0)
         ref = torch_ref.attention(q, kc, vc, meta, 0.25, 1.0, 1.0)
         assert rel_err(out, ref) < 1e-4
+
+
+@pytest.mark.parametrize("splits", [2, 16], ids=["two-splits", "sixteen-splits"])
+def test_decode_merges_in_one_launch_and_leaves_counters_at_zero(splits):
+    """The last split to arrive merges and zeroes its counter, so a second launch (as a graph
+    replay is) starts clean; splits past a short context, and a padding row of length 0, arrive
+    with empty partials."""
+    from atom.kernels.triton.paged_decode_attention import split_counters
+
+    for ctx in ([3, 1, 40], [70, 1, 5]):
+        q, kc, vc, meta = paged_case([1] * 3, ctx, 4, 2, 16, 4, torch.float32, torch.float32)
+        meta.context_lens[1] = 0  # a CUDA-graph padding row
+        out = decode_attention(q, kc, vc, meta, 0.25, splits=splits)
+        ref = torch_ref.attention(q, kc, vc, meta, 0.25)
+        rows = [0, 2]
+        assert rel_err(out[rows], ref[rows]) < 1e-4
+        assert torch.equal(out[1], torch.zeros_like(out[1]))
+        assert not split_counters(1, q.device).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
+def test_decode_graph_replays_with_other_contexts(kv_dtype):
+    """Captured once at batch 1 (16 splits at Qwen3-0.6B's 8 kv heads), replayed over contexts
+    read from the device: every replay merges right and leaves the counters at 0."""
+    scale_kv = 0.05 if kv_dtype == FP8 else 1.0
+    q, kc, vc, meta = paged_case([1], [4000], 16, 8, 128, 16, BF16, kv_dtype, scale_kv)
+    meta.max_context_len = meta.block_tables.shape[1]
+    decode_attention(q, kc, vc, meta, 128 ** -0.5, scale_kv, scale_kv)  # compile outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = decode_attention(q, kc, vc, meta, 128 ** -0.5, scale_kv, scale_kv)
+    for ctx in (4000, 1, 17, 129, 2048, 3999):
+        meta.context_lens.fill_(ctx)
+        for _ in range(3):
+            graph.replay()
+        meta.context_lens_cpu = [ctx]
+        ref = torch_ref.attention(q, kc, vc, meta, 128 ** -0.5, scale_kv, scale_kv)
+        assert rel_err(out, ref) < 1.5e-2, ctx
