@@ -36,18 +36,45 @@ class KernelBackend(Protocol):
                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x @ weight.T + bias; a backend may take the single-row (batch-1 decode) case itself."""
 
-    def qk_norm_rotary(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-                       q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
-                       cos_sin_cache: torch.Tensor, is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-head RMSNorm of q and k (Qwen3), then rotary over the whole head."""
+    def silu_and_mul_linear(self, x: torch.Tensor, weight: torch.Tensor,
+                            bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """linear(silu_and_mul(x), weight, bias): a gated MLP's down projection, which a backend
+        may fuse with the activation (one launch instead of two at batch-1 decode)."""
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, k_scale: float, v_scale: float) -> None: ...
+
+    def rope_store_kv(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                      v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      slot_mapping: torch.Tensor, k_scale: float, v_scale: float,
+                      cos_sin_cache: torch.Tensor, is_neox: bool,
+                      q_norm_weight: Optional[torch.Tensor] = None,
+                      k_norm_weight: Optional[torch.Tensor] = None,
+                      norm_eps: float = 0.0) -> torch.Tensor:
+        """Everything between the qkv projection and attention, as rope_store_kv_unfused defines
+        it. Returns the rotated q (in place or new); k goes only to the cache."""
 
     def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   meta: AttentionMetadata, scale: float, k_scale: float, v_scale: float,
                   sliding_window: Optional[int] = None) -> torch.Tensor:
         """Causal attention of q over the paged cache (new tokens already stored). → [T, Hq, D]."""
+
+
+def rope_store_kv_unfused(be: KernelBackend, positions: torch.Tensor, q: torch.Tensor,
+                          k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                          v_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: float,
+                          v_scale: float, cos_sin_cache: torch.Tensor, is_neox: bool,
+                          q_norm_weight: Optional[torch.Tensor] = None,
+                          k_norm_weight: Optional[torch.Tensor] = None,
+                          norm_eps: float = 0.0) -> torch.Tensor:
+    """What rope_store_kv means, in the backend's single ops: per-head RMSNorm of q and k when
+    weights are given (Qwen3), rotary, then k and v into the cache. The torch reference is exactly
+    this; fused backends fall back to it for shapes their kernel does not take."""
+    if q_norm_weight is not None:
+        q, k = be.rms_norm(q, q_norm_weight, norm_eps), be.rms_norm(k, k_norm_weight, norm_eps)
+    q, k = be.rotary(positions, q, k, cos_sin_cache, is_neox)
+    be.store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+    return q
 
 
 _BACKENDS: dict[str, type] = {}

@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from atom.kernels.backend import register
+from atom.kernels.backend import register, rope_store_kv_unfused
 from atom.kernels.metadata import AttentionMetadata
 
 
@@ -120,12 +120,18 @@ class TorchBackend:
     def linear(self, x, weight, bias=None):
         return F.linear(x, weight, bias)
 
-    def qk_norm_rotary(self, positions, q, k, q_weight, k_weight, eps, cos_sin_cache, is_neox):
-        return rotary(positions, rms_norm(q, q_weight, eps), rms_norm(k, k_weight, eps),
-                      cos_sin_cache, is_neox)
+    def silu_and_mul_linear(self, x, weight, bias=None):
+        return F.linear(silu_and_mul(x), weight, bias)
 
     def store_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
         store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+
+    def rope_store_kv(self, positions, q, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale,
+                      cos_sin_cache, is_neox, q_norm_weight=None, k_norm_weight=None,
+                      norm_eps=0.0):
+        return rope_store_kv_unfused(self, positions, q, k, v, k_cache, v_cache, slot_mapping,
+                                     k_scale, v_scale, cos_sin_cache, is_neox, q_norm_weight,
+                                     k_norm_weight, norm_eps)
 
     def attention(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale, sliding_window=None):
         return attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale, sliding_window)

@@ -9,9 +9,9 @@ from typing import Optional
 
 import torch
 
-from atom.kernels.backend import register
+from atom.kernels.backend import register, rope_store_kv_unfused
 from atom.kernels.metadata import AttentionMetadata
-from atom.kernels.triton import activation, gemv, kv_store, qk_norm_rotary, rms_norm, rotary
+from atom.kernels.triton import activation, gemv, kv_store, rms_norm, rope_kv_store, rotary
 from atom.kernels.triton.paged_decode_attention import decode_attention
 from atom.kernels.triton.paged_prefill_attention import prefill_attention
 
@@ -37,21 +37,37 @@ class TritonBackend:
         Qwen3-0.6B single-request decode in run 3; F.linear otherwise."""
         return gemv.linear(x, weight, bias)
 
-    def qk_norm_rotary(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-                       q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
-                       cos_sin_cache: torch.Tensor,
-                       is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Qwen3's q_norm + k_norm + rotary in one launch. Full-width rotary only."""
-        return qk_norm_rotary.qk_norm_rotary(positions, q, k, q_weight, k_weight, eps,
-                                             cos_sin_cache, is_neox)
-
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         return activation.silu_and_mul(x)
+
+    def silu_and_mul_linear(self, x: torch.Tensor, weight: torch.Tensor,
+                            bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """One GEMV launch that applies the activation as it reads x, where the GEMV takes the
+        linear (batch-1 decode); the two kernels otherwise."""
+        if gemv.takes(x, weight):
+            return gemv.gemv(x, weight, bias, silu_gate=True)
+        return gemv.linear(activation.silu_and_mul(x), weight, bias)
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: float,
                  v_scale: float) -> None:
         kv_store.store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+
+    def rope_store_kv(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                      v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      slot_mapping: torch.Tensor, k_scale: float, v_scale: float,
+                      cos_sin_cache: torch.Tensor, is_neox: bool,
+                      q_norm_weight: Optional[torch.Tensor] = None,
+                      k_norm_weight: Optional[torch.Tensor] = None,
+                      norm_eps: float = 0.0) -> torch.Tensor:
+        """One launch for full-width rotary (every model we serve). Partial rotary takes the
+        unfused ops, on copies of q and k because this backend's rotary works in place and the
+        fused kernel writes no input (what a functional torch.compile op needs)."""
+        rest = (v, k_cache, v_cache, slot_mapping, k_scale, v_scale, cos_sin_cache, is_neox,
+                q_norm_weight, k_norm_weight, norm_eps)
+        if cos_sin_cache.shape[-1] == q.shape[-1]:
+            return rope_kv_store.rope_store_kv(positions, q, k, *rest)
+        return rope_store_kv_unfused(self, positions, q.clone(), k.clone(), *rest)
 
     def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   meta: AttentionMetadata, scale: float, k_scale: float, v_scale: float,

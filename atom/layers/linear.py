@@ -92,6 +92,11 @@ class RowParallelLinear(LinearBase):
     def weight_loader(self, param, loaded, shard_id=None):
         param.data.copy_(_shard(loaded, 1) if param.dim() == 2 else loaded)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, silu_gate: bool = False) -> torch.Tensor:
+        """With silu_gate, x is a gated MLP's [gate | up] and silu(gate) * up is what gets
+        projected: a backend can fuse the activation into the projection (batch-1 GEMV)."""
         bias: Optional[torch.Tensor] = self.bias if tp_rank() == 0 else None
-        return all_reduce(backend().linear(x, self.weight, bias))
+        be = backend()
+        if silu_gate:
+            return all_reduce(be.silu_and_mul_linear(x, self.weight, bias))
+        return all_reduce(be.linear(x, self.weight, bias))

@@ -1,4 +1,5 @@
-"""Rotary position embedding: a cos/sin table built once, applied by the kernel backend.
+"""Rotary position embedding: a cos/sin table built once; attention applies it (fused with the
+KV-cache write by the kernel backend).
 
 Supports the default and llama3 frequency schedules, and the neox (halves) and gptj
 (interleaved) layouts.
@@ -10,8 +11,6 @@ from typing import Any, Optional
 
 import torch
 from torch import nn
-
-from atom.runner.forward_context import backend
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, s: dict[str, Any]) -> torch.Tensor:
@@ -49,9 +48,6 @@ class RotaryEmbedding(nn.Module):
         freqs = torch.outer(t, inv_freq)
         cache = torch.cat([freqs.cos(), freqs.sin()], dim=-1).float()
         self.register_buffer("cos_sin_cache", cache, persistent=False)
-
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
-        return backend().rotary(positions, q, k, self.cos_sin_cache, self.is_neox)
 
 
 def rope_params(hf: Any) -> tuple[float, Optional[dict[str, Any]]]:

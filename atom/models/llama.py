@@ -10,14 +10,12 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from atom.layers.activation import SiluAndMul
 from atom.layers.attention import PagedAttention
 from atom.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from atom.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from atom.layers.norm import RMSNorm
 from atom.layers.rotary import RotaryEmbedding, rope_params
 from atom.runner.distributed import tp_size
-from atom.runner.forward_context import backend
 
 
 def head_dim_of(hf: Any) -> int:
@@ -54,15 +52,13 @@ class LlamaAttention(nn.Module):
         q = q.reshape(-1, self.num_heads, self.head_dim)
         k = k.reshape(-1, self.num_kv_heads, self.head_dim)
         v = v.reshape(-1, self.num_kv_heads, self.head_dim)
-        if self.qk_norm and self.rotary_emb.rotary_dim == self.head_dim:
-            q, k = backend().qk_norm_rotary(positions, q, k, self.q_norm.weight, self.k_norm.weight,
-                                            self.q_norm.eps, self.rotary_emb.cos_sin_cache,
-                                            self.rotary_emb.is_neox)
+        rope = self.rotary_emb
+        if self.qk_norm:
+            out = self.attn(q, k, v, positions, rope.cos_sin_cache, rope.is_neox,
+                            self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
         else:
-            if self.qk_norm:
-                q, k = self.q_norm(q), self.k_norm(k)
-            q, k = self.rotary_emb(positions, q, k)
-        return self.o_proj(self.attn(q, k, v))
+            out = self.attn(q, k, v, positions, rope.cos_sin_cache, rope.is_neox)
+        return self.o_proj(out)
 
 
 class LlamaMLP(nn.Module):
@@ -72,10 +68,9 @@ class LlamaMLP(nn.Module):
             raise NotImplementedError(f"hidden_act {act!r} is not implemented")
         self.gate_up_proj = MergedColumnParallelLinear(hidden, [intermediate, intermediate])
         self.down_proj = RowParallelLinear(intermediate, hidden)
-        self.act_fn = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+        return self.down_proj(self.gate_up_proj(x), silu_gate=True)
 
 
 class LlamaDecoderLayer(nn.Module):

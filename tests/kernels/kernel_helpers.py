@@ -79,3 +79,22 @@ def assert_same_rounding(out: torch.Tensor, ref: torch.Tensor) -> None:
         assert rel_err(out, ref) < 8e-3
     else:
         assert torch.equal(out, ref)
+
+
+def assert_cache_close(out: torch.Tensor, ref: torch.Tensor) -> None:
+    """KV-cache contents written from values the kernel and the reference may round one ulp
+    apart. fp8 e4m3: every mismatch within one e4m3 ulp of the reference, or (interpreted only)
+    the interpreter's f32→e4m3 slip that drops a mantissa carry (32 comes out as 16), and few of
+    them (more when interpreted: its f32→bf16 truncates, so the bf16 inputs already differ);
+    other dtypes: relative error within the dtype's tolerance."""
+    if out.dtype != torch.float8_e4m3fn:
+        assert rel_err(out, ref) < tol(out.dtype)
+        return
+    o, r = out.float(), ref.float()
+    bad = o != r
+    ulp = torch.exp2(torch.floor(torch.log2(r.abs().clamp_min(2 ** -6))) - 3)
+    ok = (o - r).abs() <= ulp
+    if INTERPRETED:
+        ok |= 2 * o == r
+    assert not (bad & ~ok).any()
+    assert bad.float().mean() < (0.2 if INTERPRETED else 0.1), bad.float().mean().item()

@@ -30,3 +30,38 @@ def test_linear_dispatch_keeps_other_shapes_on_torch():
     x = torch.randn(3, 16, device=DEVICE)
     w = torch.randn(8, 16, device=DEVICE)
     assert torch.allclose(be.linear(x, w), x @ w.T, atol=1e-5)
+
+
+@pytest.mark.parametrize("n,inter,dtype,bias", [
+    pytest.param(37, 100, torch.float32, True, id="small-odd-bias"),
+    pytest.param(64, 96, torch.bfloat16, False, id="small-bf16"),
+    gpu_param(1024, 3072, torch.bfloat16, False, id="qwen0.6b-down"),
+    gpu_param(4096, 14336, torch.bfloat16, False, id="llama8b-down"),
+])
+def test_silu_gated_gemv_matches_silu_and_mul_then_linear(n, inter, dtype, bias):
+    """The down projection reading [gate | up] itself: same as the torch reference's
+    silu_and_mul (rounded to the activation dtype) followed by the linear."""
+    from atom.kernels import torch_ref
+
+    gate_up = (2 * torch.randn(1, 2 * inter, device=DEVICE)).to(dtype)
+    w = (torch.randn(n, inter, device=DEVICE) / inter ** 0.5).to(dtype)
+    b = torch.randn(n, device=DEVICE).to(dtype) if bias else None
+    act = torch_ref.silu_and_mul(gate_up)
+    ref = torch.nn.functional.linear(act.double(), w.double(), b.double() if bias else None)
+    out = gemv(gate_up, w, b, silu_gate=True)
+    assert out.shape == (1, n)
+    assert rel_err(out, ref) < tol(dtype)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_backend_silu_and_mul_linear_matches_reference(rows):
+    """Both paths of the backend op (the fused GEMV where it takes the row, the two kernels
+    otherwise) against the torch reference."""
+    from atom.kernels import get_backend
+
+    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    x = torch.randn(rows, 2 * 48, device=DEVICE).to(dtype)
+    w = (torch.randn(40, 48, device=DEVICE) / 48 ** 0.5).to(dtype)
+    out = get_backend("triton").silu_and_mul_linear(x, w)
+    ref = get_backend("torch").silu_and_mul_linear(x, w)
+    assert rel_err(out, ref) < tol(dtype)

@@ -4,6 +4,10 @@ At M = 1 a linear is a pure weight stream, and cuBLAS reaches only 1.7–2.2 TB/
 attention projections (run 2: qkv 2.0, o_proj 1.7, down 2.8 TB/s against a 4.18 TB/s copy).
 Here each program owns BLOCK_N whole rows and streams them along K with 16-byte loads, no
 split-K and so no second pass or atomics: one launch, bf16 out, fp32 accumulation.
+
+A gated MLP's down projection can take the [gate | up] row itself (SILU_GATE): every program
+applies silu(gate) * up to the slice of x it is about to use, so SiLU-and-mul costs no launch
+of its own. x is tiny and L2-resident; recomputing it per program is cheaper than a launch.
 """
 from __future__ import annotations
 
@@ -13,8 +17,21 @@ import triton.language as tl
 
 
 @triton.jit
+def _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE: tl.constexpr):
+    """x[cols] in fp32; with SILU_GATE, silu(x[cols]) * x[k_dim + cols] rounded as the unfused
+    silu_and_mul rounds it (silu, then the product, each to the activation dtype)."""
+    if SILU_GATE:
+        a = tl.load(x_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
+        b = tl.load(x_ptr + k_dim + cols, mask=c_mask, other=0.0)
+        s = (a / (1.0 + tl.exp(-a))).to(b.dtype)
+        return (s.to(tl.float32) * b.to(tl.float32)).to(b.dtype).to(tl.float32)
+    return tl.load(x_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
-                 HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                 HAS_BIAS: tl.constexpr, SILU_GATE: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     r_mask = rows < n_rows
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * w_stride
@@ -24,8 +41,8 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
         c_mask = cols < k_dim
         w = tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & c_mask[None, :], other=0.0,
                     eviction_policy="evict_first")
-        x = tl.load(x_ptr + cols, mask=c_mask, other=0.0)
-        acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+        x = _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE)
+        acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, 1)
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=r_mask, other=0.0).to(tl.float32)
@@ -44,27 +61,34 @@ def _config(n_rows: int, k_dim: int) -> tuple[int, int, int]:
     return 8, 512, 4
 
 
+def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the GEMV serves this linear: one bf16/fp16 row on the GPU; cuBLAS is better
+    from two rows on, and the CPU has no Triton."""
+    return (x.dim() == 2 and x.shape[0] == 1 and x.is_cuda and x.stride(-1) == 1
+            and weight.stride(-1) == 1 and x.dtype in (torch.bfloat16, torch.float16))
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, with single-row bf16/fp16 inputs on the GPU taken by the GEMV kernel."""
-    if (x.dim() == 2 and x.shape[0] == 1 and x.is_cuda and x.stride(-1) == 1
-            and weight.stride(-1) == 1 and x.dtype in (torch.bfloat16, torch.float16)):
+    """F.linear, with single-row inputs taken by the GEMV kernel."""
+    if takes(x, weight):
         return gemv(x, weight, bias)
     return torch.nn.functional.linear(x, weight, bias)
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-         block_n: int | None = None, block_k: int | None = None,
+         silu_gate: bool = False, block_n: int | None = None, block_k: int | None = None,
          num_warps: int | None = None) -> torch.Tensor:
-    """x: [1, K] or [K]; weight: [N, K] (nn.Linear layout, last dim contiguous) → [1, N]."""
+    """x: [1, K] or [K] ([1, 2K] = [gate | up] with silu_gate); weight: [N, K] (nn.Linear
+    layout, last dim contiguous) → [1, N]."""
     assert weight.stride(-1) == 1
     n_rows, k_dim = weight.shape
     xv = x.reshape(-1)
-    assert xv.numel() == k_dim and xv.stride(0) == 1
+    assert xv.numel() == (2 if silu_gate else 1) * k_dim and xv.stride(0) == 1
     y = torch.empty((1, n_rows), dtype=x.dtype, device=x.device)
     bn, bk, nw = _config(n_rows, k_dim)
     bn, bk, nw = block_n or bn, block_k or bk, num_warps or nw
     _gemv_kernel[(triton.cdiv(n_rows, bn),)](
         xv, weight, bias if bias is not None else weight, y, n_rows, k_dim, weight.stride(0),
-        HAS_BIAS=bias is not None, BLOCK_N=bn, BLOCK_K=min(bk, triton.next_power_of_2(k_dim)),
+        HAS_BIAS=bias is not None, SILU_GATE=silu_gate, BLOCK_N=bn, BLOCK_K=min(bk, triton.next_power_of_2(k_dim)),
         num_warps=nw)
     return y

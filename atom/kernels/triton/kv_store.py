@@ -9,7 +9,15 @@ import torch
 import triton
 import triton.language as tl
 
-FP8_MAX = 448.0
+FP8_MAX = tl.constexpr(448.0)  # largest finite e4m3
+
+
+@triton.jit
+def store_cache(cache_ptr, offsets, x, scale, mask, QUANT: tl.constexpr):
+    """Write activations into a cache of the model dtype, or of fp8 e4m3 as x / scale."""
+    if QUANT:
+        x = tl.clamp(x.to(tl.float32) / scale, -FP8_MAX, FP8_MAX)
+    tl.store(cache_ptr + offsets, x.to(cache_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -26,14 +34,8 @@ def _store_kv_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr, k_tok_stride, v_tok
         k = tl.load(k_ptr + tok * k_tok_stride + h * k_head_stride + d, mask=mask, other=0.0)
         v = tl.load(v_ptr + tok * v_tok_stride + h * v_head_stride + d, mask=mask, other=0.0)
         dst = slot * c_slot_stride + h * c_head_stride + d
-        if QUANT:
-            kq = tl.clamp(k.to(tl.float32) / k_scale, -448.0, 448.0)
-            vq = tl.clamp(v.to(tl.float32) / v_scale, -448.0, 448.0)
-            tl.store(kc_ptr + dst, kq.to(kc_ptr.dtype.element_ty), mask=mask)
-            tl.store(vc_ptr + dst, vq.to(vc_ptr.dtype.element_ty), mask=mask)
-        else:
-            tl.store(kc_ptr + dst, k.to(kc_ptr.dtype.element_ty), mask=mask)
-            tl.store(vc_ptr + dst, v.to(vc_ptr.dtype.element_ty), mask=mask)
+        store_cache(kc_ptr, dst, k, k_scale, mask, QUANT)
+        store_cache(vc_ptr, dst, v, v_scale, mask, QUANT)
 
 
 def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
