@@ -52,7 +52,8 @@ class KernelBackend(Protocol):
                       k_norm_weight: Optional[torch.Tensor] = None,
                       norm_eps: float = 0.0) -> torch.Tensor:
         """Everything between the qkv projection and attention, as rope_store_kv_unfused defines
-        it. Returns the rotated q (in place or new); k goes only to the cache."""
+        it. Returns the rotated q; k goes only to the cache. Writes nothing but the caches (q, k
+        and v are views of the qkv output, and atom::paged_attention is declared functional)."""
 
     def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   meta: AttentionMetadata, scale: float, k_scale: float, v_scale: float,
