@@ -86,7 +86,9 @@ class RuntimeConfig:
     device: str = "auto"  # auto | cuda | cpu
     kernels: str = "auto"  # auto | torch | triton | aiter
     enforce_eager: bool = False
-    level: int = 3  # compilation level 0-3; 3 = torch.compile
+    # 0 eager; 1-2 decode CUDA graphs; 3 also torch.compile of the forward (atom/runner/compile.py).
+    # Graphs and compile are GPU-only (CPU runs eager at any level); enforce_eager turns both off.
+    level: int = 3
     cudagraph_capture_sizes: list[int] = field(
         default_factory=lambda: [1, 2, 4] + list(range(8, 257, 8))
     )

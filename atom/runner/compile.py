@@ -7,7 +7,9 @@ seconds and gain nothing. `enforce_eager` turns it off like it turns off graphs.
 
 One compiled graph serves every batch: the token dimension of the inputs is dynamic, so prefill
 lengths and CUDA-graph capture sizes share it (dynamo specialises size 1, a second graph).
-Attention stays opaque (attention_op.py), so nothing per-step reaches dynamo's guards.
+Attention stays opaque (attention_op.py), so nothing per-step reaches dynamo's guards; so do
+mixture-of-experts blocks, whose expert loop takes its sizes from the routing (a host copy of a
+tensor): traced, every new routing would be a guard and a recompile until dynamo gave up.
 """
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ from torch import nn
 from atom.config.schema import Config
 from atom.layers.attention import PagedAttention
 from atom.layers.attention_op import bound_layers
+from atom.layers.moe import FusedMoE
 
-ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (input_ids, positions) → hidden
+ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids, positions) → hidden
 CompilerBackend = Union[str, Callable]  # what torch.compile(backend=...) takes
 
 
@@ -44,11 +47,21 @@ class CompiledForward:
 
     def __init__(self, model: nn.Module, backend: CompilerBackend = "inductor") -> None:
         self.layers = {m.layer_idx: m for m in model.modules() if isinstance(m, PagedAttention)}
+        _run_eagerly(model, FusedMoE)
         self.compiled = torch.compile(model, backend=backend)
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        # maybe_: a 1-token batch is specialised (its own graph) instead of raising.
+        # maybe_: dynamo specialises 1-token batches (their own graph); some torch versions
+        # raise when a strictly marked dimension is specialised.
         torch._dynamo.maybe_mark_dynamic(input_ids, 0)
         torch._dynamo.maybe_mark_dynamic(positions, 0)
         with bound_layers(self.layers):
             return self.compiled(input_ids, positions)
+
+
+def _run_eagerly(model: nn.Module, kind: type) -> None:
+    """Keeps every `kind` submodule out of the traced graph: dynamo breaks the graph around it
+    and runs it as plain Python, in eager as before."""
+    for m in model.modules():
+        if isinstance(m, kind):
+            m.forward = torch.compiler.disable(m.forward)

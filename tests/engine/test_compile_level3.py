@@ -18,6 +18,7 @@ from atom.runner import forward_context
 from atom.runner.compile import CompiledForward, compile_forward, compiles
 from atom.runner.forward_context import ForwardContext
 from atom.runner.kv_cache import KVLayout, allocate
+from tests.engine.checkpoints import make_checkpoint
 
 BLOCK, BLOCKS_PER_SEQ = 16, 4
 CPU = torch.device("cpu")
@@ -35,7 +36,7 @@ def _model(name: str) -> torch.nn.Module:
 
 @dataclass
 class _Batch:
-    """Sequences with their own blocks of a fresh KV cache, stepped the way the runner steps them."""
+    """Sequences with their own blocks of a fresh KV cache, stepped as the runner steps them."""
 
     model: torch.nn.Module
     num_seqs: int
@@ -173,11 +174,38 @@ def test_attention_op_needs_a_compiled_forward():
                         None, 0.0, 0)
 
 
-def test_compile_only_at_level3_on_cuda_without_enforce_eager():
-    cuda = torch.device("cuda")
-    assert compiles(_config("tiny_qwen3", "runtime.level=3", "runtime.enforce_eager=false"), cuda)
-    assert not compiles(_config("tiny_qwen3", "runtime.level=2", "runtime.enforce_eager=false"), cuda)
-    assert not compiles(_config("tiny_qwen3", "runtime.level=3", "runtime.enforce_eager=true"), cuda)
-    assert not compiles(_config("tiny_qwen3", "runtime.level=3", "runtime.enforce_eager=false"), CPU)
+def test_moe_routing_does_not_recompile(tmp_path):
+    """The expert loop runs eagerly between graphs: new routings reuse the graphs built for the
+    first steps' shapes, and the logits are eager's."""
+    cfg = compose(["model=local", f"model.path={make_checkpoint('qwen3_moe', tmp_path)}",
+                   "runtime=cpu", "load.progress_bar=false"])
+    forward_context.set_backend(get_backend("torch"))
+    model = build_model(cfg, load_hf_config(cfg), CPU, torch.float32)
+    backend = _CountingBackend()
+    compiled = CompiledForward(model, backend)
+    schedule = _schedule(model.hf_config.vocab_size)
+    eager_batch, compiled_batch = _Batch(model, 3), _Batch(model, 3)
+    for new in schedule:
+        want = eager_batch.step(model, new)
+        torch.testing.assert_close(compiled_batch.step(compiled, new), want, rtol=1e-5, atol=1e-5)
+    built = backend.graphs
+    g = torch.Generator().manual_seed(9)
+    rerouted = [{s: torch.randint(3, 256, (len(t),), generator=g).tolist() for s, t in new.items()}
+                for new in schedule]
+    fresh = _Batch(model, 3)
+    for new in rerouted:
+        fresh.step(compiled, new)
+    assert backend.graphs == built
+
+
+@pytest.mark.parametrize("level,enforce_eager,device,expected", [
+    (3, False, "cuda", True), (2, False, "cuda", False), (3, True, "cuda", False),
+    (3, False, "cpu", False)])
+def test_compiles_at_level3_on_cuda_unless_eager(level, enforce_eager, device, expected):
+    cfg = _config("tiny_qwen3", f"runtime.level={level}", f"runtime.enforce_eager={enforce_eager}")
+    assert compiles(cfg, torch.device(device)) is expected
+
+
+def test_compile_forward_is_the_model_when_not_compiling():
     model = torch.nn.Linear(1, 1)
     assert compile_forward(model, _config("tiny_qwen3", "runtime.level=3"), CPU) is model
