@@ -25,6 +25,21 @@ class AttentionMetadata:
     # Host copies, for backends (like the torch reference) that loop over sequences.
     q_lens_cpu: Optional[list[int]] = None
     context_lens_cpu: Optional[list[int]] = None
+    # Leading sequences with one query each in a batch that is not all decodes: a backend may
+    # run them through its decode kernel (GQA-shared KV reads) and the rest through prefill.
+    num_decode_seqs: int = 0
+
+    def split_decodes(self) -> tuple["AttentionMetadata", "AttentionMetadata"]:
+        """(the first num_decode_seqs sequences, the rest). Query offsets stay absolute, so the
+        rest still index the batch's q and output rows."""
+        n = self.num_decode_seqs
+        head = AttentionMetadata(self.cu_seqlens_q[:n + 1], self.context_lens[:n],
+                                 self.block_tables[:n], self.slot_mapping[:n], 1,
+                                 self.max_context_len, True)
+        tail = AttentionMetadata(self.cu_seqlens_q[n:], self.context_lens[n:],
+                                 self.block_tables[n:], self.slot_mapping[n:], self.max_q_len,
+                                 self.max_context_len, False)
+        return head, tail
 
     @property
     def num_seqs(self) -> int:

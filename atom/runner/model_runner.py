@@ -202,7 +202,8 @@ class ModelRunner:
         meta = AttentionMetadata(
             cu_seqlens_q=cu_d, context_lens=ctx_d, block_tables=tables_d, slot_mapping=slots_d,
             max_q_len=max(q_lens), max_context_len=max(ctx), is_decode=max(q_lens) == 1,
-            q_lens_cpu=q_lens, context_lens_cpu=ctx)
+            q_lens_cpu=q_lens, context_lens_cpu=ctx,
+            num_decode_seqs=next((i for i, n in enumerate(q_lens) if n != 1), 0))
         sampling = self._sampling_batch(batch, rows, temps_d, ks_d, ps_d)
         return StepInputs(ids_d, pos_d, meta, rows, idx_d, sampling)
 

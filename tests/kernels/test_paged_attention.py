@@ -56,6 +56,24 @@ def test_backend_dispatches_decode_and_prefill():
         assert rel_err(out, ref) < 1e-4
 
 
+@pytest.mark.parametrize("kv_dtype", [torch.float32, FP8], ids=["kv-f32", "kv-fp8"])
+@pytest.mark.parametrize("q_lens,ctx,hq,hk,d,page", [
+    pytest.param([1, 1, 5, 1, 3], [9, 30, 12, 4, 3], 4, 2, 16, 4, id="small"),
+    gpu_param([1] * 64 + [1024, 1], list(range(40, 40 + 64 * 31, 31)) + [1024, 1500], 32, 8, 128,
+              16, id="llama8b-mixed"),
+])
+def test_mixed_batch_routes_leading_decodes_through_the_decode_kernel(q_lens, ctx, hq, hk, d,
+                                                                       page, kv_dtype):
+    dtype = torch.float32 if kv_dtype == torch.float32 and len(q_lens) < 10 else BF16
+    scale_kv = 0.05 if kv_dtype == FP8 else 1.0
+    q, kc, vc, meta = paged_case(q_lens, ctx, hq, hk, d, page, dtype, kv_dtype, scale_kv)
+    meta.num_decode_seqs = next(i for i, n in enumerate(q_lens) if n != 1)
+    out = get_backend("triton").attention(q, kc, vc, meta, d ** -0.5, scale_kv, scale_kv)
+    ref = torch_ref.attention(q, kc, vc, meta, d ** -0.5, scale_kv, scale_kv)
+    assert not out.isnan().any()
+    assert rel_err(out, ref) < (1.5e-2 if dtype == BF16 else 1e-4)
+
+
 @pytest.mark.parametrize("splits", [2, 16], ids=["two-splits", "sixteen-splits"])
 def test_decode_merges_in_one_launch_and_leaves_counters_at_zero(splits):
     """The last split to arrive merges and zeroes its counter, so a second launch (as a graph

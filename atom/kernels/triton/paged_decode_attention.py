@@ -152,10 +152,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      meta: AttentionMetadata, scale: float, k_scale: float = 1.0,
                      v_scale: float = 1.0, sliding_window: int | None = None,
                      splits: int | None = None, block_n: int | None = None,
-                     num_warps: int = 4) -> torch.Tensor:
-    """q: [B, Hq, D] (one new token per sequence, already stored) → [B, Hq, D]."""
+                     num_warps: int = 4, out: torch.Tensor | None = None) -> torch.Tensor:
+    """q: [B, Hq, D] (one new token per sequence, already stored) → [B, Hq, D], written into
+    `out` when given."""
     batch, n_q_heads, head_dim = q.shape
-    out = torch.empty_like(q)
+    out = torch.empty_like(q) if out is None else out
     if batch == 0:
         return out
     n_kv_heads = k_cache.shape[2]
