@@ -1,5 +1,6 @@
 """runtime.level=3: the compiled forward matches eager, compiles once for every token count, and
-the attention custom op runs the layer's own body (torch reference backend, CPU, fp32)."""
+the attention custom op runs the layer's own body. On CPU: the torch reference backend in fp32.
+On a GPU: the triton backend in bf16, and the compiled forward inside a captured CUDA graph."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,16 +23,18 @@ from tests.engine.checkpoints import make_checkpoint
 
 BLOCK, BLOCKS_PER_SEQ = 16, 4
 CPU = torch.device("cpu")
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def _config(model: str, *overrides: str):
     return compose([f"model={model}", "load=dummy", "runtime=cpu", *overrides])
 
 
-def _model(name: str) -> torch.nn.Module:
+def _model(name: str, kernels: str = "torch", device: torch.device = CPU,
+           dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     cfg = _config(name)
-    forward_context.set_backend(get_backend("torch"))
-    return build_model(cfg, load_hf_config(cfg), CPU, torch.float32)
+    forward_context.set_backend(get_backend(kernels))
+    return build_model(cfg, load_hf_config(cfg), device, dtype)
 
 
 @dataclass
@@ -43,16 +46,28 @@ class _Batch:
     caches: list = field(init=False)
     scales: list = field(init=False)
     lens: list[int] = field(init=False)
+    device: torch.device = field(init=False)
 
     def __post_init__(self) -> None:
-        hf = self.model.hf_config
+        hf, weight = self.model.hf_config, self.model.lm_head.weight
+        self.device = weight.device
         layout = KVLayout(hf.num_hidden_layers, hf.num_key_value_heads, head_dim_of(hf), BLOCK,
-                          torch.float32)
-        _, self.caches, self.scales = allocate(layout, self.num_seqs * BLOCKS_PER_SEQ, CPU)
+                          weight.dtype)
+        _, self.caches, self.scales = allocate(layout, self.num_seqs * BLOCKS_PER_SEQ, self.device)
         self.lens = [0] * self.num_seqs
 
     def step(self, forward, new_tokens: dict[int, list[int]]) -> torch.Tensor:
         """Runs `forward` over the new tokens of the sequences named; last-token logits per seq."""
+        ids, pos, meta = self.prepare(new_tokens)
+        with torch.inference_mode(), forward_context.forward_context(self.context(meta)):
+            hidden = forward(ids, pos)
+            return self.model.compute_logits(hidden[meta.cu_seqlens_q[1:].long() - 1])
+
+    def context(self, meta: AttentionMetadata) -> ForwardContext:
+        return ForwardContext(meta, self.caches, self.scales)
+
+    def prepare(self, new_tokens: dict[int, list[int]]):
+        """(input ids, positions, metadata) of one step; the sequences' lengths move on."""
         seqs = sorted(new_tokens)
         q_lens = [len(new_tokens[s]) for s in seqs]
         starts = [self.lens[s] for s in seqs]
@@ -63,16 +78,14 @@ class _Batch:
         seq_of_tok = torch.repeat_interleave(torch.arange(len(seqs)), torch.tensor(q_lens))
         slots = tables[seq_of_tok, pos // BLOCK].long() * BLOCK + pos % BLOCK
         cu = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
-        meta = AttentionMetadata(cu, torch.tensor(ctx, dtype=torch.int32), tables, slots,
-                                 max(q_lens), max(ctx), max(q_lens) == 1, q_lens, ctx)
         ids = torch.tensor([t for s in seqs for t in new_tokens[s]])
-        with torch.inference_mode(), forward_context.forward_context(
-                ForwardContext(meta, self.caches, self.scales)):
-            hidden = forward(ids, pos)
-            logits = self.model.compute_logits(hidden[cu[1:].long() - 1])
         for s, c in zip(seqs, ctx):
             self.lens[s] = c
-        return logits
+        dev = self.device
+        meta = AttentionMetadata(cu.to(dev), torch.tensor(ctx, dtype=torch.int32, device=dev),
+                                 tables.to(dev), slots.to(dev), max(q_lens), max(ctx),
+                                 max(q_lens) == 1, q_lens, ctx)
+        return ids.to(dev), pos.to(dev), meta
 
 
 def _schedule(vocab: int) -> list[dict[int, list[int]]]:
@@ -89,14 +102,15 @@ def _schedule(vocab: int) -> list[dict[int, list[int]]]:
 
 
 class _CountingBackend:
-    """aot_eager that counts the graphs dynamo hands it: one per compile."""
+    """A torch.compile backend that counts the graphs dynamo hands it: one per compile."""
 
-    def __init__(self) -> None:
+    def __init__(self, compiler: str = "aot_eager") -> None:
+        self.compiler = torch._dynamo.backends.registry.lookup_backend(compiler)
         self.graphs = 0
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         self.graphs += 1
-        return torch._dynamo.backends.registry.lookup_backend("aot_eager")(gm, example_inputs)
+        return self.compiler(gm, example_inputs)
 
 
 @pytest.fixture(autouse=True)
@@ -209,3 +223,54 @@ def test_compiles_at_level3_on_cuda_unless_eager(level, enforce_eager, device, e
 def test_compile_forward_is_the_model_when_not_compiling():
     model = torch.nn.Linear(1, 1)
     assert compile_forward(model, _config("tiny_qwen3", "runtime.level=3"), CPU) is model
+
+
+@GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["tiny_qwen3", "tiny_llama"])
+def test_gpu_triton_level3_matches_eager_in_two_graphs(name):
+    """The GPU's level 3: dynamo traces the triton backend's kernels, inductor compiles around
+    them, attention stays the opaque op. Same kernels as eager, so bf16 agrees closely."""
+    model = _model(name, "triton", torch.device("cuda"), torch.bfloat16)
+    backend = _CountingBackend("inductor")
+    compiled = CompiledForward(model, backend)
+    eager_batch, compiled_batch = _Batch(model, 3), _Batch(model, 3)
+    torch._dynamo.utils.counters.clear()
+    for new in _schedule(model.hf_config.vocab_size):
+        want = eager_batch.step(model, new).float()
+        torch.testing.assert_close(compiled_batch.step(compiled, new).float(), want,
+                                   rtol=2e-2, atol=2e-2)
+    assert backend.graphs == 2
+    assert not torch._dynamo.utils.counters["graph_break"]
+
+
+@GPU
+@pytest.mark.gpu
+def test_gpu_compiled_forward_replays_in_a_cuda_graph():
+    """What the runner does at level 3: warm up (compile) and capture the compiled decode forward
+    over static buffers, then replay it step after step with new inputs copied in."""
+    model = _model("tiny_qwen3", "triton", torch.device("cuda"), torch.bfloat16)
+    compiled = CompiledForward(model)
+    schedule = _schedule(model.hf_config.vocab_size)[:3]  # a prefill, two decodes of 3 seqs
+    eager_batch, graph_batch = _Batch(model, 3), _Batch(model, 3)
+    eager_batch.step(model, schedule[0])
+    graph_batch.step(compiled, schedule[0])
+    ids, pos, meta = graph_batch.prepare(schedule[1])
+    static = AttentionMetadata(meta.cu_seqlens_q, meta.context_lens, meta.block_tables,
+                               meta.slot_mapping, 1, BLOCKS_PER_SEQ * BLOCK, True)
+    with torch.inference_mode(), forward_context.forward_context(graph_batch.context(static)):
+        run = lambda: model.compute_logits(compiled(ids, pos))
+        run()  # warm-up: compiles
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = run()
+    for i, new in enumerate(schedule[1:]):
+        want = eager_batch.step(model, new).float()
+        if i:
+            nids, npos, nmeta = graph_batch.prepare(new)
+            for dst, src in [(ids, nids), (pos, npos), (static.slot_mapping, nmeta.slot_mapping),
+                             (static.context_lens, nmeta.context_lens)]:
+                dst.copy_(src)
+        graph.replay()
+        torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=2e-2)
