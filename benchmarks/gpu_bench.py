@@ -28,11 +28,15 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
+# Overrides every engine of this run gets (--extra), ahead of each bench's own.
+RUN_EXTRA: list[str] = []
+
+
 def engine(model: str, *extra: str):
     from atom.config.compose import compose
     from atom.model_engine.llm_engine import LLMEngine
 
-    cfg = compose([f"model={model}", "load=dummy", *extra])
+    cfg = compose([f"model={model}", "load=dummy", *RUN_EXTRA, *extra])
     cfg.load.progress_bar = False
     return LLMEngine.from_config(cfg)
 
@@ -238,7 +242,7 @@ def bench_startup(model: str) -> dict[str, Any]:
             "from atom.config.compose import compose;"
             "from atom.model_engine.llm_engine import LLMEngine;"
             "logging.getLogger('atom').info('imports done');"
-            f"c=compose(['model={model}','load=dummy']);c.load.progress_bar=False;"
+            f"c=compose({['model=' + model, 'load=dummy', *RUN_EXTRA]!r});c.load.progress_bar=False;"
             "e=LLMEngine.from_config(c);print('READY',flush=True)")
     res = {}
     t0 = time.perf_counter()
@@ -253,7 +257,7 @@ def bench_startup(model: str) -> dict[str, Any]:
             log(p.stderr[-3000:])
         res[f"{label}_s"] = round(dt, 2) if ok else None
         res[f"{label}_log"] = [ln[:110] for ln in p.stderr.splitlines() if " ms atom" in ln]
-    return {"model": model, **res}
+    return {"model": model, "extra": RUN_EXTRA, **res}
 
 
 def bench_kernels() -> dict[str, Any]:
@@ -374,19 +378,27 @@ def bench_greedy_equal() -> dict[str, Any]:
     return res
 
 
+# Up to max_num_seqs (512), so the 8B runs' large decode batches replay graphs too.
+CAPTURE_512 = "runtime.cudagraph_capture_sizes=[{}]".format(
+    ",".join(map(str, [1, 2, 4, *range(8, 257, 8), *range(272, 513, 16)])))
+
 BENCHES: dict[str, Callable[[], Any]] = {
     "kernels": bench_kernels,
     "greedy_equal": bench_greedy_equal,
     "startup": lambda: bench_startup("qwen3_0_6b"),
     "decode_small": lambda: bench_decode("qwen3_0_6b", 1024, 512),
+    "decode_small_sync": lambda: bench_decode("qwen3_0_6b", 1024, 512,
+                                              ("scheduler.async_scheduling=false",)),
+    "decode_8b_sync": lambda: bench_decode("llama3_8b", 1024, 256, ("scheduler.async_scheduling=false",)),
     "decode_small_eager": lambda: bench_decode("qwen3_0_6b", 1024, 128, ("runtime.enforce_eager=true",)),
     "decode_8b": lambda: bench_decode("llama3_8b", 1024, 256),
     "decode_8b_peer": lambda: bench_hf_decode("llama3_8b", 1024, 64),
     "throughput_small": lambda: bench_throughput("qwen3_0_6b", 256),
     "throughput_small_peer": lambda: bench_hf_throughput("qwen3_0_6b", 64, 60),
     "decode_8b_fp8": lambda: bench_decode("llama3_8b", 1024, 256, ("kv_cache=fp8",)),
-    "throughput_8b": lambda: bench_throughput("llama3_8b", 1000, (), (1024, 1024)),
-    "throughput_8b_fp8": lambda: bench_throughput("llama3_8b", 1000, ("kv_cache=fp8",), (1024, 1024)),
+    "throughput_8b": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512,), (1024, 1024)),
+    "throughput_8b_fp8": lambda: bench_throughput("llama3_8b", 1000, ("kv_cache=fp8", CAPTURE_512),
+                                                  (1024, 1024)),
 }
 
 
@@ -394,14 +406,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=",".join(BENCHES))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--extra", nargs="*", default=[], help="Hydra overrides for every engine")
     args = ap.parse_args()
+    RUN_EXTRA.extend(args.extra)
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     meta = {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
             "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "triton": __import__("triton").__version__, "python": platform.python_version(),
-            "command": " ".join(sys.argv)}
+            "command": " ".join(sys.argv), "extra": RUN_EXTRA}
     results: dict[str, Any] = {"meta": meta}
     for name in args.only.split(","):
         t0 = time.perf_counter()

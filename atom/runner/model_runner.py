@@ -21,6 +21,7 @@ from atom.models.hf_config import load_hf_config
 from atom.models.llama import head_dim_of
 from atom.runner import forward_context
 from atom.runner.annotation import annotate
+from atom.runner.compile import compile_forward, compiles
 from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from atom.runner.distributed import tp_size
 from atom.runner.forward_context import ForwardContext
@@ -84,6 +85,11 @@ class ModelRunner:
         torch.manual_seed(cfg.runtime.seed)
         self.hf = load_hf_config(cfg)
         self.model = build_model(cfg, self.hf, self.device, self.dtype)
+        self.forward_fn = compile_forward(self.model, cfg, self.device)
+        log.info("level %d: %s", cfg.runtime.level,
+                 "torch.compile (inductor) of the forward, attention one opaque op"
+                 if compiles(cfg, self.device) else
+                 "no torch.compile (only level 3 on CUDA without enforce_eager)")
         self.max_model_len = cfg.model.max_model_len or int(self.hf.max_position_embeddings)
         self.eos_token_ids = _eos_ids(self.hf, eos_token_id)
         self.block_size = cfg.kv_cache.block_size
@@ -107,13 +113,12 @@ class ModelRunner:
             return None
         sizes = capture_sizes(rt.cudagraph_capture_sizes, self.cfg.scheduler.max_num_seqs)
         trace = self.cfg.profiler.torch_profiler_dir if self.cfg.profiler.mark_trace else None
-        graphs = DecodeGraphs(lambda ids, pos: self.model.compute_logits(self.model(ids, pos)),
+        graphs = DecodeGraphs(lambda ids, pos: self.model.compute_logits(self.forward_fn(ids, pos)),
                               sizes, -(-self.max_model_len // self.block_size), self.kv_caches,
                               self.kv_scales, self.device, trace_dir=trace)
         secs = graphs.capture()
-        log.info("CUDA graphs: captured %d decode sizes (1..%d) in %.1f s; level %d (torch.compile "
-                 "not applied: every op is already one fused kernel)", len(sizes), sizes[-1], secs,
-                 rt.level)
+        log.info("CUDA graphs: captured %d decode sizes (1..%d) in %.1f s", len(sizes), sizes[-1],
+                 secs)
         return graphs
 
     # -- memory -----------------------------------------------------------------------------
@@ -146,7 +151,7 @@ class ModelRunner:
             slot_mapping=torch.arange(n, device=self.device), max_q_len=n, max_context_len=n,
             is_decode=False, q_lens_cpu=[n], context_lens_cpu=[n])
         with forward_context.forward_context(ForwardContext(meta, caches, scales)):
-            hidden = self.model(ids, pos)
+            hidden = self.forward_fn(ids, pos)
             self.model.compute_logits(hidden[-1:])
         del caches
         torch.cuda.synchronize()
@@ -227,7 +232,7 @@ class ModelRunner:
                 return logits
             return logits.index_select(0, logits_idx)
         with forward_context.forward_context(ForwardContext(meta, self.kv_caches, self.kv_scales)):
-            hidden = self.model(input_ids, positions)
+            hidden = self.forward_fn(input_ids, positions)
             return self.model.compute_logits(hidden.index_select(0, logits_idx))
 
     def _sampling_batch(self, batch: ScheduledBatch, rows: list[int], temps: torch.Tensor,
