@@ -128,6 +128,65 @@ def _replay_ms(eng) -> float:
     return round(a.elapsed_time(b) / 50, 4)
 
 
+def _graph_kernel_table(eng, bs: int, reps: int = 20) -> list[dict[str, Any]]:
+    """Per-kernel GPU time inside one replay of the captured bs-sized decode graph (CUPTI sees the
+    graph's kernels), largest first: where a decode step's device time goes."""
+    graph, _ = eng.core.runner.graphs.graphs[bs]
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    acts = [torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(reps):
+            graph.replay()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if t and e.count >= reps:
+            rows.append({"kernel": e.key[:90], "per_replay": round(e.count / reps, 2),
+                         "us_per_replay": round(t / reps, 1)})
+    rows.sort(key=lambda r: -r["us_per_replay"])
+    return rows
+
+
+def bench_decode_kernels() -> dict[str, Any]:
+    """The bs=1 decode graph of each model, kernel by kernel, at a ~1k-token context; and the
+    fused SiLU-and-mul down projection against the two-kernel path at both models' shapes."""
+    from triton.testing import do_bench
+
+    from atom.kernels.triton.activation import silu_and_mul
+    from atom.kernels.triton.gemv import gemv
+
+    out: dict[str, Any] = {}
+    for model in ("qwen3_0_6b", "llama3_8b"):
+        eng = engine(model)
+        prompt = list(range(100, 1124))
+        eng.generate([prompt], _sp(max_tokens=4, temperature=0, ignore_eos=True))
+        table = _graph_kernel_table(eng, 1)
+        out[model] = {"total_us": round(sum(r["us_per_replay"] for r in table), 1),
+                      "replay_ms": _replay_ms(eng), "kernels": table[:25]}
+        free(eng)
+    for name, (n, k) in {"8b_down": (4096, 14336), "06b_down": (1024, 3072)}.items():
+        sets = max(2, int(240e6 // (n * k * 2)))
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(min(sets, 64))]
+        x2 = torch.randn(1, 2 * k, device="cuda", dtype=torch.bfloat16)
+        row = {}
+        for label, fn in {"fused": lambda w: gemv(x2, w, silu_gate=True),
+                          "two_kernels": lambda w: gemv(silu_and_mul(x2), w)}.items():
+            for w in ws[:2]:
+                fn(w)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for w in ws:
+                    fn(w)
+            row[label + "_us"] = round(do_bench(g.replay, warmup=25, rep=100,
+                                                return_mode="median") / len(ws) * 1e3, 2)
+        out[f"silu_down_{name}"] = row
+        del ws
+    return out
+
+
 def nano_vllm_workload(n: int = 256, seed: int = 0, vocab: int = 10001):
     rng = random.Random(seed)
     hi = min(10000, vocab - 1)
@@ -385,6 +444,7 @@ CAPTURE_512 = "runtime.cudagraph_capture_sizes=[{}]".format(
 BENCHES: dict[str, Callable[[], Any]] = {
     "kernels": bench_kernels,
     "greedy_equal": bench_greedy_equal,
+    "decode_kernels": bench_decode_kernels,
     "startup": lambda: bench_startup("qwen3_0_6b"),
     "decode_small": lambda: bench_decode("qwen3_0_6b", 1024, 512),
     "decode_small_sync": lambda: bench_decode("qwen3_0_6b", 1024, 512,
