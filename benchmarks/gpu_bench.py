@@ -16,6 +16,7 @@ import platform
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Callable
 
@@ -167,6 +168,7 @@ def bench_decode_kernels() -> dict[str, Any]:
         out[model] = {"total_us": round(sum(r["us_per_replay"] for r in table), 1),
                       "replay_ms": _replay_ms(eng), "kernels": table[:25]}
         free(eng)
+        del eng  # the next model's engine needs the memory this one's KV cache holds
     for name, (n, k) in {"8b_down": (4096, 14336), "06b_down": (1024, 3072)}.items():
         sets = max(2, int(240e6 // (n * k * 2)))
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(min(sets, 64))]
@@ -210,6 +212,15 @@ def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
     t0 = time.perf_counter()
     res = eng.generate(prompts, params)
     dt = time.perf_counter() - t0
+    if os.environ.get("BENCH_PROFILE_HOST") == "1":  # where the host's time goes, same workload
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.enable()
+        eng.generate(prompts, params)
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     got = sum(len(r["token_ids"]) for r in res)
     blocks = eng.core.runner.num_blocks
     free(eng)
@@ -316,6 +327,12 @@ def bench_startup(model: str) -> dict[str, Any]:
             log(p.stderr[-3000:])
         res[f"{label}_s"] = round(dt, 2) if ok else None
         res[f"{label}_log"] = [ln[:110] for ln in p.stderr.splitlines() if " ms atom" in ln]
+    if os.environ.get("BENCH_PROFILE_STARTUP") == "1":  # a third, profiled start: where it goes
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+            f.write(code.replace(";", "\n"))
+        p = subprocess.run([sys.executable, "-m", "cProfile", "-s", "cumtime", f.name],
+                           capture_output=True, text=True)
+        log("\n".join(p.stdout.splitlines()[:70]))
     return {"model": model, "extra": RUN_EXTRA, **res}
 
 

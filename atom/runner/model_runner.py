@@ -135,8 +135,9 @@ class ModelRunner:
                                                                             - torch.cuda.memory_reserved())
         return max(int(budget), self.layout.bytes_per_block)
 
-    @torch.inference_mode()
     def _profile_forward(self) -> None:
+        """Inputs are made outside inference mode, like every later step's: a compiled forward
+        guards on it, and inference tensors here would cost a recompile later."""
         n = min(self.cfg.scheduler.max_num_batched_tokens, self.max_model_len)
         layout = KVLayout(self.layout.num_layers, self.layout.num_kv_heads, self.layout.head_dim,
                           self.block_size, self.layout.dtype)
@@ -150,7 +151,8 @@ class ModelRunner:
             block_tables=torch.arange(blocks, dtype=torch.int32, device=self.device).unsqueeze(0),
             slot_mapping=torch.arange(n, device=self.device), max_q_len=n, max_context_len=n,
             is_decode=False, q_lens_cpu=[n], context_lens_cpu=[n])
-        with forward_context.forward_context(ForwardContext(meta, caches, scales)):
+        with torch.inference_mode(), forward_context.forward_context(
+                ForwardContext(meta, caches, scales)):
             hidden = self.forward_fn(ids, pos)
             self.model.compute_logits(hidden[-1:])
         del caches
