@@ -151,6 +151,20 @@ def _graph_kernel_table(eng, bs: int, reps: int = 20) -> list[dict[str, Any]]:
     return rows
 
 
+def _kernel_table_of(model: str) -> dict[str, Any]:
+    """One engine's bs=1 decode graph, kernel by kernel; the engine is gone when this returns."""
+    eng = engine(model)
+    eng.generate([list(range(100, 1124))], _sp(max_tokens=4, temperature=0, ignore_eos=True))
+    table = _graph_kernel_table(eng, 1)
+    res = {"total_us": round(sum(r["us_per_replay"] for r in table), 1),
+           "replay_ms": _replay_ms(eng), "kernels": table[:25]}
+    free(eng)
+    del eng  # free() drops only its own reference; the next engine needs this one's memory
+    gc.collect()
+    torch.cuda.empty_cache()
+    return res
+
+
 def bench_decode_kernels() -> dict[str, Any]:
     """The bs=1 decode graph of each model, kernel by kernel, at a ~1k-token context; and the
     fused SiLU-and-mul down projection against the two-kernel path at both models' shapes."""
@@ -159,16 +173,7 @@ def bench_decode_kernels() -> dict[str, Any]:
     from atom.kernels.triton.activation import silu_and_mul
     from atom.kernels.triton.gemv import gemv
 
-    out: dict[str, Any] = {}
-    for model in ("qwen3_0_6b", "llama3_8b"):
-        eng = engine(model)
-        prompt = list(range(100, 1124))
-        eng.generate([prompt], _sp(max_tokens=4, temperature=0, ignore_eos=True))
-        table = _graph_kernel_table(eng, 1)
-        out[model] = {"total_us": round(sum(r["us_per_replay"] for r in table), 1),
-                      "replay_ms": _replay_ms(eng), "kernels": table[:25]}
-        free(eng)
-        del eng  # the next model's engine needs the memory this one's KV cache holds
+    out: dict[str, Any] = {model: _kernel_table_of(model) for model in ("qwen3_0_6b", "llama3_8b")}
     for name, (n, k) in {"8b_down": (4096, 14336), "06b_down": (1024, 3072)}.items():
         sets = max(2, int(240e6 // (n * k * 2)))
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(min(sets, 64))]
