@@ -194,6 +194,48 @@ def bench_decode_kernels() -> dict[str, Any]:
     return out
 
 
+def bench_decode_attn_sweep() -> dict[str, Any]:
+    """Batch-1 decode attention, µs per layer, by (splits, block_n, num_warps): 24 layers' worth
+    of distinct caches in one graph (L2 rotated away, launch overhead amortised)."""
+    from triton.testing import do_bench
+
+    from atom.kernels.metadata import AttentionMetadata
+    from atom.kernels.triton.paged_decode_attention import decode_attention
+
+    out: dict[str, Any] = {}
+    configs = [(16, 64, 4), (16, 128, 4), (16, 128, 8), (8, 128, 4), (8, 128, 8), (32, 64, 4),
+               (32, 32, 4), (4, 128, 8), (16, 32, 4)]
+    for shape, (hq, hk) in {"8b": (32, 8), "06b": (16, 8)}.items():
+        for ctx in (1024, 4096):
+            page, d, layers = 16, 128, 24
+            nblk = ctx // page
+            caches = [(torch.randn(nblk, page, hk, d, device="cuda", dtype=torch.bfloat16),
+                       torch.randn(nblk, page, hk, d, device="cuda", dtype=torch.bfloat16))
+                      for _ in range(layers)]
+            tables = torch.randperm(nblk, device="cuda", dtype=torch.int32).view(1, -1)
+            meta = AttentionMetadata(torch.arange(2, device="cuda", dtype=torch.int32),
+                                     torch.full((1,), ctx, device="cuda", dtype=torch.int32),
+                                     tables, torch.zeros(1, device="cuda", dtype=torch.int64), 1,
+                                     ctx, True)
+            q = torch.randn(1, hq, d, device="cuda", dtype=torch.bfloat16)
+            for splits, bn, nw in configs:
+                def run():
+                    for kc, vc in caches:
+                        decode_attention(q, kc, vc, meta, d ** -0.5, splits=splits, block_n=bn,
+                                         num_warps=nw)
+                try:
+                    run()
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g):
+                        run()
+                    us = do_bench(g.replay, warmup=10, rep=50, return_mode="median") * 1e3 / layers
+                    out[f"{shape}_ctx{ctx}_s{splits}_n{bn}_w{nw}"] = round(us, 2)
+                except Exception as e:  # a config that does not compile is a result too
+                    out[f"{shape}_ctx{ctx}_s{splits}_n{bn}_w{nw}"] = f"{type(e).__name__}"
+            del caches
+    return out
+
+
 def nano_vllm_workload(n: int = 256, seed: int = 0, vocab: int = 10001):
     rng = random.Random(seed)
     hi = min(10000, vocab - 1)
@@ -467,6 +509,7 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "kernels": bench_kernels,
     "greedy_equal": bench_greedy_equal,
     "decode_kernels": bench_decode_kernels,
+    "decode_attn_sweep": bench_decode_attn_sweep,
     "startup": lambda: bench_startup("qwen3_0_6b"),
     "decode_small": lambda: bench_decode("qwen3_0_6b", 1024, 512),
     "decode_small_sync": lambda: bench_decode("qwen3_0_6b", 1024, 512,

@@ -60,15 +60,20 @@ def _gguf_tokenizer(path: Path) -> Any:
 
 
 def load_tokenizer(cfg: Config) -> Any:
-    from transformers import AutoTokenizer
-
+    """transformers' tokenizer modules are imported only when there is a tokenizer to load:
+    on the GPU host (transformers 5.17) they pull in torch._dynamo, torch.distributed.tensor
+    and scikit-learn, seconds of every start of a dummy-weight model."""
     if cfg.model.tokenizer:
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(cfg.model.tokenizer,
                                              trust_remote_code=cfg.model.trust_remote_code)
     src = model_source(cfg)
     if src is not None and is_gguf(src):
         return _gguf_tokenizer(src)
     if src is not None and any((src / f).exists() for f in _TOKENIZER_FILES):
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(str(src), trust_remote_code=cfg.model.trust_remote_code)
     return _byte_stand_in(cfg, src)
 
