@@ -52,6 +52,7 @@ class Scheduler:
 
     # -- queue ----------------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
+        seq.stop_len = min(seq.stop_len, self.max_model_len)
         self.waiting.append(seq)
 
     def has_unfinished(self) -> bool:
@@ -96,13 +97,16 @@ class Scheduler:
     def _schedule_running(self, batch: ScheduledBatch, budget: int) -> bool:
         preempted = False
         i = 0
+        room = self.blocks.block_size
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            if seq.has_pending_token and self._reaches_length(seq):
+            tokens = seq.token_ids
+            if tokens[-1] == PENDING_TOKEN and len(tokens) >= seq.stop_len:
                 i += 1  # its pending token is its last: it finishes when that step resolves
                 continue
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
-            while not self.blocks.try_allocate(seq, seq.num_computed_tokens + n):
+            n = min(len(tokens) - seq.num_computed_tokens, budget)
+            need = seq.num_computed_tokens + n
+            while need > len(seq.block_table) * room and not self.blocks.try_allocate(seq, need):
                 victim = self.running[-1]
                 self._preempt(victim)
                 preempted = True
@@ -187,9 +191,6 @@ class Scheduler:
             return "stop"
         if p.stop_token_ids and tok in p.stop_token_ids:
             return "stop"
-        if self._reaches_length(seq):
+        if len(seq.token_ids) >= seq.stop_len:
             return "length"
         return None
-
-    def _reaches_length(self, seq: Sequence) -> bool:
-        return seq.num_output_tokens >= seq.params.max_tokens or seq.num_tokens >= self.max_model_len

@@ -20,7 +20,8 @@ class SequenceStatus(Enum):
 class Sequence:
     __slots__ = ("request_id", "token_ids", "num_prompt_tokens", "params", "arrival_time", "status",
                  "num_computed_tokens", "num_cached_tokens", "block_table", "num_hashed_blocks",
-                 "block_hashes", "finish_reason", "num_emitted", "generator", "num_preemptions")
+                 "block_hashes", "finish_reason", "num_emitted", "generator", "num_preemptions",
+                 "stop_len")
 
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                  arrival_time: float = 0.0) -> None:
@@ -39,6 +40,9 @@ class Sequence:
         self.num_emitted = 0  # output tokens already reported to the client
         self.generator = None  # per-request RNG when params.seed is set (runner-owned)
         self.num_preemptions = 0
+        # Token count at which it stops by length (max_tokens; the scheduler also caps it at
+        # max_model_len): one int compare per step instead of two property chains.
+        self.stop_len = self.num_prompt_tokens + params.max_tokens
 
     @property
     def num_tokens(self) -> int:

@@ -91,6 +91,9 @@ class ModelRunner:
                  if compiles(cfg, self.device) else
                  "no torch.compile (only level 3 on CUDA without enforce_eager)")
         self.max_model_len = cfg.model.max_model_len or int(self.hf.max_position_embeddings)
+        # A plain int: a transformers config attribute read costs microseconds, and the hot
+        # path reads this once per sequence per step.
+        self.vocab_size = int(self.hf.vocab_size)
         self.eos_token_ids = _eos_ids(self.hf, eos_token_id)
         self.block_size = cfg.kv_cache.block_size
         self.layout = KVLayout(self.hf.num_hidden_layers, self.hf.num_key_value_heads // tp_size(),
@@ -198,13 +201,15 @@ class ModelRunner:
         src = self._pending_sources(seqs, seq_of_tok[pending])
         params = [seqs[i].params for i in rows]
         temps = np.fromiter((p.temperature for p in params), dtype=np.float32, count=len(rows))
-        top_ks = np.fromiter((p.top_k if p.top_k > 0 else self.hf.vocab_size for p in params),
+        top_ks = np.fromiter((p.top_k if p.top_k > 0 else self.vocab_size for p in params),
                              dtype=np.int64, count=len(rows))
         top_ps = np.fromiter((p.top_p for p in params), dtype=np.float32, count=len(rows))
         (ids_d, pos_d, cu_d, ctx_d, tables_d, slots_d, idx_d, pend_d, src_d, temps_d, ks_d,
          ps_d) = self.stager.stage(ids, pos, cu, np.asarray(ctx, dtype=np.int32), tables, slots,
                                    logits_idx, pending.astype(np.int64), src, temps, top_ks, top_ps)
-        if pending.size:
+        if pending.size == ids.size and np.array_equal(src, np.arange(src.size)):
+            ids_d = self._last_tokens[:src.size]  # the common decode step: no gather kernels
+        elif pending.size:
             ids_d.index_copy_(0, pend_d, self._last_tokens.index_select(0, src_d))
         meta = AttentionMetadata(
             cu_seqlens_q=cu_d, context_lens=ctx_d, block_tables=tables_d, slot_mapping=slots_d,
@@ -249,7 +254,7 @@ class ModelRunner:
         penalties = self._penalties(seqs) if any(p.uses_penalties for p in params) else None
         return SamplingBatch(
             temperatures=temps,
-            top_ks=top_ks if any(0 < p.top_k < self.hf.vocab_size for p in params) else None,
+            top_ks=top_ks if any(0 < p.top_k < self.vocab_size for p in params) else None,
             top_ps=top_ps if any(p.top_p < 1.0 for p in params) else None,
             generators=gens, all_greedy=all(p.temperature == 0 for p in params),
             penalties=penalties,
@@ -258,7 +263,7 @@ class ModelRunner:
     def _penalties(self, seqs) -> PenaltyBatch:
         """Built from host token lists, so the engine resolves every step before one that
         needs penalties (see EngineCore.step)."""
-        dev, vocab = self.device, self.hf.vocab_size
+        dev, vocab = self.device, self.vocab_size
         counts = torch.zeros(len(seqs), vocab, device=dev)
         seen = torch.zeros(len(seqs), vocab, dtype=torch.bool, device=dev)
         for r, s in enumerate(seqs):
