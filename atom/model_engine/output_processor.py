@@ -63,6 +63,7 @@ class RequestState:
     first_token_time: Optional[float] = None
     num_cached_tokens: int = 0
     decode_at_end: bool = False
+    quiet: bool = False  # report only when finished (all tokens and text at once)
 
     @property
     def text(self) -> str:
@@ -76,8 +77,11 @@ class OutputProcessor:
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     arrival_time: Optional[float] = None, stream_text: bool = True) -> None:
-        """`stream_text=False`: the caller wants the text only at the end, so a request without
-        stop strings is decoded once when it finishes instead of token by token."""
+        """`stream_text=False`: the caller wants the result only at the end, so a request without
+        stop strings is decoded once when it finishes instead of token by token, and (without
+        logprobs) gets one output at the end rather than one per step: at hundreds of
+        sequences per step, building per-step outputs nobody reads cost the offline engine
+        milliseconds of every step."""
         incremental = stream_text or bool(params.stop_strings)
         detok = (IncrementalDetokenizer(self._tok, prompt_token_ids, params.skip_special_tokens)
                  if self._tok is not None and incremental else None)
@@ -86,6 +90,7 @@ class OutputProcessor:
             arrival_time if arrival_time is not None else time.perf_counter(), detok,
             StopStringMatcher(params.stop_strings, params.include_stop_str_in_output))
         st.decode_at_end = self._tok is not None and not incremental
+        st.quiet = not stream_text and params.logprobs is None
         self.states[request_id] = st
 
     def abort(self, request_id: str) -> Optional[RequestOutput]:
@@ -124,7 +129,10 @@ class OutputProcessor:
                 to_abort.append(o.request_id)
             elif st.stops.stopped:
                 reason = "stop"
-            results.append(self._emit(st, new_ids, finished, reason, o.logprobs, now))
+            if st.quiet and not finished:
+                continue
+            results.append(self._emit(st, st.output_token_ids if st.quiet else new_ids, finished,
+                                      reason, o.logprobs, now))
             if finished:
                 self.states.pop(o.request_id, None)
         return results, to_abort
