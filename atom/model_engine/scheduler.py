@@ -29,11 +29,6 @@ class ScheduledBatch:
     def total_tokens(self) -> int:
         return sum(self.num_new_tokens)
 
-    def samples(self, i: int) -> bool:
-        """Sequence i reaches its last known token this step, so it samples the next one."""
-        s = self.seqs[i]
-        return s.num_computed_tokens + self.num_new_tokens[i] == s.num_tokens
-
 
 class Scheduler:
     def __init__(self, cfg: Config, num_blocks: int, eos_token_ids: set[int], max_model_len: int) -> None:
