@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from atom.config.schema import Config
 from atom.model_engine.messages import EngineRequest, EngineStats, StepOutput
 from atom.model_engine.scheduler import ScheduledBatch, Scheduler
-from atom.model_engine.sequence import Sequence
+from atom.model_engine.sequence import Sequence, SequenceStatus
 
 if TYPE_CHECKING:
     from atom.runner.launched_step import LaunchedStep
@@ -43,6 +43,7 @@ class EngineCore:
         self.scheduler = Scheduler(cfg, self.runner.num_blocks, self.runner.eos_token_ids,
                                    self.max_model_len)
         self.seqs: dict[str, Sequence] = {}
+        self._penalized: set[str] = set()  # live requests whose sampling reads host token lists
         self._pending: list[StepOutput] = []
         self.async_scheduling = async_scheduling_enabled(cfg, self.runner.device)
         self._inflight: Optional[tuple[ScheduledBatch, LaunchedStep]] = None
@@ -63,12 +64,14 @@ class EngineCore:
         seq = Sequence(request.request_id, request.prompt_token_ids, request.sampling_params,
                        request.arrival_time or time.perf_counter())
         self.seqs[seq.request_id] = seq
+        if seq.params.uses_penalties:
+            self._penalized.add(seq.request_id)
         self.scheduler.add(seq)
         self._stats.prompt_tokens_total += n
 
     def abort_requests(self, request_ids: list[str]) -> None:
         for seq in self.scheduler.abort(set(request_ids)):
-            self.seqs.pop(seq.request_id, None)
+            self._forget(seq)
             self._pending.append(StepOutput(request_id=seq.request_id, new_token_ids=[],
                                             finished=True, finish_reason="abort",
                                             num_prompt_tokens=seq.num_prompt_tokens))
@@ -99,8 +102,11 @@ class EngineCore:
         return outputs
 
     def _may_overlap(self) -> bool:
-        return self.async_scheduling and not any(s.params.uses_penalties
-                                                 for s in self.scheduler.running)
+        return self.async_scheduling and not self._penalized
+
+    def _forget(self, seq: Sequence) -> None:
+        self.seqs.pop(seq.request_id, None)
+        self._penalized.discard(seq.request_id)
 
     def _launch(self, batch: ScheduledBatch) -> LaunchedStep:
         if not self.runner.profiler.active:
@@ -118,13 +124,14 @@ class EngineCore:
         for i, seq in self.scheduler.resolve(batch, sampled):
             new = seq.token_ids[seq.num_prompt_tokens + seq.num_emitted:]
             seq.num_emitted += len(new)
-            lp = logprobs.get(i)
+            lp = logprobs.get(i) if logprobs else None
+            finished = seq.status is SequenceStatus.FINISHED
             outputs.append(StepOutput(
-                request_id=seq.request_id, new_token_ids=new, finished=seq.is_finished,
+                request_id=seq.request_id, new_token_ids=new, finished=finished,
                 finish_reason=seq.finish_reason, num_prompt_tokens=seq.num_prompt_tokens,
                 num_cached_tokens=seq.num_cached_tokens, logprobs=[lp] if lp is not None else None))
-            if seq.is_finished:
-                self.seqs.pop(seq.request_id, None)
+            if finished:
+                self._forget(seq)
             self._stats.generation_tokens_total += len(new)
             self._tokens_since_log += len(new)
         return outputs

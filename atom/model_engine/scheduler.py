@@ -170,9 +170,9 @@ class Scheduler:
         touched = []
         for i, tokens in sampled.items():
             seq = batch.seqs[i]
-            if seq.is_finished:  # aborted, or stopped one step earlier (its extra token is dropped)
-                continue
-            assert seq.has_pending_token, seq
+            if seq.status is SequenceStatus.FINISHED:
+                continue  # aborted, or stopped a step earlier: this extra token is dropped
+            assert seq.token_ids[-1] == PENDING_TOKEN, seq
             seq.token_ids[-1] = tokens[0]
             reason = self._stop_reason(seq, tokens[0])
             if reason is not None:

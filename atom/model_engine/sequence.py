@@ -56,14 +56,6 @@ class Sequence:
     def output_token_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens:]
 
-    @property
-    def has_pending_token(self) -> bool:
-        return self.token_ids[-1] == PENDING_TOKEN
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status == SequenceStatus.FINISHED
-
     def __repr__(self) -> str:
         return (f"Sequence({self.request_id}, tokens={self.num_tokens}, "
                 f"computed={self.num_computed_tokens}, {self.status.name})")
