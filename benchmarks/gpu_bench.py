@@ -151,6 +151,20 @@ def _graph_kernel_table(eng, bs: int, reps: int = 20) -> list[dict[str, Any]]:
     return rows
 
 
+def _per_weight_ms(fn: Callable[[torch.Tensor], Any], ws: list[torch.Tensor]) -> float:
+    """ms of fn(w) per weight set: one graph of one call per set (launch overhead out, and the
+    sets together exceed the 60 MB L2, so no call finds its weights cached)."""
+    from triton.testing import do_bench
+
+    for w in ws[:2]:
+        fn(w)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for w in ws:
+            fn(w)
+    return do_bench(g.replay, warmup=25, rep=100, return_mode="median") / len(ws)
+
+
 def _kernel_table_of(model: str) -> dict[str, Any]:
     """One engine's bs=1 decode graph, kernel by kernel; the engine is gone when this returns."""
     eng = engine(model)
@@ -168,8 +182,6 @@ def _kernel_table_of(model: str) -> dict[str, Any]:
 def bench_decode_kernels() -> dict[str, Any]:
     """The bs=1 decode graph of each model, kernel by kernel, at a ~1k-token context; and the
     fused SiLU-and-mul down projection against the two-kernel path at both models' shapes."""
-    from triton.testing import do_bench
-
     from atom.kernels.triton.activation import silu_and_mul
     from atom.kernels.triton.gemv import gemv
 
@@ -181,14 +193,7 @@ def bench_decode_kernels() -> dict[str, Any]:
         row = {}
         for label, fn in {"fused": lambda w: gemv(x2, w, silu_gate=True),
                           "two_kernels": lambda w: gemv(silu_and_mul(x2), w)}.items():
-            for w in ws[:2]:
-                fn(w)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for w in ws:
-                    fn(w)
-            row[label + "_us"] = round(do_bench(g.replay, warmup=25, rep=100,
-                                                return_mode="median") / len(ws) * 1e3, 2)
+            row[label + "_us"] = round(_per_weight_ms(fn, ws) * 1e3, 2)
         out[f"silu_down_{name}"] = row
         del ws
     return out
@@ -407,15 +412,7 @@ def bench_kernels() -> dict[str, Any]:
         row: dict[str, Any] = {}
 
         def timed(fn) -> float:
-            """One graph of one call per weight set (launch overhead out, L2 reuse out)."""
-            for w in ws[:2]:
-                fn(w)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for w in ws:
-                    fn(w)
-            ms = do_bench(g.replay, warmup=25, rep=100, return_mode="median") / len(ws)
-            return round(n * k * 2 / (ms * 1e-3) / 1e12, 3)
+            return round(n * k * 2 / (_per_weight_ms(fn, ws) * 1e-3) / 1e12, 3)
         row["cublas"] = timed(lambda w: torch.nn.functional.linear(x, w))
         for bn, bk, nw in configs:
             row[f"triton_n{bn}k{bk}w{nw}"] = timed(lambda w: gemv(x, w, block_n=bn, block_k=bk,

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from atom.kernels.triton.kv_store import store_cache
-from atom.kernels.triton.rotary import pair_offsets
+from atom.kernels.triton.rotary import cos_sin_at, pair_offsets
 
 
 @triton.jit
@@ -52,10 +52,7 @@ def _rope_store_kv_kernel(pos_ptr, slot_ptr, q_ptr, k_ptr, v_ptr, qo_ptr, kc_ptr
                           Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HALF: tl.constexpr):
     tok = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + tok).to(tl.int64)
-    i = tl.arange(0, HALF)[None, :]
-    cmask = i < half
-    cos = tl.load(cs_ptr + pos * cs_stride + i, mask=cmask, other=0.0).to(tl.float32)
-    sin = tl.load(cs_ptr + pos * cs_stride + half + i, mask=cmask, other=0.0).to(tl.float32)
+    i, cmask, cos, sin = cos_sin_at(cs_ptr, pos, cs_stride, half, HALF)
     off1, off2 = pair_offsets(i, half, IS_NEOX)
 
     hq = tl.arange(0, Q_HEADS)[:, None]

@@ -21,6 +21,16 @@ def pair_offsets(i, half, IS_NEOX: tl.constexpr):
 
 
 @triton.jit
+def cos_sin_at(cs_ptr, pos, cs_stride, half, HALF: tl.constexpr):
+    """(column index [1, HALF], its mask, cos, sin) of one position's row of the cache."""
+    i = tl.arange(0, HALF)[None, :]
+    cmask = i < half
+    cos = tl.load(cs_ptr + pos * cs_stride + i, mask=cmask, other=0.0).to(tl.float32)
+    sin = tl.load(cs_ptr + pos * cs_stride + half + i, mask=cmask, other=0.0).to(tl.float32)
+    return i, cmask, cos, sin
+
+
+@triton.jit
 def _rotate_heads(ptr, tok, tok_stride, head_stride, n_heads, cos, sin, half,
                   IS_NEOX: tl.constexpr, HEADS: tl.constexpr, HALF: tl.constexpr):
     h = tl.arange(0, HEADS)[:, None]
@@ -43,10 +53,7 @@ def _rotary_kernel(pos_ptr, q_ptr, k_ptr, cs_ptr, q_tok_stride, q_head_stride, k
                    HALF: tl.constexpr):
     tok = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + tok).to(tl.int64)
-    i = tl.arange(0, HALF)[None, :]
-    cmask = i < half
-    cos = tl.load(cs_ptr + pos * cs_stride + i, mask=cmask, other=0.0).to(tl.float32)
-    sin = tl.load(cs_ptr + pos * cs_stride + half + i, mask=cmask, other=0.0).to(tl.float32)
+    _, _, cos, sin = cos_sin_at(cs_ptr, pos, cs_stride, half, HALF)
     _rotate_heads(q_ptr, tok, q_tok_stride, q_head_stride, n_q_heads, cos, sin, half,
                   IS_NEOX, Q_HEADS, HALF)
     _rotate_heads(k_ptr, tok, k_tok_stride, k_head_stride, n_k_heads, cos, sin, half,
