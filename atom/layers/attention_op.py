@@ -7,34 +7,35 @@ custom op `atom::paged_attention`, dynamo and inductor see only tensors in and a
 finds the context at run time.
 
 Op arguments can only be tensors and scalars, so the op names its layer by index. The index is
-resolved through the layers that the running compiled forward bound (`bound_layers`), not through
-a process-wide table filled at construction: two models in one process (tests, a speculative
-draft model) would overwrite each other's indices there.
+resolved through the layers that the running compiled forward bound into the forward context
+(`bound_layers`), not through a process-wide table filled at construction: two models in one
+process (tests, a speculative draft model) would overwrite each other's indices there.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Mapping, Optional
 
 import torch
 
+from atom.runner import forward_context
+
 if TYPE_CHECKING:
     from atom.layers.attention import PagedAttention
-
-_LAYERS: Optional[Mapping[int, "PagedAttention"]] = None
 
 
 @contextmanager
 def bound_layers(layers: Mapping[int, "PagedAttention"]) -> Iterator[None]:
     """Makes `layers` (layer index → attention layer) the ones the op resolves, for one forward
-    (or one CUDA-graph capture: a replay runs recorded kernels and resolves nothing)."""
-    global _LAYERS
-    prev, _LAYERS = _LAYERS, layers
-    try:
+    (or one CUDA-graph capture: a replay runs recorded kernels and resolves nothing): a nested
+    forward context that carries them."""
+    ctx = forward_context.current()
+    if ctx is None:
+        raise RuntimeError("attention layers are bound inside a forward context (set by the runner)")
+    with forward_context.forward_context(dataclasses.replace(ctx, attention_layers=layers)):
         yield
-    finally:
-        _LAYERS = prev
 
 
 @torch.library.custom_op("atom::paged_attention", mutates_args=())
@@ -45,10 +46,11 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions
     """`PagedAttention.forward`'s arguments, then the layer's index. It also writes k/v into the
     layer's KV cache: that cache lives in the forward context, never among the op's arguments, so
     no tensor the graph holds is mutated and the op can be declared functional."""
-    if _LAYERS is None:
+    ctx = forward_context.current()
+    if ctx is None or ctx.attention_layers is None:
         raise RuntimeError("atom::paged_attention ran outside a compiled forward "
                            "(atom.runner.compile binds the model's attention layers)")
-    return _LAYERS[layer_idx]._forward_impl(q, k, v, positions, cos_sin_cache, is_neox,
+    return ctx.attention_layers[layer_idx]._forward_impl(q, k, v, positions, cos_sin_cache, is_neox,
                                             q_norm_weight, k_norm_weight, norm_eps)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import torch
 
@@ -20,6 +20,8 @@ class ForwardContext:
     meta: AttentionMetadata
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer (k_cache, v_cache)
     kv_scales: list[tuple[float, float]]
+    # Under torch.compile: layer index → attention layer, for the atom::paged_attention op.
+    attention_layers: Optional[Mapping[int, Any]] = None
 
 
 _CTX: Optional[ForwardContext] = None
