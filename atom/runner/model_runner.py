@@ -171,11 +171,8 @@ class ModelRunner:
         bs = self.block_size
         seqs = batch.seqs
         q_lens = list(batch.num_new_tokens)
-        starts = [s.num_computed_tokens for s in seqs]
+        starts, rows, tables = self._scan(seqs, q_lens)
         ctx = [st + n for st, n in zip(starts, q_lens)]
-        tables = np.full((len(seqs), max(len(s.block_table) for s in seqs)), -1, dtype=np.int32)
-        for i, s in enumerate(seqs):  # row by row: 2.6x faster than one fancy-indexed scatter
-            tables[i, :len(s.block_table)] = s.block_table
         cu = np.zeros(len(seqs) + 1, dtype=np.int32)
         np.cumsum(q_lens, out=cu[1:])
         if cu[-1] == len(seqs):  # decode: one token per sequence, fully vectorised
@@ -191,8 +188,6 @@ class ModelRunner:
                 count=int(cu[-1]))
             seq_of_tok = np.repeat(np.arange(len(seqs)), q_lens)
         slots = tables[seq_of_tok, pos // bs].astype(np.int64) * bs + pos % bs
-        # A sequence samples the next token when this step reaches its last known one.
-        rows = [i for i, (c, s) in enumerate(zip(ctx, seqs)) if c == len(s.token_ids)]
         logits_idx = cu[1:][rows].astype(np.int64) - 1
         pending = np.flatnonzero(ids == PENDING_TOKEN)
         src = self._pending_sources(seqs, seq_of_tok[pending])
@@ -215,6 +210,23 @@ class ModelRunner:
             num_decode_seqs=next((i for i, n in enumerate(q_lens) if n != 1), 0))
         sampling = self._sampling_batch(batch, rows, temps_d, ks_d, ps_d)
         return StepInputs(ids_d, pos_d, meta, rows, idx_d, sampling)
+
+    @staticmethod
+    def _scan(seqs: list, q_lens: list[int]) -> tuple[list[int], list[int], np.ndarray]:
+        """One pass over the batch: each sequence's start, the rows that sample (this step
+        reaches their last known token), and the block tables padded with -1 (filled row by
+        row: 2.6x faster than one fancy-indexed scatter at 256 sequences)."""
+        starts, rows, width = [], [], 0
+        for i, (s, n) in enumerate(zip(seqs, q_lens)):
+            st = s.num_computed_tokens
+            starts.append(st)
+            if st + n == len(s.token_ids):
+                rows.append(i)
+            width = max(width, len(s.block_table))
+        tables = np.full((len(seqs), width), -1, dtype=np.int32)
+        for i, s in enumerate(seqs):
+            tables[i, :len(s.block_table)] = s.block_table
+        return starts, rows, tables
 
     def _pending_sources(self, seqs: list, seq_rows: np.ndarray) -> np.ndarray:
         """Where each pending token sits in the previous step's sampled-token tensor."""
