@@ -282,6 +282,53 @@ def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
             "nano-vllm: in,out ~ U[100,1024], temperature 0.6, ignore_eos"}
 
 
+def _busy_us(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) intervals (µs): time the GPU ran at least one kernel."""
+    busy, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        busy += b - max(a, end)
+        end = b
+    return busy
+
+
+def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int = 60) -> dict[str, Any]:
+    """Is the nano-vllm workload bound by the host or the GPU? Mid-run (every sequence past its
+    prefill), `steps` engine steps under the torch profiler: wall time per step against the time
+    the GPU was busy. With BENCH_TRACE_DIR set, the Chrome trace is written there too."""
+    eng = engine(model)
+    prompts, outs = nano_vllm_workload(n, vocab=eng.core.runner.hf.vocab_size)
+    ids = eng.add_request(prompts, [_sp(temperature=0.6, max_tokens=o, ignore_eos=True)
+                                    for o in outs])
+    while eng.core.scheduler.waiting or any(s.num_computed_tokens < s.num_prompt_tokens
+                                            for s in eng.core.scheduler.running):
+        eng.step()
+    for _ in range(5):
+        eng.step()
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            eng.step()
+        torch.cuda.synchronize()
+        wall_us = (time.perf_counter() - t0) * 1e6
+    kernels = [(e.time_range.start, e.time_range.end) for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = _busy_us(kernels)
+    trace_dir = os.environ.get("BENCH_TRACE_DIR")
+    if trace_dir:
+        prof.export_chrome_trace(os.path.join(trace_dir, f"throughput_trace_{model}.json"))
+    running = len(eng.core.scheduler.running)
+    for rid in ids:
+        eng.abort(rid)
+    free(eng)
+    return {"model": model, "steps": steps, "running": running,
+            "wall_ms_per_step": round(wall_us / steps / 1e3, 3),
+            "gpu_busy_ms_per_step": round(busy / steps / 1e3, 3),
+            "gpu_idle_fraction": round(1 - busy / wall_us, 3)}
+
+
 def _hf_model(model: str):
     from atom.config.compose import compose
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -516,6 +563,7 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "decode_8b": lambda: bench_decode("llama3_8b", 1024, 256),
     "decode_8b_peer": lambda: bench_hf_decode("llama3_8b", 1024, 64),
     "throughput_small": lambda: bench_throughput("qwen3_0_6b", 256),
+    "throughput_trace": bench_throughput_trace,
     "throughput_small_peer": lambda: bench_hf_throughput("qwen3_0_6b", 64, 60),
     "decode_8b_fp8": lambda: bench_decode("llama3_8b", 1024, 256, ("kv_cache=fp8",)),
     "throughput_8b": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512,), (1024, 1024)),
