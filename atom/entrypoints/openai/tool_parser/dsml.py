@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from atom.entrypoints.openai.tool_parser.grammar import close_after
-from atom.entrypoints.openai.tool_parser.invoke import InvokeSyntax, read_invoke
+from atom.entrypoints.openai.tool_parser.invoke import InvokeSyntax, invoke_region
 from atom.entrypoints.openai.tool_parser.partial_json import skip_ws
 from atom.entrypoints.openai.tool_parser.region import RegionParse, ToolFormat
 
@@ -34,13 +33,4 @@ class DsmlFormat(ToolFormat):
         if pos and any(region.startswith(c, pos) for c in WRAPPER_CLOSERS):
             closer = next(c for c in WRAPPER_CLOSERS if region.startswith(c, pos))
             return RegionParse((), 0, pos + len(closer))
-        read = read_invoke(region, pos, SYNTAX, at_end)
-        if read is None:
-            return None
-        call, end = read
-        if end is None:
-            return RegionParse((call,))
-        tail = close_after(region, end, at_end, WRAPPER_CLOSERS, (SYNTAX.invoke,))
-        if tail is None:
-            return RegionParse((call,))
-        return RegionParse((call,), 0, tail[0], continues=tail[1])
+        return invoke_region(region, pos, SYNTAX, at_end, WRAPPER_CLOSERS)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from atom.entrypoints.openai.tool_parser.grammar import (
-    could_become, earliest, quoted_attr, read_attrs, valid_name)
+    close_after, could_become, earliest, quoted_attr, read_attrs, valid_name)
 from atom.entrypoints.openai.tool_parser.partial_json import read_json, skip_ws
-from atom.entrypoints.openai.tool_parser.region import ParsedCall
+from atom.entrypoints.openai.tool_parser.region import ParsedCall, RegionParse
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,22 @@ def read_invoke(text: str, pos: int, syn: InvokeSyntax,
     if text.startswith("{", body):
         return _json_body(text, body, syn, name, at_end)
     return _param_body(text, p + 1, syn, name)
+
+
+def invoke_region(region: str, pos: int, syn: InvokeSyntax, at_end: bool,
+                  closers: tuple[str, ...]) -> Optional[RegionParse]:
+    """One invoke read from `pos`, then what follows it: a wrapper closer ends the region, the
+    next invoke continues into a new one (both formats' regions are one invoke each)."""
+    read = read_invoke(region, pos, syn, at_end)
+    if read is None:
+        return None
+    call, end = read
+    if end is None:
+        return RegionParse((call,))
+    tail = close_after(region, end, at_end, closers, (syn.invoke,))
+    if tail is None:
+        return RegionParse((call,))
+    return RegionParse((call,), 0, tail[0], continues=tail[1])
 
 
 def _json_body(text: str, pos: int, syn: InvokeSyntax, name: str,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from atom.entrypoints.openai.tool_parser.grammar import close_after, expect
-from atom.entrypoints.openai.tool_parser.invoke import InvokeSyntax, read_invoke
+from atom.entrypoints.openai.tool_parser.grammar import expect
+from atom.entrypoints.openai.tool_parser.invoke import InvokeSyntax, invoke_region
 from atom.entrypoints.openai.tool_parser.partial_json import skip_ws
 from atom.entrypoints.openai.tool_parser.region import RegionParse, ToolFormat
 
@@ -27,16 +27,7 @@ class MiniMaxFormat(ToolFormat):
         pos = skip_ws(region, len(OPEN)) if region.startswith(OPEN) else 0
         if expect(region, pos, SYNTAX.invoke, at_end) is not True:
             return _empty_wrapper(region, pos, at_end)
-        read = read_invoke(region, pos, SYNTAX, at_end)
-        if read is None:
-            return None
-        call, end = read
-        if end is None:
-            return RegionParse((call,))
-        tail = close_after(region, end, at_end, (CLOSE,), (SYNTAX.invoke,))
-        if tail is None:
-            return RegionParse((call,))
-        return RegionParse((call,), 0, tail[0], continues=tail[1])
+        return invoke_region(region, pos, SYNTAX, at_end, (CLOSE,))
 
 
 def _empty_wrapper(region: str, pos: int, at_end: bool) -> Optional[RegionParse]:
