@@ -241,12 +241,13 @@ def bench_decode_attn_sweep() -> dict[str, Any]:
     return out
 
 
-def nano_vllm_workload(n: int = 256, seed: int = 0, vocab: int = 10001):
-    rng = random.Random(seed)
-    hi = min(10000, vocab - 1)
-    prompts = [[rng.randint(0, hi) for _ in range(rng.randint(100, 1024))] for _ in range(n)]
-    outs = [rng.randint(100, 1024) for _ in range(n)]
-    return prompts, outs
+def nano_vllm_workload(n: int = 256, vocab: int = 10001) -> tuple[list[list[int]], list[int]]:
+    """The offline throughput benchmark's workload (atom.benchmarks.throughput.Workload): runs 1-6
+    drew it with their own generator here (same distribution, other draws: 133,966 output
+    tokens), so their totals differ from later runs'."""
+    from atom.benchmarks.throughput import Workload
+
+    return Workload(num_seqs=n).make(vocab)
 
 
 def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),

@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import random
 import time
 
 import torch
 
 import atom
 from atom import SamplingParams
+from atom.benchmarks.throughput import Workload
 
 
 def main() -> None:
@@ -31,11 +31,8 @@ def main() -> None:
         "load.progress_bar=false", "scheduler.async_scheduling=true"]))
     vocab = eng.core.runner.vocab_size
     eng.core.runner.forward = lambda ids, pos, meta, idx: torch.zeros(idx.shape[0], vocab)
-    rng = random.Random(0)
-    prompts = [[rng.randint(3, 200) for _ in range(rng.randint(100, 1024))]
-               for _ in range(args.seqs)]
-    params = [SamplingParams(temperature=0.6, max_tokens=rng.randint(100, 1024), ignore_eos=True)
-              for _ in range(args.seqs)]
+    prompts, outs = Workload(num_seqs=args.seqs).make(vocab)
+    params = [SamplingParams(temperature=0.6, max_tokens=n, ignore_eos=True) for n in outs]
     prof = cProfile.Profile() if args.profile else None
     t0 = time.perf_counter()
     if prof:
