@@ -14,7 +14,6 @@ from atom.kernels.backend import get_backend, resolve_backend_name
 from atom.kernels.metadata import AttentionMetadata
 from atom.layers.sampler import PenaltyBatch, SamplingBatch, compute_logprobs, sample
 from atom.loader.model_loader import build_model
-from atom.model_engine.messages import TokenLogprob
 from atom.model_engine.scheduler import ScheduledBatch
 from atom.model_engine.sequence import PENDING_TOKEN
 from atom.models.hf_config import load_hf_config
@@ -293,10 +292,6 @@ class ModelRunner:
         self._last_tokens = step.tokens
         self._last_row_of = {id(batch.seqs[row]): r for r, row in enumerate(step.rows)}
         return step
-
-    def execute(self, batch: ScheduledBatch) -> tuple[dict[int, list[int]], dict[int, TokenLogprob]]:
-        """Run one step and wait for it: (batch index → sampled tokens, → logprob record)."""
-        return self.launch(batch).result()
 
     def _launch(self, batch: ScheduledBatch, inputs: StepInputs) -> LaunchedStep:
         if not inputs.rows:
