@@ -9,6 +9,7 @@ numbers do not share warm state; the peer (transformers) runs in the same proces
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -81,9 +82,31 @@ def _sp(**kw):
     return SamplingParams(**kw)
 
 
-def bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+@contextlib.contextmanager
+def _env(values: dict[str, str]):
+    """Environment variables set for one bench (kernel launch options read at launch/capture)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> dict[str, Any]:
     """Single-request decode after a ctx-token prompt: tokens/s of the decode phase, and
-    bandwidth utilisation = bytes per step × steps/s ÷ copy bandwidth."""
+    bandwidth utilisation = bytes per step × steps/s ÷ copy bandwidth. The first greedy tokens
+    come back too, so two variants of one build can be checked for the same output."""
+    with _env(env or {}):
+        return _bench_decode(model, ctx, gen, extra) | {"env": env or {}}
+
+
+def _bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...]) -> dict[str, Any]:
     eng = engine(model, *extra)
     rng = random.Random(0)
     vocab = eng.core.runner.hf.vocab_size
@@ -94,6 +117,7 @@ def bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...] = ()) ->
         out = eng.generate([prompt], _sp(max_tokens=gen, temperature=0, ignore_eos=True))[0]
         tps = (gen - 1) / (out["latency"] - out["ttft"])
         best = max(best or 0.0, tps)
+        head = out["token_ids"][:24]
     w, kv = bytes_per_decode_step(eng, ctx + gen // 2)
     graphs = eng.core.runner.graphs is not None
     replay_ms = _replay_ms(eng) if graphs else None
@@ -111,7 +135,7 @@ def bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...] = ()) ->
             "graph_replay_ms_bs1": replay_ms,
             "bytes_per_step_GB": round((w + kv) / 1e9, 3),
             "bandwidth_util": round((w + kv) * best / COPY_BW, 4), "cuda_graphs": graphs,
-            "extra": list(extra)}
+            "extra": list(extra), "first_tokens": head}
 
 
 def _replay_ms(eng) -> float:
@@ -550,6 +574,8 @@ def bench_greedy_equal() -> dict[str, Any]:
 CAPTURE_512 = "runtime.cudagraph_capture_sizes=[{}]".format(
     ",".join(map(str, [1, 2, 4, *range(8, 257, 8), *range(272, 513, 16)])))
 
+PDL_ON = {"ATOM_TRITON_PDL": "1"}  # atom/kernels/triton/pdl.py
+
 BENCHES: dict[str, Callable[[], Any]] = {
     "kernels": bench_kernels,
     "greedy_equal": bench_greedy_equal,
@@ -562,6 +588,8 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "decode_8b_sync": lambda: bench_decode("llama3_8b", 1024, 256, ("scheduler.async_scheduling=false",)),
     "decode_small_eager": lambda: bench_decode("qwen3_0_6b", 1024, 128, ("runtime.enforce_eager=true",)),
     "decode_8b": lambda: bench_decode("llama3_8b", 1024, 256),
+    "decode_small_pdl": lambda: bench_decode("qwen3_0_6b", 1024, 512, env=PDL_ON),
+    "decode_8b_pdl": lambda: bench_decode("llama3_8b", 1024, 256, env=PDL_ON),
     "decode_8b_peer": lambda: bench_hf_decode("llama3_8b", 1024, 64),
     "throughput_small": lambda: bench_throughput("qwen3_0_6b", 256),
     "throughput_trace": bench_throughput_trace,

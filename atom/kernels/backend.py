@@ -41,6 +41,13 @@ class KernelBackend(Protocol):
         """linear(silu_and_mul(x), weight, bias): a gated MLP's down projection, which a backend
         may fuse with the activation (one launch instead of two at batch-1 decode)."""
 
+    def add_rms_norm_linear(self, x: torch.Tensor, residual: Optional[torch.Tensor],
+                            norm_weight: torch.Tensor, eps: float, weight: torch.Tensor,
+                            bias: Optional[torch.Tensor] = None
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """What add_rms_norm_linear_unfused defines: a pre-norm block's norm and its first
+        projection, which a backend may fuse (one launch instead of two at batch-1 decode)."""
+
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, k_scale: float, v_scale: float) -> None: ...
 
@@ -76,6 +83,20 @@ def rope_store_kv_unfused(be: KernelBackend, positions: torch.Tensor, q: torch.T
     q, k = be.rotary(positions, q, k, cos_sin_cache, is_neox)
     be.store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
     return q
+
+
+def add_rms_norm_linear_unfused(be: KernelBackend, x: torch.Tensor,
+                                residual: Optional[torch.Tensor], norm_weight: torch.Tensor,
+                                eps: float, weight: torch.Tensor,
+                                bias: Optional[torch.Tensor] = None
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(linear(rms_norm(h)), h) with h = x + residual, or x itself without a residual (the first
+    layer): h is the residual stream the block's output is added to next."""
+    if residual is None:
+        h, normed = x, be.rms_norm(x, norm_weight, eps)
+    else:
+        normed, h = be.fused_add_rms_norm(x, residual, norm_weight, eps)
+    return be.linear(normed, weight, bias), h
 
 
 _BACKENDS: dict[str, type] = {}

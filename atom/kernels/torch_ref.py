@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from atom.kernels.backend import register, rope_store_kv_unfused
+from atom.kernels.backend import add_rms_norm_linear_unfused, register, rope_store_kv_unfused
 from atom.kernels.metadata import AttentionMetadata
 
 
@@ -122,6 +122,9 @@ class TorchBackend:
 
     def silu_and_mul_linear(self, x, weight, bias=None):
         return F.linear(silu_and_mul(x), weight, bias)
+
+    def add_rms_norm_linear(self, x, residual, norm_weight, eps, weight, bias=None):
+        return add_rms_norm_linear_unfused(self, x, residual, norm_weight, eps, weight, bias)
 
     def store_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
         store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)

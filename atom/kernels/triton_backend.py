@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-from atom.kernels.backend import register, rope_store_kv_unfused
+from atom.kernels.backend import add_rms_norm_linear_unfused, register, rope_store_kv_unfused
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.triton import activation, gemv, kv_store, rms_norm, rope_kv_store, rotary
 from atom.kernels.triton.paged_decode_attention import decode_attention
@@ -53,6 +53,16 @@ class TritonBackend:
         if gemv.takes(x, weight) and weight.shape[1] <= FUSED_SILU_MAX_K:
             return gemv.gemv(x, weight, bias, silu_gate=True)
         return gemv.linear(activation.silu_and_mul(x), weight, bias)
+
+    def add_rms_norm_linear(self, x: torch.Tensor, residual: Optional[torch.Tensor],
+                            norm_weight: torch.Tensor, eps: float, weight: torch.Tensor,
+                            bias: Optional[torch.Tensor] = None
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The norm inside the projection's GEMV where the GEMV takes the row (batch-1 decode):
+        one launch instead of the norm kernel and the GEMV; the two kernels otherwise."""
+        if gemv.takes(x, weight):
+            return gemv.add_rms_norm_gemv(x, residual, norm_weight, eps, weight, bias)
+        return add_rms_norm_linear_unfused(self, x, residual, norm_weight, eps, weight, bias)
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: float,

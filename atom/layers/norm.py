@@ -5,6 +5,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from atom.layers.linear import ColumnParallelLinear
 from atom.runner.forward_context import backend
 
 
@@ -20,3 +21,11 @@ class RMSNorm(nn.Module):
         if residual is None:
             return backend().rms_norm(x, self.weight, self.eps)
         return backend().fused_add_rms_norm(x, residual, self.weight, self.eps)
+
+    def project(self, x: torch.Tensor, residual: Optional[torch.Tensor],
+                proj: ColumnParallelLinear) -> tuple[torch.Tensor, torch.Tensor]:
+        """(proj(norm(h)), h) with h = x + residual (x alone in the first layer): a pre-norm
+        block's norm and first projection as one backend op, which the GPU backend fuses at
+        batch-1 decode. Column-parallel only: its input is whole on every rank."""
+        return backend().add_rms_norm_linear(x, residual, self.weight, self.eps, proj.weight,
+                                             proj.bias)

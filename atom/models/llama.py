@@ -46,7 +46,10 @@ class LlamaAttention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, hf.rms_norm_eps)
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        qkv = self.qkv_proj(x)
+        return self.attend(positions, self.qkv_proj(x))
+
+    def attend(self, positions: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
+        """Everything after the qkv projection (which the decoder layer may fuse with its norm)."""
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
         q = q.reshape(-1, self.num_heads, self.head_dim)
@@ -72,6 +75,12 @@ class LlamaMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.gate_up_proj(x), silu_gate=True)
 
+    def normed_forward(self, norm: RMSNorm, x: torch.Tensor,
+                       residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(self(norm(x + residual)), x + residual), the norm fused into gate_up where it can."""
+        gate_up, residual = norm.project(x, residual, self.gate_up_proj)
+        return self.down_proj(gate_up, silu_gate=True), residual
+
 
 class LlamaDecoderLayer(nn.Module):
     attention_cls = LlamaAttention
@@ -88,13 +97,9 @@ class LlamaDecoderLayer(nn.Module):
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor,
                 residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            residual, x = x, self.input_layernorm(x)
-        else:
-            x, residual = self.input_layernorm(x, residual)
-        x = self.self_attn(positions, x)
-        x, residual = self.post_attention_layernorm(x, residual)
-        return self.mlp(x), residual
+        qkv, residual = self.input_layernorm.project(x, residual, self.self_attn.qkv_proj)
+        x = self.self_attn.attend(positions, qkv)
+        return self.mlp.normed_forward(self.post_attention_layernorm, x, residual)
 
 
 class LlamaModel(nn.Module):

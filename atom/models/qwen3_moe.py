@@ -8,6 +8,7 @@ from torch import nn
 
 from atom.layers.linear import ReplicatedLinear
 from atom.layers.moe import FusedMoE
+from atom.layers.norm import RMSNorm
 from atom.models.llama import LlamaForCausalLM, LlamaMLP, LlamaModel
 from atom.models.qwen3 import Qwen3DecoderLayer
 
@@ -21,6 +22,13 @@ class Qwen3MoeSparseBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.experts(x, self.gate(x))
+
+    def normed_forward(self, norm: RMSNorm, x: torch.Tensor,
+                       residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder layer's MLP call; the router and the experts both read the normed x, so
+        the norm stays its own op here."""
+        x, residual = norm(x, residual)
+        return self(x), residual
 
 
 class Qwen3MoeDecoderLayer(Qwen3DecoderLayer):

@@ -8,12 +8,20 @@ split-K and so no second pass or atomics: one launch, bf16 out, fp32 accumulatio
 A gated MLP's down projection can take the [gate | up] row itself (SILU_GATE): every program
 applies silu(gate) * up to the slice of x it is about to use, so SiLU-and-mul costs no launch
 of its own. x is tiny and L2-resident; recomputing it per program is cheaper than a launch.
+
+The projection that follows a decoder layer's (residual-add +) RMSNorm can take the norm too
+(RMS_NORM): every program reads x (and the residual) as it streams its rows, sums h² on the way,
+and scales its dot products by 1/rms(h) at the end, so the norm costs no launch and no pass of
+its own. Program 0 writes h = x + residual, the next layer's residual. The normalised row is
+never rounded to bf16 here (the unfused kernel rounds it), a difference within bf16 noise.
 """
 from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
+
+from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 
 @triton.jit
@@ -30,20 +38,39 @@ def _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE: tl.constexpr):
 
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
-                 HAS_BIAS: tl.constexpr, SILU_GATE: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+                 res_ptr, norm_w_ptr, res_out_ptr, eps,
+                 HAS_BIAS: tl.constexpr, SILU_GATE: tl.constexpr, RMS_NORM: tl.constexpr,
+                 HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 PDL: tl.constexpr = False):
+    pdl_wait(PDL)
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     r_mask = rows < n_rows
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * w_stride
     acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    sq = tl.zeros([BLOCK_K], tl.float32)
     for k0 in range(0, k_dim, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
         c_mask = cols < k_dim
         w = tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & c_mask[None, :], other=0.0,
                     eviction_policy="evict_first")
-        x = _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE)
+        if RMS_NORM:
+            h = tl.load(x_ptr + cols, mask=c_mask, other=0.0)
+            if HAS_RESIDUAL:
+                # Rounded to the activation dtype: the next layer's residual is that value.
+                r = tl.load(res_ptr + cols, mask=c_mask, other=0.0)
+                h = (h.to(tl.float32) + r.to(tl.float32)).to(h.dtype)
+                if pid == 0:
+                    tl.store(res_out_ptr + cols, h, mask=c_mask)
+            hf = h.to(tl.float32)
+            sq += hf * hf
+            x = hf * tl.load(norm_w_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
+        else:
+            x = _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE)
         acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, 1)
+    if RMS_NORM:
+        y = y / tl.sqrt(tl.sum(sq, 0) / k_dim + eps)
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=r_mask, other=0.0).to(tl.float32)
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=r_mask)
@@ -85,10 +112,38 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     xv = x.reshape(-1)
     assert xv.numel() == (2 if silu_gate else 1) * k_dim and xv.stride(0) == 1
     y = torch.empty((1, n_rows), dtype=x.dtype, device=x.device)
+    _launch(xv, weight, bias, y, silu_gate=silu_gate, block_n=block_n, block_k=block_k,
+            num_warps=num_warps)
+    return y
+
+
+def add_rms_norm_gemv(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
+                      eps: float, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                      block_n: int | None = None, block_k: int | None = None,
+                      num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(linear(rms_norm(x + residual)), x + residual) for one row x: [1, K], in one launch;
+    without a residual, h is x itself."""
+    assert weight.stride(-1) == 1 and x.stride(-1) == 1
+    n_rows, k_dim = weight.shape
+    y = torch.empty((1, n_rows), dtype=x.dtype, device=x.device)
+    h = torch.empty_like(x) if residual is not None else x
+    _launch(x.reshape(-1), weight, bias, y, residual=residual, norm_weight=norm_weight, eps=eps,
+            res_out=h, block_n=block_n, block_k=block_k, num_warps=num_warps)
+    return y, h
+
+
+def _launch(xv: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor,
+            silu_gate: bool = False, residual: torch.Tensor | None = None,
+            norm_weight: torch.Tensor | None = None, eps: float = 0.0,
+            res_out: torch.Tensor | None = None, block_n: int | None = None,
+            block_k: int | None = None, num_warps: int | None = None) -> None:
+    n_rows, k_dim = weight.shape
     bn, bk, nw = _config(n_rows, k_dim)
     bn, bk, nw = block_n or bn, block_k or bk, num_warps or nw
     _gemv_kernel[(triton.cdiv(n_rows, bn),)](
         xv, weight, bias if bias is not None else weight, y, n_rows, k_dim, weight.stride(0),
-        HAS_BIAS=bias is not None, SILU_GATE=silu_gate, BLOCK_N=bn, BLOCK_K=min(bk, triton.next_power_of_2(k_dim)),
-        num_warps=nw)
-    return y
+        residual if residual is not None else xv, norm_weight if norm_weight is not None else xv,
+        res_out if res_out is not None else xv, eps,
+        HAS_BIAS=bias is not None, SILU_GATE=silu_gate, RMS_NORM=norm_weight is not None,
+        HAS_RESIDUAL=residual is not None, BLOCK_N=bn,
+        BLOCK_K=min(bk, triton.next_power_of_2(k_dim)), num_warps=nw, **pdl_args(y.device))

@@ -22,6 +22,7 @@ import triton.language as tl
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.triton.dot_dtype import dot_dtype, dot_precision
 from atom.kernels.triton.paged_kv import paged_kv_offsets
+from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 32  # decode_attn_sweep (run E): 32 splits beat 16 at batch 1, 1k-4k contexts
@@ -35,7 +36,7 @@ def _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, seq64, heads_base, o_tok_stride
     bypass L1 (.cg): the partials were written by programs on other SMs."""
     s = tl.arange(0, NUM_SPLITS)
     d = tl.arange(0, HEAD_DIM)
-    for g in range(GROUP):
+    for g in tl.static_range(GROUP):  # unrolled: the heads' loads issue together, not in turn
         head = heads_base + g
         row = (seq64 * n_q_heads + head) * NUM_SPLITS
         lse = tl.load(mid_lse_ptr + row + s, cache_modifier=".cg")
@@ -57,11 +58,14 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
                    qk_scale, v_scale, window, head_dim, n_q_heads,
                    GROUP: tl.constexpr, G_PAD: tl.constexpr, PAGE: tl.constexpr,
                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
-                   HAS_WINDOW: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr):
+                   HAS_WINDOW: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
+                   PDL: tl.constexpr = False):
     seq = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
+    # Context lengths are staged before the step's first kernel: safe to read before the wait.
     ctx = tl.load(ctx_ptr + seq)
+    pdl_wait(PDL)
     lo0 = 0
     if HAS_WINDOW:
         lo0 = tl.maximum(ctx - window, 0)
@@ -180,5 +184,5 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), PAGE=k_cache.shape[1],
         BLOCK_N=block_n, HEAD_DIM=head_pad, NUM_SPLITS=n_split,
         HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype, k_cache.dtype),
-        PREC=dot_precision(q.dtype), num_warps=num_warps, num_stages=2)
+        PREC=dot_precision(q.dtype), num_warps=num_warps, num_stages=2, **pdl_args(q.device))
     return out

@@ -9,10 +9,14 @@ import torch
 import triton
 import triton.language as tl
 
+from atom.kernels.triton.pdl import pdl_args, pdl_wait
+
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, x_stride, res_stride, out_stride,
-                     res_out_stride, n_cols, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+                     res_out_stride, n_cols, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+                     PDL: tl.constexpr = False):
+    pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -43,7 +47,8 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
     if n_rows > 0:
         _rms_norm_kernel[(n_rows,)](x2, res2, weight, out, res_out, x2.stride(0), res2.stride(0),
                                     out.stride(0), res_out.stride(0), n_cols, eps,
-                                    HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=num_warps)
+                                    HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=num_warps,
+                                    **pdl_args(x.device))
     return out.view(x.shape), res_out.view(x.shape)
 
 

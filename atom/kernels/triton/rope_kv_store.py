@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from atom.kernels.triton.kv_store import store_cache
+from atom.kernels.triton.pdl import pdl_args, pdl_wait
 from atom.kernels.triton.rotary import cos_sin_at, pair_offsets
 
 
@@ -49,7 +50,9 @@ def _rope_store_kv_kernel(pos_ptr, slot_ptr, q_ptr, k_ptr, v_ptr, qo_ptr, kc_ptr
                           v_tok_stride, v_head_stride, c_slot_stride, c_head_stride, cs_stride,
                           n_q_heads, n_kv_heads, half, eps, k_scale, v_scale,
                           QK_NORM: tl.constexpr, IS_NEOX: tl.constexpr, QUANT: tl.constexpr,
-                          Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HALF: tl.constexpr):
+                          Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HALF: tl.constexpr,
+                          PDL: tl.constexpr = False):
+    pdl_wait(PDL)
     tok = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + tok).to(tl.int64)
     i, cmask, cos, sin = cos_sin_at(cs_ptr, pos, cs_stride, half, HALF)
@@ -109,5 +112,5 @@ def rope_store_kv(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
         half, float(norm_eps), float(k_scale), float(v_scale), QK_NORM=qk_norm, IS_NEOX=is_neox,
         QUANT=k_cache.dtype == torch.float8_e4m3fn, Q_HEADS=triton.next_power_of_2(q.shape[1]),
         KV_HEADS=triton.next_power_of_2(k.shape[1]), HALF=triton.next_power_of_2(half),
-        num_warps=4)
+        num_warps=4, **pdl_args(q.device))
     return q_out

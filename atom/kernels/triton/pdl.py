@@ -1,0 +1,51 @@
+"""Programmatic dependent launch (PDL, Hopper and later) for the decode-path kernels.
+
+A batch-1 decode step is ~200-300 short kernels in one CUDA graph, and between two of them the
+GPU drains one grid before it starts the next. Launched with PDL, a kernel's programs may be
+scheduled while its predecessor's last programs still run; each one waits (griddepcontrol.wait)
+for the predecessor to finish and its writes to land before it touches memory that kernel may
+have written, so results are unchanged and only the launch gap overlaps. Every PDL kernel
+waits in every program, so the guarantee chains: when a kernel passes its wait, all earlier
+kernels are complete.
+
+Opt-in with ATOM_TRITON_PDL=1 while it is being measured (gpu_bench `decode_*_pdl`).
+"""
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+try:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    HAS_GDC = True
+except ImportError:  # a Triton without grid-dependency control: PDL stays off
+    gdc_launch_dependents = gdc_wait = None
+    HAS_GDC = False
+
+
+@triton.jit
+def pdl_wait(PDL: tl.constexpr):
+    """Wait for the previous kernel, then let the next one be scheduled (it waits in turn)."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+
+
+@functools.lru_cache(maxsize=8)
+def _capable(device_index: int) -> bool:
+    major, _ = torch.cuda.get_device_capability(device_index)
+    return major >= 9 and torch.version.hip is None
+
+
+def pdl_args(device: torch.device) -> dict[str, Any]:
+    """Launch kwargs that turn PDL on for one launch on `device` ({} when off): the kernel's
+    PDL constexpr and Triton's launch_pdl option."""
+    if (device.type != "cuda" or not HAS_GDC or os.environ.get("ATOM_TRITON_PDL") != "1"
+            or os.environ.get("TRITON_INTERPRET") == "1" or not _capable(device.index or 0)):
+        return {}
+    return {"PDL": True, "launch_pdl": True}
