@@ -29,17 +29,13 @@ class AttentionMetadata:
     # run them through its decode kernel (GQA-shared KV reads) and the rest through prefill.
     num_decode_seqs: int = 0
 
-    def split_decodes(self) -> tuple["AttentionMetadata", "AttentionMetadata"]:
-        """(the first num_decode_seqs sequences, the rest). Query offsets stay absolute, so the
-        rest still index the batch's q and output rows."""
+    def decode_head(self) -> "AttentionMetadata":
+        """The batch's first num_decode_seqs sequences (one query each), as views from offset 0;
+        the rest go to the prefill kernel with first_seq, not as a slice."""
         n = self.num_decode_seqs
-        head = AttentionMetadata(self.cu_seqlens_q[:n + 1], self.context_lens[:n],
+        return AttentionMetadata(self.cu_seqlens_q[:n + 1], self.context_lens[:n],
                                  self.block_tables[:n], self.slot_mapping[:n], 1,
                                  self.max_context_len, True)
-        tail = AttentionMetadata(self.cu_seqlens_q[n:], self.context_lens[n:],
-                                 self.block_tables[n:], self.slot_mapping[n:], self.max_q_len,
-                                 self.max_context_len, False)
-        return head, tail
 
     @property
     def num_seqs(self) -> int:

@@ -73,6 +73,20 @@ def test_graph_replay_matches_eager(model):
     assert graphs == eager
 
 
+@pytest.mark.parametrize("model", ["tiny_qwen3", "tiny_llama"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_pdl_changes_no_token(model, monkeypatch):
+    """Programmatic dependent launch only overlaps launches: CUDA graphs (level 2, where PDL is
+    on) give the same greedy tokens with it and without it."""
+    on = _greedy(model, "runtime.kernels=triton", "runtime.level=2",
+                 "runtime.cudagraph_capture_sizes=[1,2,4]")
+    monkeypatch.setenv("ATOM_TRITON_PDL", "0")
+    off = _greedy(model, "runtime.kernels=triton", "runtime.level=2",
+                  "runtime.cudagraph_capture_sizes=[1,2,4]")
+    assert on == off
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_mark_trace_writes_one_trace_per_captured_size(tmp_path, monkeypatch):

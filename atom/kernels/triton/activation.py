@@ -10,7 +10,7 @@ from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 @triton.jit
 def _silu_and_mul_kernel(x_ptr, out_ptr, x_stride, out_stride, inter, BLOCK: tl.constexpr,
-                         PDL: tl.constexpr = False):
+                         PDL: tl.constexpr):
     pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)

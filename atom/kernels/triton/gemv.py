@@ -41,7 +41,7 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
                  res_ptr, norm_w_ptr, res_out_ptr, eps,
                  HAS_BIAS: tl.constexpr, SILU_GATE: tl.constexpr, RMS_NORM: tl.constexpr,
                  HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 PDL: tl.constexpr = False):
+                 PDL: tl.constexpr):
     pdl_wait(PDL)
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -59,7 +59,7 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
                    GROUP: tl.constexpr, G_PAD: tl.constexpr, PAGE: tl.constexpr,
                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
-                   PDL: tl.constexpr = False):
+                   PDL: tl.constexpr):
     seq = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)

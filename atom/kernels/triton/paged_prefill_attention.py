@@ -5,6 +5,11 @@ queries sit at positions [ctx_i - q_len_i, ctx_i) and attend to keys [0, ctx_i) 
 the block table, so a cached prefix is just keys the chunk did not write. Keys are gathered per
 token (block id = table[n // block_size]), which makes any block size work and keeps the kernel
 free of host-side per-sequence work. Online softmax in base 2, float32 accumulation.
+
+A mixed chunked-prefill batch sends its leading decodes to the decode kernel and the rest here
+with `first_seq`, not as sliced metadata: a slice at an offset that is not a multiple of four
+changes Triton's pointer-alignment specialisation, and every new alignment was a fresh compile
+in the middle of serving.
 """
 from __future__ import annotations
 
@@ -19,16 +24,16 @@ from atom.kernels.triton.paged_kv import paged_kv_offsets
 LOG2E = 1.4426950408889634
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["first_seq"])
 def _prefill_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, cu_q_ptr, ctx_ptr, bt_ptr,
                     q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
                     c_blk_stride, c_tok_stride, c_head_stride, bt_stride,
-                    qk_scale, v_scale, window, head_dim,
+                    qk_scale, v_scale, window, head_dim, first_seq,
                     GROUP: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_WINDOW: tl.constexpr,
                     DOT: tl.constexpr, PREC: tl.constexpr):
     mblk = tl.program_id(0)
-    seq = tl.program_id(1)
+    seq = first_seq + tl.program_id(1)
     head = tl.program_id(2)
     q_start = tl.load(cu_q_ptr + seq)
     q_len = tl.load(cu_q_ptr + seq + 1) - q_start
@@ -80,22 +85,24 @@ def _prefill_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, cu_q_ptr, ctx_ptr, bt_ptr,
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       meta: AttentionMetadata, scale: float, k_scale: float = 1.0,
-                      v_scale: float = 1.0, sliding_window: int | None = None) -> torch.Tensor:
-    """q: [T, Hq, D] → [T, Hq, D]; the chunk's own k/v must already be in the cache."""
+                      v_scale: float = 1.0, sliding_window: int | None = None,
+                      first_seq: int = 0) -> torch.Tensor:
+    """q: [T, Hq, D] → [T, Hq, D]; the chunk's own k/v must already be in the cache. Sequences
+    before `first_seq` are left out (their output rows are not written)."""
     n_tok, n_q_heads, head_dim = q.shape
     out = torch.empty_like(q)
-    if n_tok == 0:
+    if n_tok == 0 or meta.num_seqs == first_seq:
         return out
     n_kv_heads = k_cache.shape[2]
     head_pad = triton.next_power_of_2(head_dim)
     block_m = 64 if meta.max_q_len > 32 else 16
     block_n = 64 if head_pad <= 128 else 32
-    grid = (triton.cdiv(meta.max_q_len, block_m), meta.num_seqs, n_q_heads)
+    grid = (triton.cdiv(meta.max_q_len, block_m), meta.num_seqs - first_seq, n_q_heads)
     _prefill_kernel[grid](
         q, k_cache, v_cache, out, meta.cu_seqlens_q, meta.context_lens, meta.block_tables,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0),
-        scale * k_scale * LOG2E, float(v_scale), int(sliding_window or 0), head_dim,
+        scale * k_scale * LOG2E, float(v_scale), int(sliding_window or 0), head_dim, first_seq,
         GROUP=n_q_heads // n_kv_heads, PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
         HEAD_DIM=head_pad, HAS_WINDOW=bool(sliding_window),
         DOT=dot_dtype(q.dtype, k_cache.dtype), PREC=dot_precision(q.dtype), num_warps=4,

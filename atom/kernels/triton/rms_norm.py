@@ -15,7 +15,7 @@ from atom.kernels.triton.pdl import pdl_args, pdl_wait
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, x_stride, res_stride, out_stride,
                      res_out_stride, n_cols, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
-                     PDL: tl.constexpr = False):
+                     PDL: tl.constexpr):
     pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)

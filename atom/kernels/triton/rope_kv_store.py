@@ -51,7 +51,7 @@ def _rope_store_kv_kernel(pos_ptr, slot_ptr, q_ptr, k_ptr, v_ptr, qo_ptr, kc_ptr
                           n_q_heads, n_kv_heads, half, eps, k_scale, v_scale,
                           QK_NORM: tl.constexpr, IS_NEOX: tl.constexpr, QUANT: tl.constexpr,
                           Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HALF: tl.constexpr,
-                          PDL: tl.constexpr = False):
+                          PDL: tl.constexpr):
     pdl_wait(PDL)
     tok = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + tok).to(tl.int64)
