@@ -296,6 +296,24 @@ def nano_vllm_workload(n: int = 256, vocab: int = 10001) -> tuple[list[list[int]
     return Workload(num_seqs=n).make(vocab)
 
 
+def _compiled_variants() -> dict[str, int]:
+    """Compiled variants per atom Triton kernel (a kernel compiled again mid-run shows up here as
+    a count that grew)."""
+    import importlib
+    import pkgutil
+
+    import atom.kernels.triton as pkg
+    from triton.runtime.jit import JITFunction
+
+    counts: dict[str, int] = {}
+    for info in pkgutil.iter_modules(pkg.__path__):
+        mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
+        for name, fn in vars(mod).items():
+            if isinstance(fn, JITFunction) and getattr(fn, "device_caches", None):
+                counts[f"{info.name}.{name}"] = sum(len(c[0]) for c in fn.device_caches.values())
+    return counts
+
+
 def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
                      fixed: tuple[int, int] | None = None, again: bool = False) -> dict[str, Any]:
     """Offline throughput: all requests at once, ignore_eos; output tokens / wall time."""
@@ -308,9 +326,12 @@ def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
         prompts, outs = nano_vllm_workload(n, vocab=eng.core.runner.hf.vocab_size)
     eng.generate([prompts[0][:32]], _sp(max_tokens=8, ignore_eos=True))  # warm-up
     params = [_sp(temperature=0.6, max_tokens=o, ignore_eos=True) for o in outs]
+    before = _compiled_variants()
     t0 = time.perf_counter()
     res = eng.generate(prompts, params)
     dt = time.perf_counter() - t0
+    after = _compiled_variants()
+    compiled_mid_run = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
     # The same workload again in the same engine: what the first run paid for compiling
     # kernel variants the warm-up did not reach shows as the difference.
     dt2 = None
@@ -332,7 +353,7 @@ def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
     free(eng)
     return {"model": model, "requests": n, "output_tokens": got, "seconds": round(dt, 2),
             "output_tok_s": round(got / dt, 1), "second_run_output_tok_s": round(got / dt2, 1) if dt2 else None,
-            "kv_blocks": blocks, "extra": list(extra),
+            "kv_blocks": blocks, "extra": list(extra), "compiled_mid_run": compiled_mid_run,
             "workload": f"fixed {fixed[0]}in/{fixed[1]}out" if fixed else
             "nano-vllm: in,out ~ U[100,1024], temperature 0.6, ignore_eos"}
 
