@@ -22,6 +22,7 @@ import time
 from typing import Any, Callable
 
 import torch
+import triton
 
 COPY_BW = 4.18e12  # bytes/s, the device-to-device copy bandwidth measured on this H200 (issue 5)
 
@@ -511,8 +512,38 @@ def bench_startup(model: str) -> dict[str, Any]:
     return {"model": model, "extra": RUN_EXTRA, **res}
 
 
+def bench_gemv_sweep() -> dict[str, Any]:
+    """Single-row GEMV, TB/s of weight read, cuBLAS and the Triton GEMV by (BLOCK_N, BLOCK_K,
+    num_warps) at both models' shapes: the table _config in gemv.py is chosen from."""
+    from atom.kernels.triton.gemv import gemv
+
+    shapes = {"8b_qkv": (6144, 4096), "8b_o": (4096, 4096), "8b_gate_up": (28672, 4096),
+              "8b_down": (4096, 14336), "8b_lm_head": (128256, 4096),
+              "06b_qkv": (4096, 1024), "06b_o": (1024, 2048), "06b_gate_up": (6144, 1024),
+              "06b_down": (1024, 3072), "06b_lm_head": (151936, 1024)}
+    configs = [(4, 512, 4), (8, 512, 4), (16, 512, 4), (16, 512, 8), (8, 1024, 4), (8, 1024, 8),
+               (16, 1024, 8), (32, 512, 8), (8, 512, 8), (4, 1024, 8), (8, 256, 4), (32, 256, 4)]
+    out: dict[str, Any] = {}
+    for name, (n, k) in shapes.items():
+        ws = _weight_sets(n, k)
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        row: dict[str, Any] = {}
+
+        def timed(fn) -> float:
+            return round(n * k * 2 / (_per_weight_ms(fn, ws) * 1e-3) / 1e12, 3)
+        row["cublas"] = timed(lambda w: torch.nn.functional.linear(x, w))
+        row["default"] = timed(lambda w: gemv(x, w))
+        for bn, bk, nw in configs:
+            if bk <= triton.next_power_of_2(k):
+                row[f"triton_n{bn}k{bk}w{nw}"] = timed(
+                    lambda w: gemv(x, w, block_n=bn, block_k=bk, num_warps=nw))
+        out[f"gemv_{name}_TBps"] = row
+        del ws
+    return out
+
+
 def bench_kernels() -> dict[str, Any]:
-    """Kernel-level ceilings: cuBLAS GEMV at the 8B shapes and the decode attention kernel."""
+    """Kernel-level ceilings: the decode attention kernel by batch, context and KV dtype."""
     from triton.testing import do_bench
 
     from atom.kernels.metadata import AttentionMetadata
@@ -520,28 +551,6 @@ def bench_kernels() -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     dev = "cuda"
-    from atom.kernels.triton.gemv import gemv
-
-    shapes = {"8b_qkv": (6144, 4096), "8b_o": (4096, 4096), "8b_gate_up": (28672, 4096),
-              "8b_down": (4096, 14336), "8b_lm_head": (128256, 4096),
-              "06b_qkv": (4096, 1024), "06b_o": (1024, 2048), "06b_gate_up": (6144, 1024),
-              "06b_down": (1024, 3072), "06b_lm_head": (151936, 1024)}
-    configs = [(4, 512, 4), (8, 512, 4), (16, 512, 4), (8, 1024, 4), (16, 256, 4), (8, 512, 8),
-               (32, 256, 4), (4, 1024, 8)]
-    for name, (n, k) in shapes.items():
-        sets = max(2, int(240e6 // (n * k * 2)))  # rotate past the 60 MB L2
-        ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(min(sets, 64))]
-        x = torch.randn(1, k, device=dev, dtype=torch.bfloat16)
-        row: dict[str, Any] = {}
-
-        def timed(fn) -> float:
-            return round(n * k * 2 / (_per_weight_ms(fn, ws) * 1e-3) / 1e12, 3)
-        row["cublas"] = timed(lambda w: torch.nn.functional.linear(x, w))
-        for bn, bk, nw in configs:
-            row[f"triton_n{bn}k{bk}w{nw}"] = timed(lambda w: gemv(x, w, block_n=bn, block_k=bk,
-                                                                  num_warps=nw))
-        out[f"gemv_{name}_TBps"] = row
-        del ws
     for b, ctx in ((1, 1024), (1, 8192), (64, 1024), (256, 1024)):
         for kvd in (torch.bfloat16, torch.float8_e4m3fn):
             page, hk, hq, d = 16, 8, 32, 128
@@ -642,6 +651,7 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "decode_small_nopdl": lambda: bench_decode("qwen3_0_6b", 1024, 512, env=PDL_OFF),
     "decode_8b_nopdl": lambda: bench_decode("llama3_8b", 1024, 256, env=PDL_OFF),
     "fused_gemv": bench_fused_gemv,
+    "gemv_sweep": bench_gemv_sweep,
     "decode_8b_peer": lambda: bench_hf_decode("llama3_8b", 1024, 64),
     "throughput_small": lambda: bench_throughput("qwen3_0_6b", 256, again=True),
     "throughput_trace": bench_throughput_trace,

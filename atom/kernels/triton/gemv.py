@@ -127,6 +127,8 @@ def add_rms_norm_gemv(x: torch.Tensor, residual: torch.Tensor | None, norm_weigh
     n_rows, k_dim = weight.shape
     y = torch.empty((1, n_rows), dtype=x.dtype, device=x.device)
     h = torch.empty_like(x) if residual is not None else x
+    if block_n is None and n_rows > 4096:  # run 9 (fused_gemv): 16-row blocks halve the re-reads
+        block_n = 16
     _launch(x.reshape(-1), weight, bias, y, residual=residual, norm_weight=norm_weight, eps=eps,
             res_out=h, block_n=block_n, block_k=block_k, num_warps=num_warps)
     return y, h

@@ -51,7 +51,9 @@ def _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, seq64, heads_base, o_tok_stride
                  out.to(o_ptr.dtype.element_ty), mask=d < head_dim)
 
 
-@triton.jit
+# The block table's row stride is the batch's widest table outside CUDA graphs: specialised on it,
+# the kernel compiled again mid-serving for each new divisibility (run 9: twice in one workload).
+@triton.jit(do_not_specialize=["bt_stride"])
 def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_ptr, ctx_ptr, bt_ptr,
                    q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
                    c_blk_stride, c_tok_stride, c_head_stride, bt_stride,

@@ -9,7 +9,8 @@ free of host-side per-sequence work. Online softmax in base 2, float32 accumulat
 A mixed chunked-prefill batch sends its leading decodes to the decode kernel and the rest here
 with `first_seq`, not as sliced metadata: a slice at an offset that is not a multiple of four
 changes Triton's pointer-alignment specialisation, and every new alignment was a fresh compile
-in the middle of serving.
+in the middle of serving. The block table's row stride (the batch's widest table) is left
+unspecialised for the same reason.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from atom.kernels.triton.paged_kv import paged_kv_offsets
 LOG2E = 1.4426950408889634
 
 
-@triton.jit(do_not_specialize=["first_seq"])
+@triton.jit(do_not_specialize=["bt_stride", "first_seq"])
 def _prefill_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, cu_q_ptr, ctx_ptr, bt_ptr,
                     q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
                     c_blk_stride, c_tok_stride, c_head_stride, bt_stride,
