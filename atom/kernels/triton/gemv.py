@@ -80,9 +80,13 @@ def _config(n_rows: int, k_dim: int) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_K, num_warps) from the run-3 sweep on the H200 (TB/s, cuBLAS → this):
     narrow outputs (N ≤ 2048: Qwen3-0.6B o_proj 0.33 → 1.21, down 0.82 → 1.49) want 4-row
     blocks and 8 warps for more programs and longer streams; long K (8B down_proj) 8 warps;
-    everything else 8 rows × 512 (8B qkv 2.57 → 3.05, o_proj 2.26 → 2.71)."""
+    everything else 8 rows × 512 (8B qkv 2.57 → 3.05, o_proj 2.26 → 2.71). Run 10's sweep
+    (gemv_sweep, with PDL): 4096 rows of K ≥ 4096 (8B o_proj, down_proj) stream faster as
+    16 rows × 1024 (o_proj 2.81 → 2.97, down 3.42 → 3.46)."""
     if n_rows <= 2048:
         return 4, 1024, 8
+    if n_rows <= 4096 and k_dim >= 4096:
+        return 16, 1024, 8
     if k_dim >= 8192:
         return 8, 512, 8
     return 8, 512, 4
