@@ -268,7 +268,8 @@ def bench_decode_attn_sweep() -> dict[str, Any]:
             meta = AttentionMetadata(torch.arange(2, device="cuda", dtype=torch.int32),
                                      torch.full((1,), ctx, device="cuda", dtype=torch.int32),
                                      tables, torch.zeros(1, device="cuda", dtype=torch.int64), 1,
-                                     ctx, True)
+                                     ctx, True, split_counters=torch.zeros(
+                                         hk, device="cuda", dtype=torch.int32))
             q = torch.randn(1, hq, d, device="cuda", dtype=torch.bfloat16)
             for splits, bn, nw in configs:
                 def run():
@@ -560,7 +561,9 @@ def bench_kernels() -> dict[str, Any]:
             tables = torch.randperm(nblk, device=dev, dtype=torch.int32).view(b, -1)
             meta = AttentionMetadata(torch.arange(b + 1, device=dev, dtype=torch.int32),
                                      torch.full((b,), ctx, device=dev, dtype=torch.int32), tables,
-                                     torch.zeros(b, device=dev, dtype=torch.int64), 1, ctx, True)
+                                     torch.zeros(b, device=dev, dtype=torch.int64), 1, ctx, True,
+                                     split_counters=torch.zeros(b * hk, device=dev,
+                                                                dtype=torch.int32))
             q = torch.randn(b, hq, d, device=dev, dtype=torch.bfloat16)
             byts = 2 * kc.numel() * kc.element_size()
             tag = "fp8" if kvd != torch.bfloat16 else "bf16"

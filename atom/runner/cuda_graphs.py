@@ -33,12 +33,13 @@ ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids, positi
 
 class DecodeGraphs:
     def __init__(self, forward: ForwardFn, sizes: list[int], max_blocks_per_seq: int,
-                 kv_caches: list, kv_scales: list, device: torch.device,
-                 trace_dir: Optional[str] = None, rank: int = 0) -> None:
+                 kv_caches: list, kv_scales: list, split_counters: torch.Tensor,
+                 device: torch.device, trace_dir: Optional[str] = None, rank: int = 0) -> None:
         self.forward = forward
         self.sizes = sorted(set(int(s) for s in sizes))
         self.max_bs = self.sizes[-1]
         self.kv_caches, self.kv_scales = kv_caches, kv_scales
+        self.split_counters = split_counters
         self.trace_dir, self.rank = trace_dir, rank
         n, dev = self.max_bs, device
         self.ids = torch.zeros(n, dtype=torch.long, device=dev)
@@ -53,7 +54,7 @@ class DecodeGraphs:
         return AttentionMetadata(
             cu_seqlens_q=self.cu[:bs + 1], context_lens=self.ctx[:bs], block_tables=self.tables[:bs],
             slot_mapping=self.slots[:bs], max_q_len=1, max_context_len=self.tables.shape[1],
-            is_decode=True)
+            is_decode=True, split_counters=self.split_counters)
 
     @torch.inference_mode()
     def capture(self) -> float:

@@ -97,6 +97,10 @@ class ModelRunner:
         self.block_size = cfg.kv_cache.block_size
         self.layout = KVLayout(self.hf.num_hidden_layers, self.hf.num_key_value_heads // tp_size(),
                                head_dim_of(self.hf), self.block_size, kv_dtype(cfg, self.dtype))
+        # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
+        # every step and every captured graph.
+        self.split_counters = torch.zeros(cfg.scheduler.max_num_seqs * self.layout.num_kv_heads,
+                                          dtype=torch.int32, device=self.device)
         self.num_blocks = num_blocks_for(cfg, self.layout, self.device, self._free_kv_bytes())
         self.kv_full, self.kv_caches, self.kv_scales = allocate(self.layout, self.num_blocks, self.device)
         log.info("KV cache: %d blocks x %d tokens = %d tokens (%s, %.2f GiB); kernels=%s",
@@ -117,7 +121,7 @@ class ModelRunner:
         trace = self.cfg.profiler.torch_profiler_dir if self.cfg.profiler.mark_trace else None
         graphs = DecodeGraphs(lambda ids, pos: self.model.compute_logits(self.forward_fn(ids, pos)),
                               sizes, -(-self.max_model_len // self.block_size), self.kv_caches,
-                              self.kv_scales, self.device, trace_dir=trace)
+                              self.kv_scales, self.split_counters, self.device, trace_dir=trace)
         secs = graphs.capture()
         log.info("CUDA graphs: captured %d decode sizes (1..%d) in %.1f s", len(sizes), sizes[-1],
                  secs)
@@ -152,7 +156,8 @@ class ModelRunner:
             context_lens=torch.tensor([n], dtype=torch.int32, device=self.device),
             block_tables=torch.arange(blocks, dtype=torch.int32, device=self.device).unsqueeze(0),
             slot_mapping=torch.arange(n, device=self.device), max_q_len=n, max_context_len=n,
-            is_decode=False, q_lens_cpu=[n], context_lens_cpu=[n])
+            is_decode=False, q_lens_cpu=[n], context_lens_cpu=[n],
+            split_counters=self.split_counters)
         with torch.inference_mode(), forward_context.forward_context(
                 ForwardContext(meta, caches, scales)):
             hidden = self.forward_fn(ids, pos)
@@ -206,7 +211,8 @@ class ModelRunner:
             cu_seqlens_q=cu_d, context_lens=ctx_d, block_tables=tables_d, slot_mapping=slots_d,
             max_q_len=max(q_lens), max_context_len=max(ctx), is_decode=max(q_lens) == 1,
             q_lens_cpu=q_lens, context_lens_cpu=ctx,
-            num_decode_seqs=next((i for i, n in enumerate(q_lens) if n != 1), 0))
+            num_decode_seqs=next((i for i, n in enumerate(q_lens) if n != 1), 0),
+            split_counters=self.split_counters)
         sampling = self._sampling_batch(batch, rows, temps_d, ks_d, ps_d)
         return StepInputs(ids_d, pos_d, meta, rows, idx_d, sampling)
 

@@ -5,7 +5,7 @@ import torch
 from atom.kernels import get_backend, torch_ref
 from atom.kernels.triton.paged_decode_attention import decode_attention
 from atom.kernels.triton.paged_prefill_attention import prefill_attention
-from kernel_helpers import gpu_param, paged_case, rel_err
+from kernel_helpers import DEVICE, gpu_param, paged_case, rel_err
 
 FP8 = torch.float8_e4m3fn
 BF16 = torch.bfloat16
@@ -78,18 +78,18 @@ def test_mixed_batch_routes_leading_decodes_through_the_decode_kernel(q_lens, ct
 def test_decode_merges_in_one_launch_and_leaves_counters_at_zero(splits):
     """The last split to arrive merges and zeroes its counter, so a second launch (as a graph
     replay is) starts clean; splits past a short context, and a padding row of length 0, arrive
-    with empty partials."""
-    from atom.kernels.triton.paged_decode_attention import split_counters
-
+    with empty partials. The counters are the metadata's (one buffer, as the runner reuses it)."""
+    counters = torch.zeros(3 * 2, dtype=torch.int32, device=DEVICE)
     for ctx in ([3, 1, 40], [70, 1, 5]):
         q, kc, vc, meta = paged_case([1] * 3, ctx, 4, 2, 16, 4, torch.float32, torch.float32)
+        meta.split_counters = counters
         meta.context_lens[1] = 0  # a CUDA-graph padding row
         out = decode_attention(q, kc, vc, meta, 0.25, splits=splits)
         ref = torch_ref.attention(q, kc, vc, meta, 0.25)
         rows = [0, 2]
         assert rel_err(out[rows], ref[rows]) < 1e-4
         assert torch.equal(out[1], torch.zeros_like(out[1]))
-        assert not split_counters(1, q.device).any()
+        assert not counters.any()
 
 
 @pytest.mark.gpu
@@ -101,6 +101,7 @@ def test_decode_graph_replays_with_other_contexts(kv_dtype):
     scale_kv = 0.05 if kv_dtype == FP8 else 1.0
     q, kc, vc, meta = paged_case([1], [4000], 16, 8, 128, 16, BF16, kv_dtype, scale_kv)
     meta.max_context_len = meta.block_tables.shape[1]
+    meta.split_counters = torch.zeros(8, dtype=torch.int32, device=DEVICE)
     decode_attention(q, kc, vc, meta, 128 ** -0.5, scale_kv, scale_kv)  # compile outside capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -112,3 +113,4 @@ def test_decode_graph_replays_with_other_contexts(kv_dtype):
         meta.context_lens_cpu = [ctx]
         ref = torch_ref.attention(q, kc, vc, meta, 128 ** -0.5, scale_kv, scale_kv)
         assert rel_err(out, ref) < 1.5e-2, ctx
+        assert not meta.split_counters.any()

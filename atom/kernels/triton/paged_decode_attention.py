@@ -128,19 +128,6 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
             tl.store(count, 0)
 
 
-_COUNTERS: dict[torch.device, list[torch.Tensor]] = {}
-
-
-def split_counters(n: int, device: torch.device) -> torch.Tensor:
-    """n zeroed int32 arrival counters on `device`, shared by every decode launch there (launches
-    on one stream run one after another and leave them at 0). Never freed: a captured graph keeps
-    the address it was captured with, so a larger buffer is added beside the old ones."""
-    bufs = _COUNTERS.setdefault(device, [])
-    if not bufs or bufs[-1].numel() < n:
-        bufs.append(torch.zeros(max(n, 1024), dtype=torch.int32, device=device))
-    return bufs[-1]
-
-
 @functools.lru_cache(maxsize=8)
 def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
@@ -173,7 +160,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         f32 = dict(dtype=torch.float32, device=q.device)
         mid_o = torch.empty((batch, n_q_heads, n_split, head_pad), **f32)
         mid_lse = torch.empty((batch, n_q_heads, n_split), **f32)
-        counters = split_counters(batch * n_kv_heads, q.device)
+        counters = meta.split_counters
+        if counters is None:
+            counters = torch.zeros(batch * n_kv_heads, dtype=torch.int32, device=q.device)
+        assert counters.numel() >= batch * n_kv_heads, "split_counters too small for the batch"
     else:
         mid_o = mid_lse = counters = out
     fp8 = k_cache.dtype == torch.float8_e4m3fn  # run 2: 128-token tiles suit one-byte loads
