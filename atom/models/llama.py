@@ -45,11 +45,9 @@ class LlamaAttention(nn.Module):
             self.q_norm = RMSNorm(self.head_dim, hf.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, hf.rms_norm_eps)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return self.attend(positions, self.qkv_proj(x))
-
-    def attend(self, positions: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
-        """Everything after the qkv projection (which the decoder layer may fuse with its norm)."""
+    def forward(self, positions: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
+        """Everything after the qkv projection, which the decoder layer runs together with its
+        input norm (RMSNorm.project)."""
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
         q = q.reshape(-1, self.num_heads, self.head_dim)
@@ -72,12 +70,9 @@ class LlamaMLP(nn.Module):
         self.gate_up_proj = MergedColumnParallelLinear(hidden, [intermediate, intermediate])
         self.down_proj = RowParallelLinear(intermediate, hidden)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.gate_up_proj(x), silu_gate=True)
-
     def normed_forward(self, norm: RMSNorm, x: torch.Tensor,
                        residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(self(norm(x + residual)), x + residual), the norm fused into gate_up where it can."""
+        """(MLP(norm(x + residual)), x + residual), the norm fused into gate_up where it can."""
         gate_up, residual = norm.project(x, residual, self.gate_up_proj)
         return self.down_proj(gate_up, silu_gate=True), residual
 
@@ -98,7 +93,7 @@ class LlamaDecoderLayer(nn.Module):
     def forward(self, positions: torch.Tensor, x: torch.Tensor,
                 residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         qkv, residual = self.input_layernorm.project(x, residual, self.self_attn.qkv_proj)
-        x = self.self_attn.attend(positions, qkv)
+        x = self.self_attn(positions, qkv)
         return self.mlp.normed_forward(self.post_attention_layernorm, x, residual)
 
 
