@@ -3,8 +3,9 @@
 Requests and aborts go out on a ZMQ PUSH socket owned by the event loop. A dedicated thread owns the
 receiving socket: it decodes each StepBatch, runs the OutputProcessor (detokenize, stop strings) and
 hands the whole step to the event loop with one `call_soon_threadsafe`. Stop-string hits are
-aborted from that thread on its own socket (ZMQ sockets are single-threaded), so the core frees
-those blocks before its next step.
+aborted from that thread on its own PUSH socket (ZMQ sockets are single-threaded). The core's PULL
+socket is the one that binds, so both PUSH sockets reach it: a PUSH connected to another PUSH
+would queue its aborts forever and, at the high-water mark, block the reader and every stream.
 """
 from __future__ import annotations
 
@@ -93,12 +94,10 @@ class EngineClient:
         self._proc.start()
 
     def _socket_to_core(self) -> zmq.Socket:
+        """A PUSH socket to the core's PULL (which binds; messages queue until it does)."""
         sock = self._ctx.socket(zmq.PUSH)
         sock.setsockopt(zmq.LINGER, 0)
-        if self._send_sock is None:
-            sock.bind(self._in_addr)
-        else:
-            sock.connect(self._in_addr)
+        sock.connect(self._in_addr)
         return sock
 
     def _wait_ready(self, timeout_s: float) -> None:

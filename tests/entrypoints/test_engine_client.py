@@ -1,0 +1,78 @@
+"""The API process's EngineClient against a real core process (the synthetic core, paced fast).
+
+Stop strings are found on the API side, so the core only hears of them through the abort the
+reader thread sends. Those aborts must arrive (the core frees the blocks and stops stepping the
+request), and more of them than a ZMQ high-water mark (1000) must not wedge the reader.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from atom.builder import build_tokenizer
+from atom.config.compose import compose
+from atom.model_engine.engine_client import EngineClient
+from atom.sampling_params import SamplingParams
+
+from srv_process import HELLO_IDS
+
+N_REQUESTS = 1200  # above the default ZMQ high-water mark of one socket
+MAX_TOKENS = 2000  # what a request whose abort was lost runs to in the core (tiny_llama: 2048 positions)
+
+
+class Collector:
+    """The dispatcher's side of the contract: called from the reader thread."""
+
+    def __init__(self) -> None:
+        self.finished: dict[str, tuple[str, str]] = {}
+        self.text: dict[str, str] = {}
+        self.failure: BaseException | None = None
+        self._lock = threading.Lock()
+
+    def post(self, outputs, stats) -> None:
+        with self._lock:
+            for o in outputs:
+                self.text[o.request_id] = self.text.get(o.request_id, "") + o.text
+                if o.finished:
+                    self.finished[o.request_id] = (o.finish_reason, self.text[o.request_id])
+
+    def post_failure(self, error: BaseException) -> None:
+        self.failure = error
+
+
+async def _run_stop_string_requests(client: EngineClient, collector: Collector) -> None:
+    """One request at a time, so each stop hit is its own abort message (batched hits would share
+    one and never reach the high-water mark)."""
+    client.attach(collector)
+    params = SamplingParams(max_tokens=MAX_TOKENS, stop_strings=["lo"], ignore_eos=True)
+    deadline = time.monotonic() + 60
+    for i in range(N_REQUESTS):
+        client.add_request(f"r{i}", [65, 66], params, time.monotonic())
+        while f"r{i}" not in collector.finished and collector.failure is None:
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.001)
+    # The core heard every abort: nothing left running, every block back in the pool.
+    while client.stats.num_running and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
+def test_stop_string_aborts_reach_the_core_and_never_wedge_the_reader():
+    cfg = compose(["model=tiny_llama", "load=dummy", "server.engine_source=synthetic",
+                   "server.synthetic_tokens_per_s=20000", f"server.synthetic_token_ids={HELLO_IDS}",
+                   "kv_cache.num_blocks=4096", "runtime.enable_log_stats=false"])
+    client = EngineClient(cfg, build_tokenizer(cfg)).start()
+    collector = Collector()
+    try:
+        asyncio.run(_run_stop_string_requests(client, collector))
+        assert collector.failure is None, collector.failure
+        assert len(collector.finished) == N_REQUESTS, f"only {len(collector.finished)} finished"
+        assert set(collector.finished.values()) == {("stop", "Hel")}
+        assert client.stats.num_running == 0 and client.stats.num_waiting == 0
+        assert client.stats.kv_blocks_free == client.stats.kv_blocks_total
+        # The core keeps stepping while an abort makes its round trip (a few tokens a request);
+        # had the aborts been lost, each request would have run to MAX_TOKENS.
+        assert client.stats.generation_tokens_total < N_REQUESTS * MAX_TOKENS // 2
+    finally:
+        client.close()
