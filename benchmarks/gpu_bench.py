@@ -289,6 +289,74 @@ def bench_decode_attn_sweep() -> dict[str, Any]:
     return out
 
 
+def bench_overlap_probe(half: int = 200, ctx: int = 1536, layers: int = 8) -> dict[str, Any]:
+    """Would splitting the 8B decode batch in two and running one half's attention beside the
+    other half's GEMMs (two streams) beat running the whole batch's kernels one after another?
+    ms per `layers` layers, each measured as a CUDA graph: attention and GEMMs alone, serial,
+    and on two streams at once."""
+    from triton.testing import do_bench
+
+    from atom.kernels.metadata import AttentionMetadata
+    from atom.kernels.triton.paged_decode_attention import decode_attention
+
+    hq, hk, d, hidden, inter, page = 32, 8, 128, 4096, 14336, 16
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+
+    def attn_set(batch: int):
+        nblk = batch * ctx // page
+        kc = torch.randn(nblk, page, hk, d, **bf)
+        vc = torch.randn(nblk, page, hk, d, **bf)
+        tables = torch.randperm(nblk, device="cuda", dtype=torch.int32).view(batch, -1)
+        meta = AttentionMetadata(torch.arange(batch + 1, device="cuda", dtype=torch.int32),
+                                 torch.full((batch,), ctx, device="cuda", dtype=torch.int32), tables,
+                                 torch.zeros(batch, device="cuda", dtype=torch.int64), 1, ctx, True,
+                                 split_counters=torch.zeros(batch * hk, device="cuda", dtype=torch.int32))
+        q = torch.randn(batch, hq, d, **bf)
+        out = torch.empty_like(q)
+        return lambda: [decode_attention(q, kc, vc, meta, d ** -0.5, out=out) for _ in range(layers)]
+
+    ws = [torch.randn(n, k, **bf) * 0.02 for n, k in
+          ((hq * d + 2 * hk * d, hidden), (hidden, hq * d), (2 * inter, hidden), (hidden, inter))]
+
+    def gemm_set(batch: int):
+        x = torch.randn(batch, hidden, **bf)
+        h = torch.randn(batch, inter, **bf)
+        return lambda: [(x @ ws[0].t(), x @ ws[1].t(), x @ ws[2].t(), h @ ws[3].t())
+                        for _ in range(layers)]
+
+    def timed(fn) -> float:
+        fn()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        return round(do_bench(g.replay, warmup=5, rep=30, return_mode="median"), 3)
+
+    def both(a, b):
+        side = torch.cuda.Stream()
+
+        def run():
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                b()
+            a()
+            torch.cuda.current_stream().wait_stream(side)
+        return run
+
+    full_attn, full_gemm = attn_set(2 * half), gemm_set(2 * half)
+    a_half, g_half = attn_set(half), gemm_set(half)
+    out: dict[str, Any] = {"half_batch": half, "ctx": ctx, "layers": layers,
+                           "attn_full_ms": timed(full_attn), "gemm_full_ms": timed(full_gemm),
+                           "attn_half_ms": timed(a_half), "gemm_half_ms": timed(g_half)}
+    out["serial_full_ms"] = round(out["attn_full_ms"] + out["gemm_full_ms"], 3)
+    out["concurrent_pair_ms"] = timed(both(a_half, g_half))
+    out["overlapped_full_ms_est"] = round(2 * out["concurrent_pair_ms"], 3)
+    kv_bytes = 2 * half * ctx * hk * d * 2 * 2 * layers
+    out["attn_full_tb_s"] = round(kv_bytes / out["attn_full_ms"] / 1e9, 2)
+    flops = 2 * 2 * half * sum(w.numel() for w in ws) * layers
+    out["gemm_full_tflops"] = round(flops / out["gemm_full_ms"] / 1e9, 1)
+    return out
+
+
 def nano_vllm_workload(n: int = 256, vocab: int = 10001) -> tuple[list[list[int]], list[int]]:
     """The offline throughput benchmark's workload (atom.benchmarks.throughput.Workload): runs 1-6
     drew it with their own generator here (same distribution, other draws: 133,966 output
@@ -329,9 +397,11 @@ def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
     eng.generate([prompts[0][:32]], _sp(max_tokens=8, ignore_eos=True))  # warm-up
     params = [_sp(temperature=0.6, max_tokens=o, ignore_eos=True) for o in outs]
     before = _compiled_variants()
+    preempted = eng.core.scheduler.num_preempted
     t0 = time.perf_counter()
     res = eng.generate(prompts, params)
     dt = time.perf_counter() - t0
+    preempted = eng.core.scheduler.num_preempted - preempted
     after = _compiled_variants()
     compiled_mid_run = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
     # The same workload again in the same engine: what the first run paid for compiling
@@ -356,7 +426,7 @@ def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
     return {"model": model, "requests": n, "output_tokens": got, "seconds": round(dt, 2),
             "output_tok_s": round(got / dt, 1), "second_run_output_tok_s": round(got / dt2, 1) if dt2 else None,
             "kv_blocks": blocks, "extra": list(extra), "compiled_mid_run": compiled_mid_run,
-            "workload": f"fixed {fixed[0]}in/{fixed[1]}out" if fixed else
+            "preemptions": preempted, "workload": f"fixed {fixed[0]}in/{fixed[1]}out" if fixed else
             "nano-vllm: in,out ~ U[100,1024], temperature 0.6, ignore_eos"}
 
 
@@ -371,19 +441,43 @@ def _busy_us(intervals: list[tuple[float, float]]) -> float:
     return busy
 
 
-def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int = 60) -> dict[str, Any]:
-    """Is the nano-vllm workload bound by the host or the GPU? Mid-run (every sequence past its
-    prefill), `steps` engine steps under the torch profiler: wall time per step against the time
-    the GPU was busy. With BENCH_TRACE_DIR set, the Chrome trace is written there too."""
-    eng = engine(model)
-    prompts, outs = nano_vllm_workload(n, vocab=eng.core.runner.hf.vocab_size)
+def _kernel_family(name: str) -> str:
+    """Kernel names grouped by what they do, so a trace reads as a step's budget."""
+    n = name.lower()
+    for key, family in (("attn", "attention"), ("attention", "attention"), ("gemm", "gemm"),
+                        ("gemv", "gemv"), ("nvjet", "gemm"), ("cutlass", "gemm"), ("sm90", "gemm"),
+                        ("rms", "norm"), ("rope", "rope_kv"), ("rotary", "rope_kv"), ("kv", "rope_kv"),
+                        ("silu", "activation"), ("sampl", "sampling"), ("argmax", "sampling"),
+                        ("softmax", "sampling"), ("memcpy", "copy"), ("copy", "copy")):
+        if key in n:
+            return family
+    return "other"
+
+
+def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int = 60,
+                           extra: tuple[str, ...] = (), fixed: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Is the workload bound by the host or the GPU, and by which kernels? Mid-run (every running
+    sequence past its prefill), `steps` engine steps under the torch profiler: wall time per step,
+    the time the GPU was busy, and GPU time per kernel family and per kernel. With BENCH_TRACE_DIR
+    set, the Chrome trace is written there too."""
+    eng = engine(model, *extra)
+    if fixed:
+        rng = random.Random(0)
+        prompts = [[rng.randint(0, 10000) for _ in range(fixed[0])] for _ in range(n)]
+        outs = [fixed[1]] * n
+    else:
+        prompts, outs = nano_vllm_workload(n, vocab=eng.core.runner.hf.vocab_size)
     ids = eng.add_request(prompts, [_sp(temperature=0.6, max_tokens=o, ignore_eos=True)
                                     for o in outs])
-    while eng.core.scheduler.waiting or any(s.num_computed_tokens < s.num_prompt_tokens
-                                            for s in eng.core.scheduler.running):
+    sched = eng.core.scheduler
+    waiting = -1
+    while waiting != len(sched.waiting) or any(s.num_computed_tokens < s.num_prompt_tokens
+                                               for s in sched.running):
+        waiting = len(sched.waiting)  # steady: nothing admitted in a step, no prefill left
         eng.step()
     for _ in range(5):
         eng.step()
+    contexts = [s.num_tokens for s in sched.running]
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
         t0 = time.perf_counter()
@@ -391,20 +485,30 @@ def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int =
             eng.step()
         torch.cuda.synchronize()
         wall_us = (time.perf_counter() - t0) * 1e6
-    kernels = [(e.time_range.start, e.time_range.end) for e in prof.events()
-               if e.device_type == torch.autograd.DeviceType.CUDA]
-    busy = _busy_us(kernels)
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = _busy_us([(e.time_range.start, e.time_range.end) for e in events])
+    per_kernel: dict[str, float] = {}
+    for e in events:
+        per_kernel[e.name] = per_kernel.get(e.name, 0.0) + e.time_range.elapsed_us()
+    families: dict[str, float] = {}
+    for name, us in per_kernel.items():
+        families[_kernel_family(name)] = families.get(_kernel_family(name), 0.0) + us
     trace_dir = os.environ.get("BENCH_TRACE_DIR")
     if trace_dir:
         prof.export_chrome_trace(os.path.join(trace_dir, f"throughput_trace_{model}.json"))
-    running = len(eng.core.scheduler.running)
+    running = len(sched.running)
     for rid in ids:
         eng.abort(rid)
     free(eng)
+    top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:15]
     return {"model": model, "steps": steps, "running": running,
+            "mean_context": round(sum(contexts) / max(len(contexts), 1)),
             "wall_ms_per_step": round(wall_us / steps / 1e3, 3),
             "gpu_busy_ms_per_step": round(busy / steps / 1e3, 3),
-            "gpu_idle_fraction": round(1 - busy / wall_us, 3)}
+            "gpu_idle_fraction": round(1 - busy / wall_us, 3),
+            "family_ms_per_step": {k: round(v / steps / 1e3, 3) for k, v in
+                                   sorted(families.items(), key=lambda kv: -kv[1])},
+            "top_kernels_ms_per_step": {k[:120]: round(v / steps / 1e3, 3) for k, v in top}}
 
 
 def _hf_model(model: str):
@@ -654,10 +758,12 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "decode_small_nopdl": lambda: bench_decode("qwen3_0_6b", 1024, 512, env=PDL_OFF),
     "decode_8b_nopdl": lambda: bench_decode("llama3_8b", 1024, 256, env=PDL_OFF),
     "fused_gemv": bench_fused_gemv,
+    "overlap_probe": bench_overlap_probe,
     "gemv_sweep": bench_gemv_sweep,
     "decode_8b_peer": lambda: bench_hf_decode("llama3_8b", 1024, 64),
     "throughput_small": lambda: bench_throughput("qwen3_0_6b", 256, again=True),
     "throughput_trace": bench_throughput_trace,
+    "throughput_trace_8b": lambda: bench_throughput_trace("llama3_8b", 1000, 10, (CAPTURE_512,), (1024, 1024)),
     "throughput_small_peer": lambda: bench_hf_throughput("qwen3_0_6b", 64, 60),
     "decode_8b_fp8": lambda: bench_decode("llama3_8b", 1024, 256, ("kv_cache=fp8",)),
     "throughput_8b": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512,), (1024, 1024)),

@@ -44,6 +44,8 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
     Flag(("--max-num-seqs",), "scheduler.max_num_seqs"),
     Flag(("--gpu-memory-utilization",), "kv_cache.gpu_memory_utilization"),
     Flag(("--scheduler-delay-factor",), "scheduler.delay_factor"),
+    Flag(("--scheduler-reserve-ratio",), "scheduler.reserve_ratio",
+         help="share of running requests' remaining tokens kept free at admission (0: none)"),
     Flag(("--async-scheduling",), "scheduler.async_scheduling", "negatable",
          help="overlap host scheduling with the device step (unset: on for GPUs)"),
     Flag(("--cudagraph-capture-sizes",), "runtime.cudagraph_capture_sizes", "list_int"),

@@ -66,6 +66,11 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 16384
     max_num_seqs: int = 512
     delay_factor: float = 0.0
+    # Admission keeps KV blocks free for the running requests' future tokens, so they are not
+    # preempted and recomputed later: all remaining max_tokens of a request that ignores EOS (its
+    # length is known), this fraction of another's (capped at 4096 tokens). 0 = admit while any
+    # block is free, preempting when the cache runs out (vLLM's policy).
+    reserve_ratio: float = 0.3
     # Build step N+1 on the host while step N runs on the device; None = on for GPUs only.
     async_scheduling: Optional[bool] = None
 

@@ -61,6 +61,7 @@ def _validate_scheduler(cfg: Config) -> None:
     _check(s.max_num_batched_tokens >= cfg.kv_cache.block_size, "scheduler.max_num_batched_tokens",
            s.max_num_batched_tokens, f"must be >= kv_cache.block_size ({cfg.kv_cache.block_size})")
     _check(s.delay_factor >= 0.0, "scheduler.delay_factor", s.delay_factor, "must be >= 0")
+    _check(0.0 <= s.reserve_ratio <= 1.0, "scheduler.reserve_ratio", s.reserve_ratio, "must be in [0, 1]")
 
 
 def _validate_runtime(cfg: Config) -> None:

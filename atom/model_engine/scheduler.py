@@ -2,8 +2,10 @@
 
 Every step has a token budget (`max_num_batched_tokens`). Running sequences go first (a decode
 costs one token, an unfinished prefill continues with the next chunk); waiting ones are admitted
-with what is left. When a running sequence needs a block and none is free, the most recently
-admitted running sequence is preempted: its blocks are freed and it is recomputed later.
+with what is left, and only while the cache keeps room for the running sequences' expected growth
+(`reserve_ratio`): a preempted sequence is recomputed from its first token, so admitting more than
+will fit costs throughput. When a running sequence still needs a block and none is free, the most
+recently admitted running sequence is preempted: its blocks are freed and it is recomputed later.
 """
 from __future__ import annotations
 
@@ -30,11 +32,15 @@ class ScheduledBatch:
         return sum(self.num_new_tokens)
 
 
+_RESERVE_CAP_TOKENS = 4096  # an EOS-ended request's reservation counts at most this many outputs
+
+
 class Scheduler:
     def __init__(self, cfg: Config, num_blocks: int, eos_token_ids: set[int], max_model_len: int) -> None:
         self.max_tokens = cfg.scheduler.max_num_batched_tokens
         self.max_seqs = cfg.scheduler.max_num_seqs
         self.delay_factor = cfg.scheduler.delay_factor
+        self.reserve_ratio = cfg.scheduler.reserve_ratio
         self.max_model_len = max_model_len
         self.eos = eos_token_ids
         self.blocks = BlockManager(num_blocks, cfg.kv_cache.block_size,
@@ -122,13 +128,30 @@ class Scheduler:
         waited = time.perf_counter() - self.waiting[0].arrival_time
         return waited > self.delay_factor * self._last_prompt_latency
 
+    def _expected_blocks(self, seq: Sequence) -> int:
+        """Blocks the sequence is expected to hold when it finishes: its whole prompt, then all of
+        its remaining outputs when it ignores EOS, else reserve_ratio of them (capped)."""
+        left = seq.stop_len - seq.num_tokens
+        if not seq.params.ignore_eos:
+            left = int(min(left, _RESERVE_CAP_TOKENS) * self.reserve_ratio)
+        return -(-(seq.num_tokens + left) // self.blocks.block_size)
+
+    def _reserved_blocks(self) -> int:
+        """Free blocks the running sequences are expected to take before they finish."""
+        return sum(max(0, self._expected_blocks(s) - len(s.block_table)) for s in self.running)
+
     def _admit_waiting(self, batch: ScheduledBatch, budget: int) -> None:
         admitted = False
+        reserve = self.reserve_ratio > 0
+        reserved = self._reserved_blocks() if reserve else 0
         while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
             seq = self.waiting[0]
             self.blocks.match_prefix(seq)
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
-            if not self.blocks.can_allocate(seq, seq.num_computed_tokens + n):
+            future = max(0, self._expected_blocks(seq) - len(seq.block_table)) if reserve else 0
+            # The first sequence into an empty engine is admitted whatever it may grow to.
+            if (not self.blocks.can_allocate(seq, seq.num_computed_tokens + n)
+                    or (self.running and self.blocks.num_free_blocks - reserved < future)):
                 if not self.running and not batch.seqs and seq.block_table == []:
                     raise RuntimeError(f"KV cache too small for one chunk of {n} tokens "
                                        f"({self.blocks.num_free_blocks} free blocks)")
@@ -137,7 +160,9 @@ class Scheduler:
                 break
             self.waiting.popleft()
             self.blocks.record_admission(seq)
+            held = len(seq.block_table)
             self.blocks.allocate(seq, seq.num_computed_tokens + n)
+            reserved += max(0, future - (len(seq.block_table) - held))
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             batch.seqs.append(seq)

@@ -32,7 +32,7 @@ def _prompts(n: int = 8) -> list[list[int]]:
     return [torch.randint(3, 256, (k,), generator=g).tolist() for k in lengths]
 
 
-def _both(path, params, *extra, prompts=None):
+def _both(path, params, *extra, prompts=None, preempts: bool = False):
     prompts = prompts or _prompts()
     runs = []
     for overlap in (False, True):
@@ -40,6 +40,7 @@ def _both(path, params, *extra, prompts=None):
         outs = engine.generate(prompts, params)
         s = engine.stats()
         assert s.kv_blocks_free == s.kv_blocks_total, "blocks leaked"
+        assert not preempts or s.num_preempted_total > 0, "the cache was meant to run out"
         assert engine.is_finished()
         runs.append(outs)
     return runs
@@ -52,8 +53,8 @@ def _view(outs):
 def test_greedy_with_preemption_and_prefix_caching_is_identical(ckpt):
     params = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True)
               for m in (1, 12, 5, 12, 9, 2, 12, 7)]
-    sync, overlap = _both(ckpt, params, "kv_cache.num_blocks=14",
-                          "kv_cache.enable_prefix_caching=true")
+    sync, overlap = _both(ckpt, params, "kv_cache.num_blocks=14", "scheduler.reserve_ratio=0",
+                          "kv_cache.enable_prefix_caching=true", preempts=True)
     assert _view(overlap) == _view(sync)
     assert [len(o["token_ids"]) for o in overlap] == [1, 12, 5, 12, 9, 2, 12, 7]
 

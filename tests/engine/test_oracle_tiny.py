@@ -51,8 +51,9 @@ def _engine(path, **over):
 def test_greedy_tokens_match_transformers(checkpoints, arch):
     prompts = _prompts()
     _, expected = _hf_greedy(checkpoints[arch], prompts)
-    # 14 blocks of 16 tokens cannot hold all eight sequences at once: forces preemption.
-    engine = _engine(checkpoints[arch], **{"kv_cache.num_blocks": 14})
+    # 14 blocks of 16 tokens cannot hold all eight sequences at once, and admission keeps no
+    # reserve: forces preemption.
+    engine = _engine(checkpoints[arch], **{"kv_cache.num_blocks": 14, "scheduler.reserve_ratio": 0})
     outs = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True))
     assert [o["token_ids"] for o in outs] == expected
     assert engine.stats().num_preempted_total > 0, "the KV budget was meant to force preemption"
