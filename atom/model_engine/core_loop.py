@@ -122,6 +122,7 @@ def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
     push.setsockopt(zmq.LINGER, 2000)
     push.connect(out_addr)
     pull = ctx.socket(zmq.PULL)
+    pull.setsockopt(zmq.RCVHWM, 0)
     pull.bind(in_addr)  # binds so that every PUSH of the API process (requests, stop aborts) reaches it
     encode = msgspec.msgpack.Encoder().encode
     core = None

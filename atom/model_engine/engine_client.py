@@ -94,9 +94,12 @@ class EngineClient:
         self._proc.start()
 
     def _socket_to_core(self) -> zmq.Socket:
-        """A PUSH socket to the core's PULL (which binds; messages queue until it does)."""
+        """A PUSH socket to the core's PULL (which binds; messages queue until it does). No
+        high-water mark: a burst of requests must not block the event loop (or the reader) while
+        the core is inside a long step; the core drains everything at its next step."""
         sock = self._ctx.socket(zmq.PUSH)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 0)
         sock.connect(self._in_addr)
         return sock
 

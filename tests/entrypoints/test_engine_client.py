@@ -1,8 +1,9 @@
-"""The API process's EngineClient against a real core process (the synthetic core, paced fast).
+"""The API process's EngineClient against a real core process (the synthetic core).
 
 Stop strings are found on the API side, so the core only hears of them through the abort the
 reader thread sends. Those aborts must arrive (the core frees the blocks and stops stepping the
-request), and more of them than a ZMQ high-water mark (1000) must not wedge the reader.
+request), and more of them than a ZMQ high-water mark (1000) must not wedge the reader; nor may a
+burst of requests block the event loop while the core is busy.
 """
 from __future__ import annotations
 
@@ -74,5 +75,31 @@ def test_stop_string_aborts_reach_the_core_and_never_wedge_the_reader():
         # The core keeps stepping while an abort makes its round trip (a few tokens a request);
         # had the aborts been lost, each request would have run to MAX_TOKENS.
         assert client.stats.generation_tokens_total < N_REQUESTS * MAX_TOKENS // 2
+    finally:
+        client.close()
+
+
+async def _burst(client: EngineClient, collector: Collector, n: int) -> float:
+    client.attach(collector)
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    client.add_request("long", [65], SamplingParams(max_tokens=100, ignore_eos=True), time.monotonic())
+    while "long" not in collector.text:  # the core is stepping: it now sleeps between steps
+        await asyncio.sleep(0.01)
+    t0 = time.monotonic()
+    for i in range(n):
+        client.add_request(f"b{i}", [65], params, time.monotonic())
+    return time.monotonic() - t0
+
+
+def test_a_burst_of_requests_never_blocks_the_event_loop():
+    """5,000 requests sent while the core sleeps inside a 2-second step: every send returns at
+    once (a send queue bounded at ZMQ's default 1,000 would stall the loop until the core
+    drained it)."""
+    cfg = compose(["model=tiny_llama", "load=dummy", "server.engine_source=synthetic",
+                   "server.synthetic_tokens_per_s=0.5", f"server.synthetic_token_ids={HELLO_IDS}",
+                   "kv_cache.num_blocks=4096", "runtime.enable_log_stats=false"])
+    client = EngineClient(cfg, build_tokenizer(cfg)).start()
+    try:
+        assert asyncio.run(_burst(client, Collector(), 5000)) < 1.0  # ~0.15 s here; blocked: > 2 s
     finally:
         client.close()
