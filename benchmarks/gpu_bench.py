@@ -446,7 +446,9 @@ def _busy_us(intervals: list[tuple[float, float]]) -> float:
 def _kernel_family(name: str) -> str:
     """Kernel names grouped by what they do, so a trace reads as a step's budget."""
     n = name.lower()
-    for key, family in (("attn", "attention"), ("attention", "attention"), ("gemm", "gemm"),
+    for key, family in (("_decode_kernel", "attention"), ("_prefill_kernel", "attention"),
+                        ("merge_splits", "attention"),
+                        ("attn", "attention"), ("attention", "attention"), ("gemm", "gemm"),
                         ("gemv", "gemv"), ("nvjet", "gemm"), ("cutlass", "gemm"), ("sm90", "gemm"),
                         ("rms", "norm"), ("rope", "rope_kv"), ("rotary", "rope_kv"), ("kv", "rope_kv"),
                         ("silu", "activation"), ("sampl", "sampling"), ("argmax", "sampling"),
