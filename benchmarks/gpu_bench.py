@@ -289,11 +289,12 @@ def bench_decode_attn_sweep() -> dict[str, Any]:
     return out
 
 
-def bench_overlap_probe(half: int = 200, ctx: int = 1536, layers: int = 8) -> dict[str, Any]:
+def bench_overlap_probe(half: int = 208, ctx: int = 1536, layers: int = 8) -> dict[str, Any]:
     """Would splitting the 8B decode batch in two and running one half's attention beside the
     other half's GEMMs (two streams) beat running the whole batch's kernels one after another?
     ms per `layers` layers, each measured as a CUDA graph: attention and GEMMs alone, serial,
-    and on two streams at once."""
+    and on two streams at once. Each half's GEMMs read all the weights again, so at long
+    contexts (attention dominating) the arithmetic expects little; at short ones, more."""
     from triton.testing import do_bench
 
     from atom.kernels.metadata import AttentionMetadata
@@ -459,11 +460,12 @@ def _kernel_family(name: str) -> str:
 
 
 def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int = 60,
-                           extra: tuple[str, ...] = (), fixed: tuple[int, int] | None = None) -> dict[str, Any]:
+                           extra: tuple[str, ...] = (), fixed: tuple[int, int] | None = None,
+                           prefill: bool = False) -> dict[str, Any]:
     """Is the workload bound by the host or the GPU, and by which kernels? Mid-run (every running
-    sequence past its prefill), `steps` engine steps under the torch profiler: wall time per step,
-    the time the GPU was busy, and GPU time per kernel family and per kernel. With BENCH_TRACE_DIR
-    set, the Chrome trace is written there too."""
+    sequence past its prefill), or with `prefill` the first steps, `steps` engine steps under the
+    torch profiler: wall time per step, the time the GPU was busy, tokens per step, and GPU time
+    per kernel family and per kernel. With BENCH_TRACE_DIR set, the Chrome trace is written too."""
     eng = engine(model, *extra)
     if fixed:
         rng = random.Random(0)
@@ -475,13 +477,14 @@ def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int =
                                     for o in outs])
     sched = eng.core.scheduler
     waiting = -1
-    while waiting != len(sched.waiting) or any(s.num_computed_tokens < s.num_prompt_tokens
-                                               for s in sched.running):
+    while not prefill and (waiting != len(sched.waiting) or any(
+            s.num_computed_tokens < s.num_prompt_tokens for s in sched.running)):
         waiting = len(sched.waiting)  # steady: nothing admitted in a step, no prefill left
         eng.step()
-    for _ in range(5):
+    for _ in range(0 if prefill else 5):
         eng.step()
     contexts = [s.num_tokens for s in sched.running]
+    computed = sum(s.num_computed_tokens for s in sched.running)
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
         t0 = time.perf_counter()
@@ -501,11 +504,13 @@ def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int =
     if trace_dir:
         prof.export_chrome_trace(os.path.join(trace_dir, f"throughput_trace_{model}.json"))
     running = len(sched.running)
+    tokens = sum(s.num_computed_tokens for s in sched.running) - computed  # of those still running
     for rid in ids:
         eng.abort(rid)
     free(eng)
     top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:15]
-    return {"model": model, "steps": steps, "running": running,
+    return {"model": model, "phase": "prefill" if prefill else "decode", "steps": steps,
+            "running": running, "tokens_per_step": round(tokens / steps, 1),
             "mean_context": round(sum(contexts) / max(len(contexts), 1)),
             "wall_ms_per_step": round(wall_us / steps / 1e3, 3),
             "gpu_busy_ms_per_step": round(busy / steps / 1e3, 3),
@@ -764,7 +769,7 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "decode_small_nopdl": lambda: bench_decode("qwen3_0_6b", 1024, 512, env=PDL_OFF),
     "decode_8b_nopdl": lambda: bench_decode("llama3_8b", 1024, 256, env=PDL_OFF),
     "fused_gemv": bench_fused_gemv,
-    "overlap_probe": bench_overlap_probe,
+    "overlap_probe": lambda: [bench_overlap_probe(208, 1536), bench_overlap_probe(256, 256)],
     "gemv_sweep": bench_gemv_sweep,
     "decode_8b_peer": lambda: bench_hf_decode("llama3_8b", 1024, 64),
     "throughput_small": lambda: bench_throughput("qwen3_0_6b", 256, again=True),
@@ -774,6 +779,8 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "decode_8b_fp8": lambda: bench_decode("llama3_8b", 1024, 256, ("kv_cache=fp8",)),
     "throughput_8b": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512,), (1024, 1024)),
     "throughput_8b_tbo": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512, TBO), (1024, 1024)),
+    "prefill_trace_8b": lambda: bench_throughput_trace("llama3_8b", 1000, 10, (CAPTURE_512,), (1024, 1024),
+                                                       prefill=True),
     "throughput_trace_8b_tbo": lambda: bench_throughput_trace("llama3_8b", 1000, 10, (CAPTURE_512, TBO),
                                                               (1024, 1024)),
     "throughput_8b_fp8": lambda: bench_throughput("llama3_8b", 1000, ("kv_cache=fp8", CAPTURE_512),

@@ -34,11 +34,21 @@ class Roofline:
     bandwidth: float = 3.6e12  # sustained HBM read rate (copy ceiling 4.18 TB/s)
     step_overhead_s: float = 0.0003
 
-    def step_seconds(self, prefill_tokens: int, prefill_pairs: int, decode_kv_tokens: int, tokens: int) -> float:
+    def step_seconds(self, prefill_pairs: int, decode_kv_tokens: int, tokens: int) -> float:
+        """Every kernel after the other, as a step runs today."""
         gemm = max(tokens * self.flops_per_token / self.tflops, self.weight_bytes / self.bandwidth)
         attention = (decode_kv_tokens * self.kv_bytes_per_token / self.bandwidth
                      + prefill_pairs * self.attn_flops_per_query_key / (0.6 * self.tflops))
         return gemm + attention + self.step_overhead_s
+
+    def overlapped_step_seconds(self, prefill_pairs: int, decode_kv_tokens: int, tokens: int) -> float:
+        """The bound if the step ran as two halves whose compute and memory traffic overlapped
+        perfectly (two-batch overlap at its best): each half reads the weights once, so the
+        bytes are the KV plus the weights twice."""
+        memory = (decode_kv_tokens * self.kv_bytes_per_token + 2 * self.weight_bytes) / self.bandwidth
+        compute = (tokens * self.flops_per_token / self.tflops
+                   + prefill_pairs * self.attn_flops_per_query_key / (0.6 * self.tflops))
+        return max(memory, compute) + self.step_overhead_s
 
 
 def simulate(overrides: list[str], kv_blocks: int, requests: int, prompt_len: int, output_len: int,
@@ -50,7 +60,7 @@ def simulate(overrides: list[str], kv_blocks: int, requests: int, prompt_len: in
     for i in range(requests):
         sched.add(Sequence(f"r{i}", [rng.randrange(1000, 100000) for _ in range(prompt_len)], params))
     cost = Roofline()
-    seconds = 0.0
+    seconds = overlapped = 0.0
     steps = prefill_tokens = decode_tokens = 0
     batch_sizes: list[int] = []
     while sched.has_unfinished():
@@ -65,7 +75,8 @@ def simulate(overrides: list[str], kv_blocks: int, requests: int, prompt_len: in
             else:
                 pre += n
                 pairs += n * seq.num_computed_tokens + n * (n + 1) // 2
-        seconds += cost.step_seconds(pre, pairs, kv, batch.total_tokens)
+        seconds += cost.step_seconds(pairs, kv, batch.total_tokens)
+        overlapped += cost.overlapped_step_seconds(pairs, kv, batch.total_tokens)
         prefill_tokens += pre
         decode_tokens += batch.total_tokens - pre
         batch_sizes.append(len(batch.seqs))
@@ -79,6 +90,8 @@ def simulate(overrides: list[str], kv_blocks: int, requests: int, prompt_len: in
         "prefill_tokens": prefill_tokens, "recomputed_tokens": prefill_tokens - requests * prompt_len,
         "decode_tokens": decode_tokens, "mean_batch": round(sum(batch_sizes) / max(steps, 1), 1),
         "model_seconds": round(seconds, 1), "model_output_tok_s": round(out_tokens / seconds),
+        "overlap_bound_seconds": round(overlapped, 1),
+        "overlap_bound_output_tok_s": round(out_tokens / overlapped),
     }
 
 
