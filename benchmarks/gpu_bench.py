@@ -360,6 +360,48 @@ def bench_overlap_probe(half: int = 208, ctx: int = 1536, layers: int = 8) -> di
     return out
 
 
+def bench_decode_attn_large(batch: int = 416, ctx: int = 1536) -> dict[str, Any]:
+    """Decode attention at the 8B throughput run's operating point (~415 sequences at ~1.5k
+    context): TB/s of KV read by (block_n, num_warps, num_stages, splits), one layer's cache
+    (2.6 GB, far past L2) per call, replayed from a CUDA graph."""
+    from triton.testing import do_bench
+
+    from atom.kernels.metadata import AttentionMetadata
+    from atom.kernels.triton.paged_decode_attention import decode_attention
+
+    hq, hk, d, page = 32, 8, 128, 16
+    nblk = batch * ctx // page
+    kc = torch.randn(nblk, page, hk, d, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn(nblk, page, hk, d, device="cuda", dtype=torch.bfloat16)
+    tables = torch.randperm(nblk, device="cuda", dtype=torch.int32).view(batch, -1)
+    meta = AttentionMetadata(torch.arange(batch + 1, device="cuda", dtype=torch.int32),
+                             torch.full((batch,), ctx, device="cuda", dtype=torch.int32), tables,
+                             torch.zeros(batch, device="cuda", dtype=torch.int64), 1, ctx, True,
+                             split_counters=torch.zeros(batch * hk, device="cuda", dtype=torch.int32))
+    q = torch.randn(batch, hq, d, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty_like(q)
+    kv_bytes = 2 * batch * ctx * hk * d * 2
+    res: dict[str, Any] = {"batch": batch, "ctx": ctx, "kv_gb": round(kv_bytes / 1e9, 2)}
+    for bn in (32, 64, 128):
+        for nw in (4, 8):
+            for stages in (2, 3, 4):
+                for splits in (1, 2):
+                    key = f"n{bn}_w{nw}_st{stages}_s{splits}"
+                    try:
+                        def run():
+                            decode_attention(q, kc, vc, meta, d ** -0.5, splits=splits, block_n=bn,
+                                             num_warps=nw, num_stages=stages, out=out)
+                        run()
+                        g = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(g):
+                            run()
+                        ms = do_bench(g.replay, warmup=5, rep=40, return_mode="median")
+                        res[key] = round(kv_bytes / ms / 1e9, 2)  # TB/s
+                    except Exception as e:  # a config that does not compile is a result too
+                        res[key] = type(e).__name__
+    return res
+
+
 def nano_vllm_workload(n: int = 256, vocab: int = 10001) -> tuple[list[list[int]], list[int]]:
     """The offline throughput benchmark's workload (atom.benchmarks.throughput.Workload): runs 1-6
     drew it with their own generator here (same distribution, other draws: 133,966 output
@@ -759,6 +801,7 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "greedy_equal": bench_greedy_equal,
     "decode_kernels": bench_decode_kernels,
     "decode_attn_sweep": bench_decode_attn_sweep,
+    "decode_attn_large": bench_decode_attn_large,
     "startup": lambda: bench_startup("qwen3_0_6b"),
     "decode_small": lambda: bench_decode("qwen3_0_6b", 1024, 512),
     "decode_small_sync": lambda: bench_decode("qwen3_0_6b", 1024, 512,

@@ -145,7 +145,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      meta: AttentionMetadata, scale: float, k_scale: float = 1.0,
                      v_scale: float = 1.0, sliding_window: int | None = None,
                      splits: int | None = None, block_n: int | None = None,
-                     num_warps: int = 4, out: torch.Tensor | None = None) -> torch.Tensor:
+                     num_warps: int = 4, out: torch.Tensor | None = None,
+                     num_stages: int = 2) -> torch.Tensor:
     """q: [B, Hq, D] (one new token per sequence, already stored) → [B, Hq, D], written into
     `out` when given."""
     batch, n_q_heads, head_dim = q.shape
@@ -176,5 +177,5 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), PAGE=k_cache.shape[1],
         BLOCK_N=block_n, HEAD_DIM=head_pad, NUM_SPLITS=n_split,
         HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype, k_cache.dtype),
-        PREC=dot_precision(q.dtype), num_warps=num_warps, num_stages=2, **pdl_args(q.device))
+        PREC=dot_precision(q.dtype), num_warps=num_warps, num_stages=num_stages, **pdl_args(q.device))
     return out
