@@ -792,8 +792,6 @@ def bench_greedy_equal() -> dict[str, Any]:
 CAPTURE_512 = "runtime.cudagraph_capture_sizes=[{}]".format(
     ",".join(map(str, [1, 2, 4, *range(8, 257, 8), *range(272, 513, 16)])))
 
-TBO = "runtime.two_batch_overlap=true"  # atom/runner/two_batch.py, from 128 sequences up
-
 PDL_OFF = {"ATOM_TRITON_PDL": "0"}  # atom/kernels/triton/pdl.py
 
 BENCHES: dict[str, Callable[[], Any]] = {
@@ -821,11 +819,8 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "throughput_small_peer": lambda: bench_hf_throughput("qwen3_0_6b", 64, 60),
     "decode_8b_fp8": lambda: bench_decode("llama3_8b", 1024, 256, ("kv_cache=fp8",)),
     "throughput_8b": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512,), (1024, 1024)),
-    "throughput_8b_tbo": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512, TBO), (1024, 1024)),
     "prefill_trace_8b": lambda: bench_throughput_trace("llama3_8b", 1000, 10, (CAPTURE_512,), (1024, 1024),
                                                        prefill=True),
-    "throughput_trace_8b_tbo": lambda: bench_throughput_trace("llama3_8b", 1000, 10, (CAPTURE_512, TBO),
-                                                              (1024, 1024)),
     "throughput_8b_fp8": lambda: bench_throughput("llama3_8b", 1000, ("kv_cache=fp8", CAPTURE_512),
                                                   (1024, 1024)),
 }

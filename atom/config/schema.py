@@ -97,11 +97,6 @@ class RuntimeConfig:
     cudagraph_capture_sizes: list[int] = field(
         default_factory=lambda: [1, 2, 4] + list(range(8, 257, 8))
     )
-    # Decode graphs of at least two_batch_min_batch sequences run as two halves on two streams,
-    # one half's attention beside the other's projections (atom/runner/two_batch.py). Llama-family
-    # decoders only; the halves run uncompiled (no torch.compile) inside their graphs.
-    two_batch_overlap: bool = False
-    two_batch_min_batch: int = 128
     seed: int = 0
     # CPU matmul threads; 0 = half the cores (OpenMP threads that outnumber free cores spin and
     # run tens of times slower, and the API process and clients share the machine).

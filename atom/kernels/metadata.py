@@ -45,19 +45,3 @@ class AttentionMetadata:
     @property
     def num_seqs(self) -> int:
         return self.context_lens.shape[0]
-
-    def split_decode(self, h: int, counters_per_row: int) -> tuple["AttentionMetadata", "AttentionMetadata"]:
-        """A decode batch as two: rows [0, h) and [h, B), as views (a decode batch's cu_seqlens
-        is 0..B, so its head serves both halves). The halves' split counters do not overlap,
-        so their decode kernels may run at the same time (two-batch overlap)."""
-        assert self.is_decode and 0 < h < self.num_seqs
-        counters = self.split_counters
-        halves = []
-        for lo, hi in ((0, h), (h, self.num_seqs)):
-            halves.append(AttentionMetadata(
-                self.cu_seqlens_q[:hi - lo + 1], self.context_lens[lo:hi], self.block_tables[lo:hi],
-                self.slot_mapping[lo:hi], 1, self.max_context_len, True,
-                None if self.q_lens_cpu is None else self.q_lens_cpu[lo:hi],
-                None if self.context_lens_cpu is None else self.context_lens_cpu[lo:hi],
-                split_counters=None if counters is None else counters[lo * counters_per_row:]))
-        return halves[0], halves[1]

@@ -6,8 +6,6 @@ one memory pool (largest first, so smaller ones reuse its blocks). A step with B
 replays the smallest captured size >= B: its inputs are copied into static buffers and the pad
 rows get slot -1 (no KV write) and context length 0 (attention skips them). The attention
 kernels read every length from these buffers on the device, so one graph serves any contexts.
-With two-batch overlap, sizes from `split_min` up capture `split_forward` instead: the batch's two
-halves, each with its own view of the attention metadata (two_batch.py).
 """
 from __future__ import annotations
 
@@ -31,20 +29,13 @@ from atom.runner.forward_context import ForwardContext
 log = logging.getLogger("atom.runner")
 
 ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids, positions) → logits
-# (ids, positions, rows of the first half, its context, the second half's) → logits
-SplitForwardFn = Callable[[torch.Tensor, torch.Tensor, int, ForwardContext, ForwardContext],
-                          torch.Tensor]
 
 
 class DecodeGraphs:
     def __init__(self, forward: ForwardFn, sizes: list[int], max_blocks_per_seq: int,
                  kv_caches: list, kv_scales: list, split_counters: torch.Tensor,
-                 device: torch.device, trace_dir: Optional[str] = None, rank: int = 0,
-                 split_forward: Optional[SplitForwardFn] = None, split_min: int = 0,
-                 counters_per_row: int = 1) -> None:
+                 device: torch.device, trace_dir: Optional[str] = None, rank: int = 0) -> None:
         self.forward = forward
-        self.split_forward, self.split_min = split_forward, split_min
-        self.counters_per_row = counters_per_row
         self.sizes = sorted(set(int(s) for s in sizes))
         self.max_bs = self.sizes[-1]
         self.kv_caches, self.kv_scales = kv_caches, kv_scales
@@ -71,29 +62,17 @@ class DecodeGraphs:
         t0 = time.perf_counter()
         pool = None
         for bs in reversed(self.sizes):
-            forward = self._forward_for(bs)
             with self._trace(bs), forward_context.forward_context(
                     ForwardContext(self._meta(bs), self.kv_caches, self.kv_scales)):
-                forward(self.ids[:bs], self.pos[:bs])  # warm-up: compiles, sizes the pool
+                self.forward(self.ids[:bs], self.pos[:bs])  # warm-up: compiles, sizes the pool
                 torch.cuda.synchronize()
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool):
-                    out = forward(self.ids[:bs], self.pos[:bs])
+                    out = self.forward(self.ids[:bs], self.pos[:bs])
                 torch.cuda.synchronize()
             pool = graph.pool()
             self.graphs[bs] = (graph, out)
         return time.perf_counter() - t0
-
-    def _forward_for(self, bs: int) -> ForwardFn:
-        """The plain forward, or from split_min up the two-half one over views of the buffers."""
-        if self.split_forward is None or bs < max(self.split_min, 2):
-            return self.forward
-        h = bs // 2
-        meta_a, meta_b = self._meta(bs).split_decode(h, self.counters_per_row)
-        ctx_a = ForwardContext(meta_a, self.kv_caches, self.kv_scales)
-        ctx_b = ForwardContext(meta_b, self.kv_caches, self.kv_scales)
-        split = self.split_forward
-        return lambda ids, pos: split(ids, pos, h, ctx_a, ctx_b)
 
     def fits(self, batch: int) -> bool:
         return 0 < batch <= self.max_bs

@@ -21,14 +21,13 @@ from atom.models.llama import head_dim_of
 from atom.runner import forward_context
 from atom.runner.annotation import annotate
 from atom.runner.compile import compile_forward, compiles
-from atom.runner.cuda_graphs import DecodeGraphs, SplitForwardFn, capture_sizes, graphs_enabled
+from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from atom.runner.distributed import tp_size
 from atom.runner.forward_context import ForwardContext
 from atom.runner.host_staging import HostStager
 from atom.runner.kv_cache import KVLayout, allocate, kv_dtype, num_blocks_for
 from atom.runner.launched_step import LaunchedStep
 from atom.runner.profiler import StepProfiler
-from atom.runner.two_batch import two_batch_forward
 
 log = logging.getLogger("atom.runner")
 
@@ -120,22 +119,13 @@ class ModelRunner:
             return None
         sizes = capture_sizes(rt.cudagraph_capture_sizes, self.cfg.scheduler.max_num_seqs)
         trace = self.cfg.profiler.torch_profiler_dir if self.cfg.profiler.mark_trace else None
-        split = self._two_batch_logits() if rt.two_batch_overlap else None
         graphs = DecodeGraphs(lambda ids, pos: self.model.compute_logits(self.forward_fn(ids, pos)),
                               sizes, -(-self.max_model_len // self.block_size), self.kv_caches,
-                              self.kv_scales, self.split_counters, self.device, trace_dir=trace,
-                              split_forward=split, split_min=rt.two_batch_min_batch,
-                              counters_per_row=self.layout.num_kv_heads)
+                              self.kv_scales, self.split_counters, self.device, trace_dir=trace)
         secs = graphs.capture()
         log.info("CUDA graphs: captured %d decode sizes (1..%d) in %.1f s", len(sizes), sizes[-1],
                  secs)
         return graphs
-
-    def _two_batch_logits(self) -> SplitForwardFn:
-        """The decode forward as two halves, the second on its own stream (two_batch.py)."""
-        side = torch.cuda.Stream(self.device)
-        return lambda ids, pos, h, ctx_a, ctx_b: self.model.compute_logits(
-            two_batch_forward(self.model.model, ids, pos, h, ctx_a, ctx_b, side))
 
     # -- memory -----------------------------------------------------------------------------
     def _free_kv_bytes(self) -> Optional[int]:
