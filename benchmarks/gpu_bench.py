@@ -435,7 +435,8 @@ def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
     eng = engine(model, *extra)
     if fixed:
         rng = random.Random(0)
-        prompts = [[rng.randint(0, 10000) for _ in range(fixed[0])] for _ in range(n)]
+        top = min(10000, eng.core.runner.hf.vocab_size - 1)  # the same ids as before for real vocabularies
+        prompts = [[rng.randint(0, top) for _ in range(fixed[0])] for _ in range(n)]
         outs = [fixed[1]] * n
     else:
         prompts, outs = nano_vllm_workload(n, vocab=eng.core.runner.hf.vocab_size)
@@ -511,7 +512,8 @@ def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int =
     eng = engine(model, *extra)
     if fixed:
         rng = random.Random(0)
-        prompts = [[rng.randint(0, 10000) for _ in range(fixed[0])] for _ in range(n)]
+        top = min(10000, eng.core.runner.hf.vocab_size - 1)  # the same ids as before for real vocabularies
+        prompts = [[rng.randint(0, top) for _ in range(fixed[0])] for _ in range(n)]
         outs = [fixed[1]] * n
     else:
         prompts, outs = nano_vllm_workload(n, vocab=eng.core.runner.hf.vocab_size)
@@ -526,7 +528,14 @@ def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int =
     for _ in range(0 if prefill else 5):
         eng.step()
     contexts = [s.num_tokens for s in sched.running]
-    computed = sum(s.num_computed_tokens for s in sched.running)
+    scheduled: list[int] = []  # tokens of each traced step
+    schedule = sched.schedule
+
+    def counting_schedule():
+        batch = schedule()
+        scheduled.append(batch.total_tokens)
+        return batch
+    sched.schedule = counting_schedule
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
         t0 = time.perf_counter()
@@ -545,14 +554,14 @@ def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int =
     trace_dir = os.environ.get("BENCH_TRACE_DIR")
     if trace_dir:
         prof.export_chrome_trace(os.path.join(trace_dir, f"throughput_trace_{model}.json"))
+    del sched.schedule  # the method again
     running = len(sched.running)
-    tokens = sum(s.num_computed_tokens for s in sched.running) - computed  # of those still running
     for rid in ids:
         eng.abort(rid)
     free(eng)
     top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:15]
     return {"model": model, "phase": "prefill" if prefill else "decode", "steps": steps,
-            "running": running, "tokens_per_step": round(tokens / steps, 1),
+            "running": running, "tokens_per_step": round(sum(scheduled) / max(len(scheduled), 1), 1),
             "mean_context": round(sum(contexts) / max(len(contexts), 1)),
             "wall_ms_per_step": round(wall_us / steps / 1e3, 3),
             "gpu_busy_ms_per_step": round(busy / steps / 1e3, 3),
