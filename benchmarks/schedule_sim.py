@@ -41,10 +41,14 @@ class Roofline:
                      + prefill_pairs * self.attn_flops_per_query_key / (0.6 * self.tflops))
         return gemm + attention + self.step_overhead_s
 
-    def overlapped_step_seconds(self, prefill_pairs: int, decode_kv_tokens: int, tokens: int) -> float:
-        """The bound if the step ran as two halves whose compute and memory traffic overlapped
-        perfectly (two-batch overlap at its best): each half reads the weights once, so the
-        bytes are the KV plus the weights twice."""
+    def overlapped_step_seconds(self, prefill_tokens: int, prefill_pairs: int, decode_kv_tokens: int,
+                                tokens: int) -> float:
+        """The bound if a step that mixes decodes and a prefill chunk ran them as two halves on
+        two streams whose compute and memory traffic overlapped perfectly: the decodes'
+        attention beside the prefill's GEMMs. Each half reads the weights, so the bytes are the
+        KV plus the weights twice. A step of one kind has no such halves: it runs serially."""
+        if prefill_tokens in (0, tokens):
+            return self.step_seconds(prefill_pairs, decode_kv_tokens, tokens)
         memory = (decode_kv_tokens * self.kv_bytes_per_token + 2 * self.weight_bytes) / self.bandwidth
         compute = (tokens * self.flops_per_token / self.tflops
                    + prefill_pairs * self.attn_flops_per_query_key / (0.6 * self.tflops))
@@ -52,18 +56,26 @@ class Roofline:
 
 
 def simulate(overrides: list[str], kv_blocks: int, requests: int, prompt_len: int, output_len: int,
-             seed: int = 0) -> dict:
+             seed: int = 0, arrivals_per_step: float = 0.0) -> dict:
+    """All requests waiting at the start, or with `arrivals_per_step` a steady trickle (which
+    staggers the sequences, so steps mix prefill chunks with decodes)."""
     cfg = compose(["model=llama3_8b", "load=dummy", "kv_cache.enable_prefix_caching=false", *overrides])
     sched = Scheduler(cfg, kv_blocks, eos_token_ids=set(), max_model_len=prompt_len + output_len)
     rng = random.Random(seed)
     params = SamplingParams(max_tokens=output_len, ignore_eos=True, temperature=0.0)
-    for i in range(requests):
-        sched.add(Sequence(f"r{i}", [rng.randrange(1000, 100000) for _ in range(prompt_len)], params))
+    pending = [Sequence(f"r{i}", [rng.randrange(1000, 100000) for _ in range(prompt_len)], params)
+               for i in range(requests)]
+    pending.reverse()
+    arrived = 0.0
     cost = Roofline()
     seconds = overlapped = 0.0
     steps = prefill_tokens = decode_tokens = 0
     batch_sizes: list[int] = []
-    while sched.has_unfinished():
+    while pending or sched.has_unfinished():
+        arrived += arrivals_per_step if arrivals_per_step > 0 else len(pending)
+        while pending and arrived >= 1:
+            sched.add(pending.pop())
+            arrived -= 1
         batch = sched.schedule()
         rows, pre, pairs, kv = [], 0, 0, 0
         for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
@@ -76,7 +88,7 @@ def simulate(overrides: list[str], kv_blocks: int, requests: int, prompt_len: in
                 pre += n
                 pairs += n * seq.num_computed_tokens + n * (n + 1) // 2
         seconds += cost.step_seconds(pairs, kv, batch.total_tokens)
-        overlapped += cost.overlapped_step_seconds(pairs, kv, batch.total_tokens)
+        overlapped += cost.overlapped_step_seconds(pre, pairs, kv, batch.total_tokens)
         prefill_tokens += pre
         decode_tokens += batch.total_tokens - pre
         batch_sizes.append(len(batch.seqs))
@@ -101,9 +113,12 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--prompt-len", type=int, default=1024)
     ap.add_argument("--output-len", type=int, default=1024)
+    ap.add_argument("--arrivals-per-step", type=float, default=0.0,
+                    help="requests arriving each step (0: all waiting at the start)")
     ap.add_argument("overrides", nargs="*", help="config overrides, e.g. scheduler.max_num_seqs=384")
     a = ap.parse_args()
-    print(json.dumps(simulate(a.overrides, a.kv_blocks, a.requests, a.prompt_len, a.output_len)))
+    print(json.dumps(simulate(a.overrides, a.kv_blocks, a.requests, a.prompt_len, a.output_len,
+                              arrivals_per_step=a.arrivals_per_step)))
 
 
 if __name__ == "__main__":
