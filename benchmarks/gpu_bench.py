@@ -510,11 +510,12 @@ def _kernel_family(name: str) -> str:
 
 def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int = 60,
                            extra: tuple[str, ...] = (), fixed: tuple[int, int] | None = None,
-                           prefill: bool = False) -> dict[str, Any]:
+                           prefill: bool = False, warm_steps: int | None = None) -> dict[str, Any]:
     """Is the workload bound by the host or the GPU, and by which kernels? Mid-run (every running
     sequence past its prefill), or with `prefill` the first steps, `steps` engine steps under the
     torch profiler: wall time per step, the time the GPU was busy, tokens per step, and GPU time
-    per kernel family and per kernel. With BENCH_TRACE_DIR set, the Chrome trace is written too."""
+    per kernel family and per kernel. `warm_steps` traces after that many steps instead (staggered
+    admissions never settle). With BENCH_TRACE_DIR set, the Chrome trace is written too."""
     eng = engine(model, *extra)
     if fixed:
         rng = random.Random(0)
@@ -526,8 +527,10 @@ def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int =
     ids = eng.add_request(prompts, [_sp(temperature=0.6, max_tokens=o, ignore_eos=True)
                                     for o in outs])
     sched = eng.core.scheduler
+    for _ in range(warm_steps or 0):
+        eng.step()
     waiting = -1
-    while not prefill and (waiting != len(sched.waiting) or any(
+    while not prefill and warm_steps is None and (waiting != len(sched.waiting) or any(
             s.num_computed_tokens < s.num_prompt_tokens for s in sched.running)):
         waiting = len(sched.waiting)  # steady: nothing admitted in a step, no prefill left
         eng.step()
@@ -807,6 +810,11 @@ def bench_greedy_equal() -> dict[str, Any]:
 CAPTURE_512 = "runtime.cudagraph_capture_sizes=[{}]".format(
     ",".join(map(str, [1, 2, 4, *range(8, 257, 8), *range(272, 513, 16)])))
 
+# Staggered admissions (steps mix a prefill chunk with the decodes), and those steps as two halves
+# on two streams (atom/runner/two_batch.py); benchmarks/results/schedule_sim.md models both.
+MIXED = "scheduler.max_num_batched_tokens=1024"
+TBO = "runtime.two_batch_overlap=true"
+
 PDL_OFF = {"ATOM_TRITON_PDL": "0"}  # atom/kernels/triton/pdl.py
 
 BENCHES: dict[str, Callable[[], Any]] = {
@@ -834,6 +842,13 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "throughput_small_peer": lambda: bench_hf_throughput("qwen3_0_6b", 64, 60),
     "decode_8b_fp8": lambda: bench_decode("llama3_8b", 1024, 256, ("kv_cache=fp8",)),
     "throughput_8b": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512,), (1024, 1024)),
+    "throughput_8b_mixed": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512, MIXED), (1024, 1024)),
+    "throughput_8b_tbo": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512, MIXED, TBO),
+                                                  (1024, 1024)),
+    "throughput_trace_8b_tbo": lambda: bench_throughput_trace(
+        "llama3_8b", 1000, 10, (CAPTURE_512, MIXED, TBO), (1024, 1024), warm_steps=1500),
+    "throughput_trace_8b_mixed": lambda: bench_throughput_trace(
+        "llama3_8b", 1000, 10, (CAPTURE_512, MIXED), (1024, 1024), warm_steps=1500),
     "prefill_trace_8b": lambda: bench_throughput_trace("llama3_8b", 1000, 10, (CAPTURE_512,), (1024, 1024),
                                                        prefill=True),
     "throughput_8b_fp8": lambda: bench_throughput("llama3_8b", 1000, ("kv_cache=fp8", CAPTURE_512),

@@ -28,6 +28,7 @@ from atom.runner.host_staging import HostStager
 from atom.runner.kv_cache import KVLayout, allocate, kv_dtype, num_blocks_for
 from atom.runner.launched_step import LaunchedStep
 from atom.runner.profiler import StepProfiler
+from atom.runner.two_batch import TwoBatchOverlap
 
 log = logging.getLogger("atom.runner")
 
@@ -111,6 +112,11 @@ class ModelRunner:
         self._last_tokens: Optional[torch.Tensor] = None  # the previous step's sampled tokens
         self._last_row_of: dict[int, int] = {}  # id(seq) → its row in _last_tokens
         self.graphs = self._capture_graphs()
+        self.two_batch = None
+        if cfg.runtime.two_batch_overlap:  # the tail half's split counters: a buffer of its own
+            tail_counters = torch.zeros_like(self.split_counters)
+            self.two_batch = TwoBatchOverlap(self.model.model, cfg.runtime.two_batch_min_decodes,
+                                             tail_counters, self.device)
 
     def _capture_graphs(self):
         """Decode CUDA graphs (runtime.cudagraph_capture_sizes) unless enforce_eager/level 0."""
@@ -252,6 +258,9 @@ class ModelRunner:
             if logits_idx.shape[0] == b:
                 return logits
             return logits.index_select(0, logits_idx)
+        if self.two_batch is not None and self.two_batch.applies(meta):
+            hidden = self.two_batch.forward(input_ids, positions, meta, self.kv_caches, self.kv_scales)
+            return self.model.compute_logits(hidden.index_select(0, logits_idx))
         with forward_context.forward_context(ForwardContext(meta, self.kv_caches, self.kv_scales)):
             hidden = self.forward_fn(input_ids, positions)
             return self.model.compute_logits(hidden.index_select(0, logits_idx))

@@ -3,8 +3,6 @@ the attention custom op runs the layer's own body. On CPU: the torch reference b
 On a GPU: the triton backend in bf16, and the compiled forward inside a captured CUDA graph."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 import torch
 
@@ -14,14 +12,11 @@ from atom.kernels.metadata import AttentionMetadata
 from atom.layers.attention_op import bound_layers, paged_attention
 from atom.loader.model_loader import build_model
 from atom.models.hf_config import load_hf_config
-from atom.models.llama import head_dim_of
 from atom.runner import forward_context
 from atom.runner.compile import CompiledForward, compile_forward, compiles
-from atom.runner.forward_context import ForwardContext
-from atom.runner.kv_cache import KVLayout, allocate
 from tests.engine.checkpoints import make_checkpoint
+from tests.engine.stepping import BLOCK, BLOCKS_PER_SEQ, SteppedBatch
 
-BLOCK, BLOCKS_PER_SEQ = 16, 4
 CPU = torch.device("cpu")
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -35,57 +30,6 @@ def _model(name: str, kernels: str = "torch", device: torch.device = CPU,
     cfg = _config(name)
     forward_context.set_backend(get_backend(kernels))
     return build_model(cfg, load_hf_config(cfg), device, dtype)
-
-
-@dataclass
-class _Batch:
-    """Sequences with their own blocks of a fresh KV cache, stepped as the runner steps them."""
-
-    model: torch.nn.Module
-    num_seqs: int
-    caches: list = field(init=False)
-    scales: list = field(init=False)
-    lens: list[int] = field(init=False)
-    device: torch.device = field(init=False)
-
-    def __post_init__(self) -> None:
-        hf, weight = self.model.hf_config, self.model.lm_head.weight
-        self.device = weight.device
-        layout = KVLayout(hf.num_hidden_layers, hf.num_key_value_heads, head_dim_of(hf), BLOCK,
-                          weight.dtype)
-        _, self.caches, self.scales = allocate(layout, self.num_seqs * BLOCKS_PER_SEQ, self.device)
-        self.lens = [0] * self.num_seqs
-
-    def step(self, forward, new_tokens: dict[int, list[int]]) -> torch.Tensor:
-        """Runs `forward` over the new tokens of the sequences named; last-token logits per seq."""
-        ids, pos, meta = self.prepare(new_tokens)
-        with torch.inference_mode(), forward_context.forward_context(self.context(meta)):
-            hidden = forward(ids, pos)
-            return self.model.compute_logits(hidden[meta.cu_seqlens_q[1:].long() - 1])
-
-    def context(self, meta: AttentionMetadata) -> ForwardContext:
-        return ForwardContext(meta, self.caches, self.scales)
-
-    def prepare(self, new_tokens: dict[int, list[int]]):
-        """(input ids, positions, metadata) of one step; the sequences' lengths move on."""
-        seqs = sorted(new_tokens)
-        q_lens = [len(new_tokens[s]) for s in seqs]
-        starts = [self.lens[s] for s in seqs]
-        ctx = [st + n for st, n in zip(starts, q_lens)]
-        pos = torch.cat([torch.arange(st, c) for st, c in zip(starts, ctx)])
-        tables = torch.stack([torch.arange(s * BLOCKS_PER_SEQ, (s + 1) * BLOCKS_PER_SEQ)
-                              for s in seqs]).int()
-        seq_of_tok = torch.repeat_interleave(torch.arange(len(seqs)), torch.tensor(q_lens))
-        slots = tables[seq_of_tok, pos // BLOCK].long() * BLOCK + pos % BLOCK
-        cu = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
-        ids = torch.tensor([t for s in seqs for t in new_tokens[s]])
-        for s, c in zip(seqs, ctx):
-            self.lens[s] = c
-        dev = self.device
-        meta = AttentionMetadata(cu.to(dev), torch.tensor(ctx, dtype=torch.int32, device=dev),
-                                 tables.to(dev), slots.to(dev), max(q_lens), max(ctx),
-                                 max(q_lens) == 1, q_lens, ctx)
-        return ids.to(dev), pos.to(dev), meta
 
 
 def _schedule(vocab: int) -> list[dict[int, list[int]]]:
@@ -128,7 +72,7 @@ def test_level3_logits_match_eager(name, compiler):
     traces and functionalises the same way without the C++ build."""
     model = _model(name)
     compiled = CompiledForward(model, compiler)
-    eager_batch, compiled_batch = _Batch(model, 3), _Batch(model, 3)
+    eager_batch, compiled_batch = SteppedBatch(model, 3), SteppedBatch(model, 3)
     for new in _schedule(model.hf_config.vocab_size):
         want = eager_batch.step(model, new)
         got = compiled_batch.step(compiled, new)
@@ -141,13 +85,13 @@ def test_level3_logits_match_eager(name, compiler):
 def test_one_graph_for_every_token_count_and_one_for_single_tokens():
     model = _model("tiny_qwen3")
     backend = _CountingBackend()
-    compiled, batch = CompiledForward(model, backend), _Batch(model, 3)
+    compiled, batch = CompiledForward(model, backend), SteppedBatch(model, 3)
     torch._dynamo.utils.counters.clear()
     for new in _schedule(model.hf_config.vocab_size):
         batch.step(compiled, new)
     assert backend.graphs == 2, "token counts 16, 3, 2, 1, 9, 3: one dynamic graph + size 1"
     assert not torch._dynamo.utils.counters["graph_break"], "attention must stay one opaque op"
-    batch2 = _Batch(model, 3)  # a fresh cache and fresh metadata objects: still no recompile
+    batch2 = SteppedBatch(model, 3)  # a fresh cache and fresh metadata objects: still no recompile
     for new in _schedule(model.hf_config.vocab_size)[:4]:
         batch2.step(compiled, new)
     assert backend.graphs == 2
@@ -176,7 +120,7 @@ def test_attention_op_runs_the_layer_body():
             torch.library.opcheck(paged_attention, (*args, layer.layer_idx))
         return torch.zeros(ids.shape[0], model.hf_config.hidden_size)
 
-    _Batch(model, 2).step(forward, {0: [5, 6, 7], 1: [8, 9]})
+    SteppedBatch(model, 2).step(forward, {0: [5, 6, 7], 1: [8, 9]})
     assert results["op"].shape == (t, layer.num_heads * layer.head_dim)
     torch.testing.assert_close(results["op"], results["eager"], rtol=0, atol=0)
 
@@ -198,7 +142,7 @@ def test_moe_routing_does_not_recompile(tmp_path):
     backend = _CountingBackend()
     compiled = CompiledForward(model, backend)
     schedule = _schedule(model.hf_config.vocab_size)
-    eager_batch, compiled_batch = _Batch(model, 3), _Batch(model, 3)
+    eager_batch, compiled_batch = SteppedBatch(model, 3), SteppedBatch(model, 3)
     for new in schedule:
         want = eager_batch.step(model, new)
         torch.testing.assert_close(compiled_batch.step(compiled, new), want, rtol=1e-5, atol=1e-5)
@@ -206,7 +150,7 @@ def test_moe_routing_does_not_recompile(tmp_path):
     g = torch.Generator().manual_seed(9)
     rerouted = [{s: torch.randint(3, 256, (len(t),), generator=g).tolist() for s, t in new.items()}
                 for new in schedule]
-    fresh = _Batch(model, 3)
+    fresh = SteppedBatch(model, 3)
     for new in rerouted:
         fresh.step(compiled, new)
     assert backend.graphs == built
@@ -234,7 +178,7 @@ def test_gpu_triton_level3_matches_eager_in_two_graphs(name):
     model = _model(name, "triton", torch.device("cuda"), torch.bfloat16)
     backend = _CountingBackend("inductor")
     compiled = CompiledForward(model, backend)
-    eager_batch, compiled_batch = _Batch(model, 3), _Batch(model, 3)
+    eager_batch, compiled_batch = SteppedBatch(model, 3), SteppedBatch(model, 3)
     torch._dynamo.utils.counters.clear()
     for new in _schedule(model.hf_config.vocab_size):
         want = eager_batch.step(model, new).float()
@@ -252,7 +196,7 @@ def test_gpu_compiled_forward_replays_in_a_cuda_graph():
     model = _model("tiny_qwen3", "triton", torch.device("cuda"), torch.bfloat16)
     compiled = CompiledForward(model)
     schedule = _schedule(model.hf_config.vocab_size)[:3]  # a prefill, two decodes of 3 seqs
-    eager_batch, graph_batch = _Batch(model, 3), _Batch(model, 3)
+    eager_batch, graph_batch = SteppedBatch(model, 3), SteppedBatch(model, 3)
     eager_batch.step(model, schedule[0])
     graph_batch.step(compiled, schedule[0])
     ids, pos, meta = graph_batch.prepare(schedule[1])

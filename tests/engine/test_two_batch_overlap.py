@@ -1,0 +1,122 @@
+"""Two-batch overlap (runtime.two_batch_overlap): a step mixing decodes with prefill chunks, run as
+two halves stage by stage, gives the plain forward's hidden states and the engine's greedy tokens.
+On CPU the halves run one after the other (the triton backend and the side stream are tested in
+tests/kernels/test_two_batch_triton.py)."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+import atom
+from atom import SamplingParams
+from atom.config.compose import compose
+from atom.config.flags import ENGINE_FLAGS, add_cli_args, overrides_from_args
+from atom.config.validate import ConfigError
+from atom.kernels.backend import get_backend
+from atom.kernels.metadata import AttentionMetadata
+from atom.loader.model_loader import build_model
+from atom.models.hf_config import load_hf_config
+from atom.runner import forward_context
+from atom.runner.two_batch import two_batch_forward
+from tests.engine.checkpoints import make_checkpoint
+from tests.engine.stepping import SteppedBatch
+
+CPU = torch.device("cpu")
+
+# Decodes first, then a prefill chunk; then decodes after a prefill inside the tail.
+MIXED = {"decodes_then_prompt": {0: 1, 1: 1, 2: 1, 3: 1, 4: 6},
+         "tail_mixes_again": {0: 1, 1: 1, 2: 5, 3: 1, 4: 3}}
+
+
+def _model(name: str) -> torch.nn.Module:
+    cfg = compose([f"model={name}", "load=dummy", "runtime=cpu"])
+    forward_context.set_backend(get_backend("torch"))
+    return build_model(cfg, load_hf_config(cfg), CPU, torch.float32)
+
+
+@pytest.mark.parametrize("name", ["tiny_llama", "tiny_qwen3"])
+@pytest.mark.parametrize("shape", list(MIXED))
+def test_halves_give_the_plain_forward(name, shape):
+    model = _model(name)
+    batch = SteppedBatch(model, 5)
+    g = torch.Generator().manual_seed(1)
+    tokens = lambda n: torch.randint(3, model.hf_config.vocab_size, (n,), generator=g).tolist()
+    batch.step(model, {0: tokens(7), 1: tokens(3), 2: tokens(12), 3: tokens(1)})
+    ids, pos, meta = batch.prepare({s: tokens(n) for s, n in MIXED[shape].items()})
+    head, tail = meta.split_decode_head()
+    with torch.inference_mode():
+        with forward_context.forward_context(batch.context(meta)):
+            plain = model(ids, pos)
+        halves = two_batch_forward(model.model, ids, pos, head.num_seqs, batch.context(head),
+                                   batch.context(tail))
+    torch.testing.assert_close(halves, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_split_decode_head_views_copies_and_counters():
+    q_lens, ctx = [1, 1, 4, 1], [9, 5, 7, 3]
+    meta = AttentionMetadata(torch.tensor([0, 1, 2, 6, 7], dtype=torch.int32),
+                             torch.tensor(ctx, dtype=torch.int32), torch.arange(12, dtype=torch.int32).view(4, 3),
+                             torch.arange(7, dtype=torch.int64), 4, 9, False, q_lens, ctx,
+                             num_decode_seqs=2, split_counters=torch.zeros(16, dtype=torch.int32))
+    tail_counters = torch.zeros(16, dtype=torch.int32)
+    head, tail = meta.split_decode_head(tail_counters)
+    assert head.num_seqs == 2 and head.is_decode and head.split_counters is meta.split_counters
+    assert head.block_tables.data_ptr() == meta.block_tables.data_ptr()  # views from offset 0
+    assert tail.cu_seqlens_q.tolist() == [0, 4, 5] and tail.slot_mapping.tolist() == [2, 3, 4, 5, 6]
+    assert tail.context_lens.tolist() == [7, 3] and tail.q_lens_cpu == [4, 1]
+    assert tail.max_q_len == 4 and not tail.is_decode and tail.num_decode_seqs == 0
+    assert tail.block_tables.data_ptr() != meta.block_tables[2].data_ptr()  # a copy: aligned
+    assert tail.split_counters is tail_counters
+
+
+def test_config_field_and_flag():
+    p = argparse.ArgumentParser()
+    add_cli_args(p, ENGINE_FLAGS)
+    flags = overrides_from_args(p.parse_args(["--enable-two-batch-overlap"]), ENGINE_FLAGS)
+    cfg = compose(["model=tiny_llama", "load=dummy", *flags])
+    assert cfg.runtime.two_batch_overlap is True and cfg.runtime.two_batch_min_decodes == 32
+    with pytest.raises(ConfigError, match="runtime.two_batch_min_decodes"):
+        compose(["model=tiny_llama", "load=dummy", "runtime.two_batch_min_decodes=0"])
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return make_checkpoint("llama", tmp_path_factory.mktemp("tbo"))
+
+
+def staggered_greedy(path, overlap: bool, *extra: str) -> tuple[list, int]:
+    """Greedy tokens of staggered requests (a 40-token budget per step keeps steps mixed), and
+    how many steps ran as two halves."""
+    engine = atom.build_engine(atom.compose([
+        "model=local", f"model.path={path}", "load.progress_bar=false", "kv_cache.block_size=16",
+        "scheduler.max_num_batched_tokens=40", "runtime.two_batch_min_decodes=1",
+        f"runtime.two_batch_overlap={str(overlap).lower()}", *extra]))
+    split = 0
+    runner = engine.core.runner
+    if runner.two_batch is not None:
+        forward = runner.two_batch.forward
+
+        def counting(*args, **kw):
+            nonlocal split
+            split += 1
+            return forward(*args, **kw)
+        runner.two_batch.forward = counting
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(3, 256, (k,), generator=g).tolist() for k in (3, 17, 40, 5, 33, 9)]
+    outs = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))
+    s = engine.stats()
+    assert s.kv_blocks_free == s.kv_blocks_total
+    return [o["token_ids"] for o in outs], split
+
+
+def test_engine_tokens_equal_with_and_without(ckpt):
+    """The torch reference backend on CPU; tests/kernels/test_two_batch_triton.py runs the triton
+    backend (interpreted on CPU, on two streams on a GPU)."""
+    if torch.cuda.is_available():
+        pytest.skip("CPU only")
+    plain, _ = staggered_greedy(ckpt, False, "runtime=cpu", "runtime.kernels=torch")
+    halves, split = staggered_greedy(ckpt, True, "runtime=cpu", "runtime.kernels=torch")
+    assert split > 0, "no step ran as two halves"
+    assert halves == plain
