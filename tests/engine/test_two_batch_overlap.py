@@ -120,3 +120,98 @@ def test_engine_tokens_equal_with_and_without(ckpt):
     halves, split = staggered_greedy(ckpt, True, "runtime=cpu", "runtime.kernels=torch")
     assert split > 0, "no step ran as two halves"
     assert halves == plain
+
+
+class _Stream:
+    def __init__(self, name: str, log: list) -> None:
+        self.name, self.log = name, log
+
+    def wait_stream(self, other: "_Stream") -> None:
+        self.log.append(("wait", self.name, other.name))
+
+
+class _Recorder(torch.nn.Module):
+    """A stand-in decoder whose stages log (half, stage, stream): half a has 3 tokens, b has 2."""
+
+    def __init__(self, log: list, layers: int, current) -> None:
+        super().__init__()
+        self.log, self.current = log, current
+        self.layers = [self._layer(i) for i in range(layers)]
+
+    def _note(self, x: torch.Tensor, stage: str) -> None:
+        self.log.append(("a" if x.shape[0] == 3 else "b", stage, self.current()))
+
+    def embed_tokens(self, ids):
+        return ids.float()[:, None]
+
+    def norm(self, x, residual):
+        self._note(x, "norm")
+        return x, None
+
+    def _layer(self, i: int):
+        rec = self
+
+        class Layer:
+            class self_attn:
+                @staticmethod
+                def attend(pos, qkv):
+                    rec._note(qkv, f"attend{i}")
+                    return qkv
+
+            @staticmethod
+            def project_qkv(x, residual):
+                rec._note(x, f"qkv{i}")
+                return x, x
+
+            @staticmethod
+            def finish(attn, residual):
+                rec._note(attn, f"finish{i}")
+                return attn, residual
+        return Layer
+
+
+def test_each_half_attends_while_the_other_projects(monkeypatch):
+    """The schedule on two streams, with the CUDA calls recorded instead of made: between two
+    barriers, half a runs stage k on the main stream while half b runs stage k-1 on the side one,
+    so every attention shares its phase with the other half's projections."""
+    log: list = []
+    main, side = _Stream("main", log), _Stream("side", log)
+    current = [main]
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: main)
+
+    class _On:
+        def __init__(self, s):
+            self.s = s
+
+        def __enter__(self):
+            current.append(self.s)
+
+        def __exit__(self, *exc):
+            current.pop()
+    monkeypatch.setattr(torch.cuda, "stream", _On)
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, s: None, raising=False)
+    model = _Recorder(log, 2, lambda: current[-1].name)
+    ids = torch.arange(5)
+    out = two_batch_forward(model, ids, ids, 3, None, None, side)
+    assert out.shape == (5, 1)
+    phases, phase = [], []
+    for entry in log:
+        if entry[0] == "wait":
+            if phase:
+                phases.append(phase)
+            phase = []
+        else:
+            phase.append(entry)
+    phases.append(phase)
+    phases = [p for p in phases if p]
+    assert all(s == "main" for h, _, s in (e for p in phases for e in p) if h == "a")
+    assert all(s == "side" for h, _, s in (e for p in phases for e in p) if h == "b")
+    # Stage by stage: a's k-th stage beside b's (k-1)-th.
+    a_stages = [[st for h, st, _ in p if h == "a"] for p in phases]
+    b_stages = [[st for h, st, _ in p if h == "b"] for p in phases]
+    assert a_stages[0] == ["qkv0"] and b_stages[0] == []
+    for k in range(1, len(phases) - 1):
+        assert b_stages[k] == a_stages[k - 1]
+        attends = [s for s in a_stages[k] + b_stages[k] if s.startswith("attend")]
+        assert len(attends) <= 1, f"both halves attend at once in phase {k}: {phases[k]}"
+    assert a_stages[-1] == [] and b_stages[-1] == a_stages[-2]
