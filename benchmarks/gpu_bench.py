@@ -633,10 +633,13 @@ def bench_hf_throughput(model: str, n: int, budget_s: float) -> dict[str, Any]:
 
 
 def bench_hf_decode(model: str, ctx: int, gen: int) -> dict[str, Any]:
-    """The peer for single-request decode: transformers generate, static cache, eager."""
+    """The peer for single-request decode: transformers generate, static cache, eager. Without
+    disable_compile, generate compiles the static-cache forward by itself, and that compile never
+    finished within a 10-minute device command (runs 7-11)."""
     m = _hf_model(model)
     ids = torch.randint(100, 10000, (1, ctx), device="cuda")
-    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0, cache_implementation="static")
+    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0, cache_implementation="static",
+              disable_compile=True)
     m.generate(ids[:, :32], max_new_tokens=8, **kw)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
