@@ -112,11 +112,10 @@ class ModelRunner:
         self._last_tokens: Optional[torch.Tensor] = None  # the previous step's sampled tokens
         self._last_row_of: dict[int, int] = {}  # id(seq) → its row in _last_tokens
         self.graphs = self._capture_graphs()
-        self.two_batch = None
-        if cfg.runtime.two_batch_overlap:  # the tail half's split counters: a buffer of its own
-            tail_counters = torch.zeros_like(self.split_counters)
+        self.two_batch: Optional[TwoBatchOverlap] = None
+        if cfg.runtime.two_batch_overlap:  # the second half counts its splits on its own buffer
             self.two_batch = TwoBatchOverlap(self.model.model, cfg.runtime.two_batch_min_decodes,
-                                             tail_counters, self.device)
+                                             torch.zeros_like(self.split_counters), self.device)
 
     def _capture_graphs(self):
         """Decode CUDA graphs (runtime.cudagraph_capture_sizes) unless enforce_eager/level 0."""
