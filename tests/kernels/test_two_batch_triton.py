@@ -12,10 +12,19 @@ def ckpt(tmp_path_factory):
     return make_checkpoint("llama", tmp_path_factory.mktemp("tbo_triton"))
 
 
-def test_tokens_equal_with_and_without(ckpt):
-    extra = ("runtime.kernels=triton", "model.dtype=float32")
-    extra += ("runtime.level=2",) if torch.cuda.is_available() else ("runtime=cpu",)
-    plain, _ = staggered_greedy(ckpt, False, *extra)
-    halves, split = staggered_greedy(ckpt, True, *extra)
+def _equal(ckpt, *extra: str) -> None:
+    plain, _ = staggered_greedy(ckpt, False, "runtime.kernels=triton", "model.dtype=float32", *extra)
+    halves, split = staggered_greedy(ckpt, True, "runtime.kernels=triton", "model.dtype=float32", *extra)
     assert split > 0, "no step ran as two halves"
     assert halves == plain
+
+
+def test_tokens_equal_with_and_without_interpreted(ckpt):
+    if torch.cuda.is_available():
+        pytest.skip("the CPU variant (TRITON_INTERPRET=1); the GPU one is below")
+    _equal(ckpt, "runtime=cpu")
+
+
+@pytest.mark.gpu
+def test_tokens_equal_with_and_without_on_two_streams(ckpt):
+    _equal(ckpt, "runtime.level=2")

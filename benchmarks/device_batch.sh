@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One device command on the GPU host: install the offline wheelhouse (.whl, carried), then run each
+# part under its own timeout, every result and log under $OUT (which the device tool brings back).
+#
+#   ATOM_COMMIT=<sha> bash benchmarks/device_batch.sh tests bench:overlap_probe,throughput_8b
+#
+# Parts: `tests` (the GPU-marked tests), `bench:<names>` (gpu_bench.py --only <names> at level 2).
+# PART_TIMEOUT (seconds, default 280) bounds each part, so one stuck part cannot eat the command.
+set -u
+: "${OUT:?the device tool sets OUT}"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD ATOM_COMMIT=${ATOM_COMMIT:-unknown}
+limit=${PART_TIMEOUT:-280}
+for part in "$@"; do
+  start=$(date +%s)
+  case "$part" in
+    tests)
+      timeout "$limit" python3 -m pytest -q -m gpu tests/kernels tests/engine/test_compile_level3.py \
+        > "$OUT/tests.txt" 2>&1
+      rc=$?
+      tail -n 3 "$OUT/tests.txt" ;;
+    bench:*)
+      names=${part#bench:}
+      tag=${names//,/_}
+      timeout "$limit" python3 benchmarks/gpu_bench.py --only "$names" --extra runtime.level=2 \
+        --out "$OUT/$tag.json" > "$OUT/$tag.log" 2>&1
+      rc=$?
+      grep '== ' "$OUT/$tag.log" | cut -c1-400 ;;
+    *)
+      rc=2
+      echo "unknown part: $part" ;;
+  esac
+  echo "-- $part: exit $rc after $(( $(date +%s) - start )) s"
+done
