@@ -299,6 +299,7 @@ def bench_overlap_probe(half: int = 208, ctx: int = 1536, layers: int = 8) -> di
 
     from atom.kernels.metadata import AttentionMetadata
     from atom.kernels.triton.paged_decode_attention import decode_attention
+    from atom.runner.two_batch import gemms_leave_sms
 
     hq, hk, d, hidden, inter, page = 32, 8, 128, 4096, 14336, 16
     bf = dict(device="cuda", dtype=torch.bfloat16)
@@ -352,6 +353,12 @@ def bench_overlap_probe(half: int = 208, ctx: int = 1536, layers: int = 8) -> di
     out["concurrent_pair_ms"] = timed(both(a_half, g_half))
     out["concurrent_pair_gemm_first_ms"] = timed(both(a_half, g_half, priority=-1))
     out["concurrent_pair_attn_first_ms"] = timed(both(g_half, a_half, priority=-1))
+    for carve in (16, 32, 48):  # the GEMMs leave SMs to the attention (two_batch.gemms_leave_sms)
+        def carved(n=carve):
+            with gemms_leave_sms(n):
+                g_half()
+        out[f"gemm_half_carve{carve}_ms"] = timed(carved)
+        out[f"concurrent_pair_carve{carve}_ms"] = timed(both(a_half, carved))
     out["overlapped_full_ms_est"] = round(2 * min(out[k] for k in out if k.startswith("concurrent")), 3)
     kv_bytes = 2 * half * ctx * hk * d * 2 * 2 * layers
     out["attn_full_tb_s"] = round(kv_bytes / out["attn_full_ms"] / 1e9, 2)
@@ -848,6 +855,8 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "throughput_8b_mixed": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512, MIXED), (1024, 1024)),
     "throughput_8b_tbo": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512, MIXED, TBO),
                                                   (1024, 1024)),
+    "throughput_8b_tbo_carve32": lambda: bench_throughput(
+        "llama3_8b", 1000, (CAPTURE_512, MIXED, TBO, "runtime.two_batch_carveout=32"), (1024, 1024)),
     "throughput_trace_8b_tbo": lambda: bench_throughput_trace(
         "llama3_8b", 1000, 10, (CAPTURE_512, MIXED, TBO), (1024, 1024), warm_steps=1500),
     "throughput_trace_8b_mixed": lambda: bench_throughput_trace(

@@ -103,6 +103,8 @@ class RuntimeConfig:
     # family decoders; the halves run uncompiled at level 3.
     two_batch_overlap: bool = False
     two_batch_min_decodes: int = 32
+    # SMs the prefill half's GEMMs leave to the decode half's attention (cuBLASLt; 0 = none).
+    two_batch_carveout: int = 0
     seed: int = 0
     # CPU matmul threads; 0 = half the cores (OpenMP threads that outnumber free cores spin and
     # run tens of times slower, and the API process and clients share the machine).

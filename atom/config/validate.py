@@ -73,6 +73,8 @@ def _validate_runtime(cfg: Config) -> None:
            r.cudagraph_capture_sizes, "every size must be >= 1")
     _check(r.two_batch_min_decodes >= 1, "runtime.two_batch_min_decodes", r.two_batch_min_decodes,
            "must be >= 1")
+    _check(r.two_batch_carveout >= 0, "runtime.two_batch_carveout", r.two_batch_carveout,
+           "must be >= 0")
     _check(r.throughput_log_interval > 0, "runtime.throughput_log_interval",
            r.throughput_log_interval, "must be > 0")
     if r.kernels == "aiter":

@@ -115,7 +115,8 @@ class ModelRunner:
         self.two_batch: Optional[TwoBatchOverlap] = None
         if cfg.runtime.two_batch_overlap:  # the second half counts its splits on its own buffer
             self.two_batch = TwoBatchOverlap(self.model.model, cfg.runtime.two_batch_min_decodes,
-                                             torch.zeros_like(self.split_counters), self.device)
+                                             torch.zeros_like(self.split_counters), self.device,
+                                             cfg.runtime.two_batch_carveout)
 
     def _capture_graphs(self):
         """Decode CUDA graphs (runtime.cudagraph_capture_sizes) unless enforce_eager/level 0."""

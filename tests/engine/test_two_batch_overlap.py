@@ -79,6 +79,17 @@ def test_config_field_and_flag():
     assert cfg.runtime.two_batch_overlap is True and cfg.runtime.two_batch_min_decodes == 32
     with pytest.raises(ConfigError, match="runtime.two_batch_min_decodes"):
         compose(["model=tiny_llama", "load=dummy", "runtime.two_batch_min_decodes=0"])
+    with pytest.raises(ConfigError, match="runtime.two_batch_carveout"):
+        compose(["model=tiny_llama", "load=dummy", "runtime.two_batch_carveout=-1"])
+
+
+def test_a_zero_carveout_touches_no_global_setting():
+    from atom.runner.two_batch import gemms_leave_sms
+
+    before = torch._C._get_sm_carveout_experimental()
+    with gemms_leave_sms(0):
+        assert torch._C._get_sm_carveout_experimental() == before
+    assert torch._C._get_sm_carveout_experimental() == before
 
 
 @pytest.fixture(scope="module")

@@ -26,5 +26,7 @@ def test_tokens_equal_with_and_without_interpreted(ckpt):
 
 
 @pytest.mark.gpu
-def test_tokens_equal_with_and_without_on_two_streams(ckpt):
-    _equal(ckpt, "runtime.level=2")
+@pytest.mark.parametrize("carveout", [0, 32])
+def test_tokens_equal_with_and_without_on_two_streams(ckpt, carveout):
+    """With a carveout the second half's GEMMs go through cuBLASLt on fewer SMs: same tokens."""
+    _equal(ckpt, "runtime.level=2", f"runtime.two_batch_carveout={carveout}")
