@@ -442,17 +442,22 @@ def _compiled_variants() -> dict[str, int]:
     return counts
 
 
+def _workload(eng, n: int, fixed: tuple[int, int] | None) -> tuple[list[list[int]], list[int]]:
+    """n prompts and output lengths: `fixed` (in, out) lengths with seeded ids below the vocabulary
+    (the same ids as before for real vocabularies), else the nano-vllm workload."""
+    vocab = eng.core.runner.hf.vocab_size
+    if fixed is None:
+        return nano_vllm_workload(n, vocab=vocab)
+    rng = random.Random(0)
+    top = min(10000, vocab - 1)
+    return [[rng.randint(0, top) for _ in range(fixed[0])] for _ in range(n)], [fixed[1]] * n
+
+
 def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
                      fixed: tuple[int, int] | None = None, again: bool = False) -> dict[str, Any]:
     """Offline throughput: all requests at once, ignore_eos; output tokens / wall time."""
     eng = engine(model, *extra)
-    if fixed:
-        rng = random.Random(0)
-        top = min(10000, eng.core.runner.hf.vocab_size - 1)  # the same ids as before for real vocabularies
-        prompts = [[rng.randint(0, top) for _ in range(fixed[0])] for _ in range(n)]
-        outs = [fixed[1]] * n
-    else:
-        prompts, outs = nano_vllm_workload(n, vocab=eng.core.runner.hf.vocab_size)
+    prompts, outs = _workload(eng, n, fixed)
     eng.generate([prompts[0][:32]], _sp(max_tokens=8, ignore_eos=True))  # warm-up
     params = [_sp(temperature=0.6, max_tokens=o, ignore_eos=True) for o in outs]
     before = _compiled_variants()
@@ -524,13 +529,7 @@ def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int =
     per kernel family and per kernel. `warm_steps` traces after that many steps instead (staggered
     admissions never settle). With BENCH_TRACE_DIR set, the Chrome trace is written too."""
     eng = engine(model, *extra)
-    if fixed:
-        rng = random.Random(0)
-        top = min(10000, eng.core.runner.hf.vocab_size - 1)  # the same ids as before for real vocabularies
-        prompts = [[rng.randint(0, top) for _ in range(fixed[0])] for _ in range(n)]
-        outs = [fixed[1]] * n
-    else:
-        prompts, outs = nano_vllm_workload(n, vocab=eng.core.runner.hf.vocab_size)
+    prompts, outs = _workload(eng, n, fixed)
     ids = eng.add_request(prompts, [_sp(temperature=0.6, max_tokens=o, ignore_eos=True)
                                     for o in outs])
     sched = eng.core.scheduler
