@@ -4,7 +4,8 @@
 #
 #   ATOM_COMMIT=<sha> bash benchmarks/device_batch.sh tests bench:overlap_probe,throughput_8b
 #
-# Parts: `tests` (the GPU-marked tests), `bench:<names>` (gpu_bench.py --only <names> at level 2).
+# Parts: `tests` (the GPU-marked tests), `bench:<names>` (gpu_bench.py --only <names> at level 2),
+# `script:<path>` (a benchmark script taking --out, e.g. benchmarks/sm_partition_probe.py).
 # PART_TIMEOUT (seconds, default 280) bounds each part, so one stuck part cannot eat the command.
 set -u
 : "${OUT:?the device tool sets OUT}"
@@ -26,6 +27,12 @@ for part in "$@"; do
         --out "$OUT/$tag.json" > "$OUT/$tag.log" 2>&1
       rc=$?
       grep '== ' "$OUT/$tag.log" | cut -c1-400 ;;
+    script:*)
+      path=${part#script:}
+      tag=$(basename "$path" .py)
+      timeout "$limit" python3 "$path" --out "$OUT/$tag.json" > "$OUT/$tag.log" 2>&1
+      rc=$?
+      grep '== ' "$OUT/$tag.log" | cut -c1-1500 ;;
     *)
       rc=2
       echo "unknown part: $part" ;;

@@ -1,0 +1,141 @@
+"""Can decode attention and a prefill chunk's GEMMs share the H200 if each gets its own SMs?
+
+Why: `gpu_bench.py --only overlap_probe` (run 12) put the two kinds of kernel on two plain
+streams and they ran almost one after the other (3.80 ms against 3.99 ms serial): every
+attention CTA and every GEMM CTA wants a whole SM's worth of resources, and cuBLAS's SM carveout
+did not change that. CUDA green contexts split the SMs between streams outright. This measures,
+for each split (N SMs for the attention, the rest for the GEMMs):
+  attn_N_ms     the attention alone on N SMs (its TB/s says how many SMs the KV read needs)
+  gemm_rest_ms  the GEMMs alone on the other SMs
+  pair_N_ms     both at once, each on its own SMs
+against serial_ms (both, one after the other, on every SM). A pair well under serial_ms is the
+overlap a mixed step could get; a pair near it says SM partitioning cannot pay either.
+
+    python benchmarks/sm_partition_probe.py --out probe.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any, Callable
+
+import torch
+
+
+def _attention(batch: int, ctx: int, layers: int) -> tuple[Callable[[], None], float]:
+    """`layers` decode-attention calls over one layer's cache (past L2); and its bytes."""
+    from atom.kernels.metadata import AttentionMetadata
+    from atom.kernels.triton.paged_decode_attention import decode_attention
+
+    hq, hk, d, page = 32, 8, 128, 16
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    nblk = batch * ctx // page
+    kc, vc = torch.randn(nblk, page, hk, d, **bf), torch.randn(nblk, page, hk, d, **bf)
+    tables = torch.randperm(nblk, device="cuda", dtype=torch.int32).view(batch, -1)
+    i32 = dict(device="cuda", dtype=torch.int32)
+    meta = AttentionMetadata(torch.arange(batch + 1, **i32), torch.full((batch,), ctx, **i32),
+                             tables, torch.zeros(batch, device="cuda", dtype=torch.int64), 1, ctx,
+                             True, split_counters=torch.zeros(batch * hk, **i32))
+    q = torch.randn(batch, hq, d, **bf)
+    out = torch.empty_like(q)
+
+    def run() -> None:
+        for _ in range(layers):
+            decode_attention(q, kc, vc, meta, d ** -0.5, out=out)
+    return run, 2.0 * batch * ctx * hk * d * 2 * layers
+
+
+def _gemms(rows: int, layers: int) -> tuple[Callable[[], None], float]:
+    """Llama-3.1-8B's four GEMMs per layer for `rows` tokens; and their FLOPs."""
+    hidden, inter, qkv = 4096, 14336, 32 * 128 + 2 * 8 * 128
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    ws = [torch.randn(n, k, **bf) * 0.02 for n, k in
+          ((qkv, hidden), (hidden, hidden), (2 * inter, hidden), (hidden, inter))]
+    x, h = torch.randn(rows, hidden, **bf), torch.randn(rows, inter, **bf)
+
+    def run() -> None:
+        for _ in range(layers):
+            x @ ws[0].t(), x @ ws[1].t(), x @ ws[2].t(), h @ ws[3].t()
+    return run, 2.0 * rows * sum(w.numel() for w in ws) * layers
+
+
+def _ms(fn: Callable[[], None], reps: int = 10) -> float:
+    """Median wall ms of fn, synchronised (fn may use other streams)."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return round(sorted(times)[len(times) // 2], 3)
+
+
+def _on(*work: tuple[torch.cuda.Stream, Callable[[], None]]) -> Callable[[], None]:
+    """Each fn on its stream, all forked from the current stream before any is issued and
+    joined back into it after all are (joining one before issuing the next would serialise)."""
+    def run() -> None:
+        main = torch.cuda.current_stream()
+        for stream, _ in work:
+            stream.wait_stream(main)
+        for stream, fn in work:
+            with torch.cuda.stream(stream):
+                fn()
+        for stream, _ in work:
+            main.wait_stream(stream)
+    return run
+
+
+def probe(batch: int, ctx: int, rows: int, layers: int, splits: list[int]) -> dict[str, Any]:
+    from torch.cuda.green_contexts import GreenContext
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    attn, kv_bytes = _attention(batch, ctx, layers)
+    gemm, flops = _gemms(rows, layers)
+    out: dict[str, Any] = {"sms": sms, "decodes": batch, "ctx": ctx, "prefill_rows": rows,
+                           "layers": layers, "attn_ms": _ms(attn), "gemm_ms": _ms(gemm)}
+    out["serial_ms"] = round(out["attn_ms"] + out["gemm_ms"], 3)
+    out["attn_tb_s"] = round(kv_bytes / out["attn_ms"] / 1e9, 2)
+    out["gemm_tflops"] = round(flops / out["gemm_ms"] / 1e9, 1)
+    out["pair_plain_streams_ms"] = _ms(_on((torch.cuda.Stream(), gemm), (torch.cuda.Stream(), attn)))
+    for n in splits:
+        try:
+            a_ctx = GreenContext.create(num_sms=n, device_id=0)
+            g_ctx = GreenContext.create(num_sms=sms - n, device_id=0)
+            a_stream, g_stream = a_ctx.Stream(), g_ctx.Stream()
+        except Exception as e:  # an SM count the driver rounds away, or no green contexts
+            out[f"split_{n}_error"] = f"{type(e).__name__}: {e}"
+            continue
+        a_ms, g_ms = _ms(_on((a_stream, attn))), _ms(_on((g_stream, gemm)))
+        out[f"attn_{n}_ms"], out[f"attn_{n}_tb_s"] = a_ms, round(kv_bytes / a_ms / 1e9, 2)
+        out[f"gemm_rest_{n}_ms"] = g_ms
+        out[f"pair_{n}_ms"] = _ms(_on((g_stream, gemm), (a_stream, attn)))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    results: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
+                               "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    # The 8B run's mixed step: ~400 decodes at ~1.5k context beside a 1024-token prefill chunk;
+    # and a shorter-context point where the GEMMs dominate.
+    for name, args_ in (("decode400_ctx1536_prefill1024", (400, 1536, 1024, 4)),
+                        ("decode400_ctx512_prefill1024", (400, 512, 1024, 4))):
+        try:
+            results[name] = probe(*args_, splits=[16, 32, 48, 64, 80])
+        except Exception as e:
+            results[name] = {"error": f"{type(e).__name__}: {e}"}
+        print(f"== {name}: {json.dumps(results[name])}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
