@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from atom.kernels.metadata import AttentionMetadata
-from atom.kernels.triton.dot_dtype import dot_dtype, dot_precision
+from atom.kernels.triton.dot_dtype import dot_dtype, dot_precision, interpreted
 from atom.kernels.triton.paged_kv import paged_kv_offsets
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
@@ -51,6 +51,23 @@ def _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, seq64, heads_base, o_tok_stride
                  out.to(o_ptr.dtype.element_ty), mask=d < head_dim)
 
 
+@triton.jit
+def _load_e4m3_as_f16(ptr, off, row_mask, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """[ROWS, HEAD_DIM] e4m3 values (row r at ptr + off[r]) as f16, converted in registers right
+    after a 16-byte load. V is the dot's second operand along its rows: given a plain e4m3 load
+    and `.to(f16)`, Triton converts after the shared-memory transpose, which for one-byte
+    elements is a byte-by-byte, bank-conflicted read (the fp8 kernel ran at half bf16's element
+    rate, run 3). Two e4m3 at a time as one int16, one cvt each, keeps that transpose in 16 bits
+    (ldmatrix.trans)."""
+    pairs = tl.load(ptr.to(tl.pointer_type(tl.int16)) + (off // 2)[:, None]
+                    + tl.arange(0, HEAD_DIM // 2)[None, :], mask=row_mask[:, None], other=0)
+    lo, hi = tl.inline_asm_elementwise(
+        asm="{ .reg .b32 r; cvt.rn.f16x2.e4m3x2 r, $2; mov.b32 {$0, $1}, r; }",
+        constraints="=h,=h,h", args=[pairs], dtype=(tl.float16, tl.float16), is_pure=True,
+        pack=1)
+    return tl.reshape(tl.join(lo, hi), [ROWS, HEAD_DIM])
+
+
 # The block table's row stride is the batch's widest table outside CUDA graphs: specialised on it,
 # the kernel compiled again mid-serving for each new divisibility (run 9: twice in one workload).
 @triton.jit(do_not_specialize=["bt_stride"])
@@ -61,7 +78,7 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
                    GROUP: tl.constexpr, G_PAD: tl.constexpr, PAGE: tl.constexpr,
                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
-                   PDL: tl.constexpr):
+                   PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr):
     seq = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -94,7 +111,10 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
                                   c_head_stride, PAGE)
         kv_mask = n_mask[:, None] & d_mask[None, :]
         k = tl.load(kc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(vc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        if E4M3_PAIRS:
+            v = _load_e4m3_as_f16(vc_ptr, kv_off, n_mask, BLOCK_N, HEAD_DIM)
+        else:
+            v = tl.load(vc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         qk = tl.dot(q, tl.trans(k.to(DOT)), input_precision=PREC) * qk_scale
         qk = tl.where(n_mask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -177,5 +197,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), PAGE=k_cache.shape[1],
         BLOCK_N=block_n, HEAD_DIM=head_pad, NUM_SPLITS=n_split,
         HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype, k_cache.dtype),
-        PREC=dot_precision(q.dtype), num_warps=num_warps, num_stages=num_stages, **pdl_args(q.device))
+        PREC=dot_precision(q.dtype), E4M3_PAIRS=fp8 and head_dim == head_pad and not interpreted(),
+        num_warps=num_warps, num_stages=num_stages, **pdl_args(q.device))
     return out
