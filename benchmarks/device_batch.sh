@@ -2,7 +2,7 @@
 # One device command on the GPU host: install the offline wheelhouse (.whl, carried), then run each
 # part under its own timeout, every result and log under $OUT (which the device tool brings back).
 #
-#   ATOM_COMMIT=<sha> bash benchmarks/device_batch.sh tests bench:overlap_probe,throughput_8b
+#   ATOM_COMMIT=<sha> bash benchmarks/device_batch.sh tests bench:throughput_8b,throughput_8b_fp8
 #
 # Parts: `tests` (the GPU-marked tests), `bench:<names>` (gpu_bench.py --only <names> at level 2),
 # `script:<path>` (a benchmark script taking --out, e.g. benchmarks/sm_partition_probe.py).

@@ -289,84 +289,6 @@ def bench_decode_attn_sweep() -> dict[str, Any]:
     return out
 
 
-def bench_overlap_probe(half: int = 208, ctx: int = 1536, layers: int = 8) -> dict[str, Any]:
-    """Would splitting the 8B decode batch in two and running one half's attention beside the
-    other half's GEMMs (two streams) beat running the whole batch's kernels one after another?
-    ms per `layers` layers, each measured as a CUDA graph: attention and GEMMs alone, serial,
-    and on two streams at once. Each half's GEMMs read all the weights again, so at long
-    contexts (attention dominating) the arithmetic expects little; at short ones, more."""
-    from triton.testing import do_bench
-
-    from atom.kernels.metadata import AttentionMetadata
-    from atom.kernels.triton.paged_decode_attention import decode_attention
-    from atom.runner.two_batch import gemms_leave_sms
-
-    hq, hk, d, hidden, inter, page = 32, 8, 128, 4096, 14336, 16
-    bf = dict(device="cuda", dtype=torch.bfloat16)
-
-    def attn_set(batch: int):
-        nblk = batch * ctx // page
-        kc = torch.randn(nblk, page, hk, d, **bf)
-        vc = torch.randn(nblk, page, hk, d, **bf)
-        tables = torch.randperm(nblk, device="cuda", dtype=torch.int32).view(batch, -1)
-        meta = AttentionMetadata(torch.arange(batch + 1, device="cuda", dtype=torch.int32),
-                                 torch.full((batch,), ctx, device="cuda", dtype=torch.int32), tables,
-                                 torch.zeros(batch, device="cuda", dtype=torch.int64), 1, ctx, True,
-                                 split_counters=torch.zeros(batch * hk, device="cuda", dtype=torch.int32))
-        q = torch.randn(batch, hq, d, **bf)
-        out = torch.empty_like(q)
-        return lambda: [decode_attention(q, kc, vc, meta, d ** -0.5, out=out) for _ in range(layers)]
-
-    ws = [torch.randn(n, k, **bf) * 0.02 for n, k in
-          ((hq * d + 2 * hk * d, hidden), (hidden, hq * d), (2 * inter, hidden), (hidden, inter))]
-
-    def gemm_set(batch: int):
-        x = torch.randn(batch, hidden, **bf)
-        h = torch.randn(batch, inter, **bf)
-        return lambda: [(x @ ws[0].t(), x @ ws[1].t(), x @ ws[2].t(), h @ ws[3].t())
-                        for _ in range(layers)]
-
-    def timed(fn) -> float:
-        fn()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        return round(do_bench(g.replay, warmup=5, rep=30, return_mode="median"), 3)
-
-    def both(a, b, priority: int = 0):
-        side = torch.cuda.Stream(priority=priority)  # -1: b's blocks are dispatched first
-
-        def run():
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                b()
-            a()
-            torch.cuda.current_stream().wait_stream(side)
-        return run
-
-    full_attn, full_gemm = attn_set(2 * half), gemm_set(2 * half)
-    a_half, g_half = attn_set(half), gemm_set(half)
-    out: dict[str, Any] = {"half_batch": half, "ctx": ctx, "layers": layers,
-                           "attn_full_ms": timed(full_attn), "gemm_full_ms": timed(full_gemm),
-                           "attn_half_ms": timed(a_half), "gemm_half_ms": timed(g_half)}
-    out["serial_full_ms"] = round(out["attn_full_ms"] + out["gemm_full_ms"], 3)
-    out["concurrent_pair_ms"] = timed(both(a_half, g_half))
-    out["concurrent_pair_gemm_first_ms"] = timed(both(a_half, g_half, priority=-1))
-    out["concurrent_pair_attn_first_ms"] = timed(both(g_half, a_half, priority=-1))
-    for carve in (16, 32, 48):  # the GEMMs leave SMs to the attention (two_batch.gemms_leave_sms)
-        def carved(n=carve):
-            with gemms_leave_sms(n):
-                g_half()
-        out[f"gemm_half_carve{carve}_ms"] = timed(carved)
-        out[f"concurrent_pair_carve{carve}_ms"] = timed(both(a_half, carved))
-    out["overlapped_full_ms_est"] = round(2 * min(out[k] for k in out if k.startswith("concurrent")), 3)
-    kv_bytes = 2 * half * ctx * hk * d * 2 * 2 * layers
-    out["attn_full_tb_s"] = round(kv_bytes / out["attn_full_ms"] / 1e9, 2)
-    flops = 2 * 2 * half * sum(w.numel() for w in ws) * layers
-    out["gemm_full_tflops"] = round(flops / out["gemm_full_ms"] / 1e9, 1)
-    return out
-
-
 def bench_decode_attn_large(batch: int = 416, ctx: int = 1536) -> dict[str, Any]:
     """Decode attention at the 8B throughput run's operating point (~415 sequences at ~1.5k
     context): TB/s of KV read by (block_n, num_warps, num_stages, splits), one layer's cache
@@ -522,21 +444,18 @@ def _kernel_family(name: str) -> str:
 
 def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int = 60,
                            extra: tuple[str, ...] = (), fixed: tuple[int, int] | None = None,
-                           prefill: bool = False, warm_steps: int | None = None) -> dict[str, Any]:
+                           prefill: bool = False) -> dict[str, Any]:
     """Is the workload bound by the host or the GPU, and by which kernels? Mid-run (every running
     sequence past its prefill), or with `prefill` the first steps, `steps` engine steps under the
     torch profiler: wall time per step, the time the GPU was busy, tokens per step, and GPU time
-    per kernel family and per kernel. `warm_steps` traces after that many steps instead (staggered
-    admissions never settle). With BENCH_TRACE_DIR set, the Chrome trace is written too."""
+    per kernel family and per kernel. With BENCH_TRACE_DIR set, the Chrome trace is written too."""
     eng = engine(model, *extra)
     prompts, outs = _workload(eng, n, fixed)
     ids = eng.add_request(prompts, [_sp(temperature=0.6, max_tokens=o, ignore_eos=True)
                                     for o in outs])
     sched = eng.core.scheduler
-    for _ in range(warm_steps or 0):
-        eng.step()
     waiting = -1
-    while not prefill and warm_steps is None and (waiting != len(sched.waiting) or any(
+    while not prefill and (waiting != len(sched.waiting) or any(
             s.num_computed_tokens < s.num_prompt_tokens for s in sched.running)):
         waiting = len(sched.waiting)  # steady: nothing admitted in a step, no prefill left
         eng.step()
@@ -823,11 +742,6 @@ def bench_greedy_equal() -> dict[str, Any]:
 CAPTURE_512 = "runtime.cudagraph_capture_sizes=[{}]".format(
     ",".join(map(str, [1, 2, 4, *range(8, 257, 8), *range(272, 513, 16)])))
 
-# Staggered admissions (steps mix a prefill chunk with the decodes), and those steps as two halves
-# on two streams (atom/runner/two_batch.py); benchmarks/results/schedule_sim.md models both.
-MIXED = "scheduler.max_num_batched_tokens=1024"
-TBO = "runtime.two_batch_overlap=true"
-
 PDL_OFF = {"ATOM_TRITON_PDL": "0"}  # atom/kernels/triton/pdl.py
 
 BENCHES: dict[str, Callable[[], Any]] = {
@@ -846,7 +760,6 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "decode_small_nopdl": lambda: bench_decode("qwen3_0_6b", 1024, 512, env=PDL_OFF),
     "decode_8b_nopdl": lambda: bench_decode("llama3_8b", 1024, 256, env=PDL_OFF),
     "fused_gemv": bench_fused_gemv,
-    "overlap_probe": lambda: [bench_overlap_probe(208, 1536), bench_overlap_probe(256, 256)],
     "gemv_sweep": bench_gemv_sweep,
     "decode_8b_peer": lambda: bench_hf_decode("llama3_8b", 1024, 64),
     "throughput_small": lambda: bench_throughput("qwen3_0_6b", 256, again=True),
@@ -855,15 +768,6 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "throughput_small_peer": lambda: bench_hf_throughput("qwen3_0_6b", 64, 60),
     "decode_8b_fp8": lambda: bench_decode("llama3_8b", 1024, 256, ("kv_cache=fp8",)),
     "throughput_8b": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512,), (1024, 1024)),
-    "throughput_8b_mixed": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512, MIXED), (1024, 1024)),
-    "throughput_8b_tbo": lambda: bench_throughput("llama3_8b", 1000, (CAPTURE_512, MIXED, TBO),
-                                                  (1024, 1024)),
-    "throughput_8b_tbo_carve32": lambda: bench_throughput(
-        "llama3_8b", 1000, (CAPTURE_512, MIXED, TBO, "runtime.two_batch_carveout=32"), (1024, 1024)),
-    "throughput_trace_8b_tbo": lambda: bench_throughput_trace(
-        "llama3_8b", 1000, 10, (CAPTURE_512, MIXED, TBO), (1024, 1024), warm_steps=1500),
-    "throughput_trace_8b_mixed": lambda: bench_throughput_trace(
-        "llama3_8b", 1000, 10, (CAPTURE_512, MIXED), (1024, 1024), warm_steps=1500),
     "prefill_trace_8b": lambda: bench_throughput_trace("llama3_8b", 1000, 10, (CAPTURE_512,), (1024, 1024),
                                                        prefill=True),
     "throughput_8b_fp8": lambda: bench_throughput("llama3_8b", 1000, ("kv_cache=fp8", CAPTURE_512),

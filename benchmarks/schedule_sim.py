@@ -41,19 +41,6 @@ class Roofline:
                      + prefill_pairs * self.attn_flops_per_query_key / (0.6 * self.tflops))
         return gemm + attention + self.step_overhead_s
 
-    def overlapped_step_seconds(self, prefill_tokens: int, prefill_pairs: int, decode_kv_tokens: int,
-                                tokens: int) -> float:
-        """The bound if a step that mixes decodes and a prefill chunk ran them as two halves on
-        two streams whose compute and memory traffic overlapped perfectly: the decodes'
-        attention beside the prefill's GEMMs. Each half reads the weights, so the bytes are the
-        KV plus the weights twice. A step of one kind has no such halves: it runs serially."""
-        if prefill_tokens in (0, tokens):
-            return self.step_seconds(prefill_pairs, decode_kv_tokens, tokens)
-        memory = (decode_kv_tokens * self.kv_bytes_per_token + 2 * self.weight_bytes) / self.bandwidth
-        compute = (tokens * self.flops_per_token / self.tflops
-                   + prefill_pairs * self.attn_flops_per_query_key / (0.6 * self.tflops))
-        return max(memory, compute) + self.step_overhead_s
-
 
 def simulate(overrides: list[str], kv_blocks: int, requests: int, prompt_len: int, output_len: int,
              seed: int = 0, arrivals_per_step: float = 0.0) -> dict:
@@ -68,7 +55,7 @@ def simulate(overrides: list[str], kv_blocks: int, requests: int, prompt_len: in
     pending.reverse()
     arrived = 0.0
     cost = Roofline()
-    seconds = overlapped = 0.0
+    seconds = 0.0
     steps = prefill_tokens = decode_tokens = 0
     batch_sizes: list[int] = []
     while pending or sched.has_unfinished():
@@ -88,7 +75,6 @@ def simulate(overrides: list[str], kv_blocks: int, requests: int, prompt_len: in
                 pre += n
                 pairs += n * seq.num_computed_tokens + n * (n + 1) // 2
         seconds += cost.step_seconds(pairs, kv, batch.total_tokens)
-        overlapped += cost.overlapped_step_seconds(pre, pairs, kv, batch.total_tokens)
         prefill_tokens += pre
         decode_tokens += batch.total_tokens - pre
         batch_sizes.append(len(batch.seqs))
@@ -102,8 +88,6 @@ def simulate(overrides: list[str], kv_blocks: int, requests: int, prompt_len: in
         "prefill_tokens": prefill_tokens, "recomputed_tokens": prefill_tokens - requests * prompt_len,
         "decode_tokens": decode_tokens, "mean_batch": round(sum(batch_sizes) / max(steps, 1), 1),
         "model_seconds": round(seconds, 1), "model_output_tok_s": round(out_tokens / seconds),
-        "overlap_bound_seconds": round(overlapped, 1),
-        "overlap_bound_output_tok_s": round(out_tokens / overlapped),
     }
 
 

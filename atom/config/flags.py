@@ -49,8 +49,6 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
     Flag(("--async-scheduling",), "scheduler.async_scheduling", "negatable",
          help="overlap host scheduling with the device step (unset: on for GPUs)"),
     Flag(("--cudagraph-capture-sizes",), "runtime.cudagraph_capture_sizes", "list_int"),
-    Flag(("--enable-two-batch-overlap",), "runtime.two_batch_overlap", "bool",
-         help="steps mixing decodes and a prefill chunk run as two halves on two streams"),
     Flag(("--level",), "runtime.level"),
     Flag(("--load-dummy",), "load.dummy", "optional_value",
          help="bare / =empty: uninitialized; =zero; =xavier"),

@@ -97,14 +97,6 @@ class RuntimeConfig:
     cudagraph_capture_sizes: list[int] = field(
         default_factory=lambda: [1, 2, 4] + list(range(8, 257, 8))
     )
-    # Steps that mix at least two_batch_min_decodes decodes with a prefill chunk run as two halves
-    # on two streams: the decodes' attention beside the prefill's GEMMs (atom/runner/two_batch.py).
-    # Steps mix when admissions are staggered (a small scheduler.max_num_batched_tokens). Llama-
-    # family decoders; the halves run uncompiled at level 3.
-    two_batch_overlap: bool = False
-    two_batch_min_decodes: int = 32
-    # SMs the prefill half's GEMMs leave to the decode half's attention (cuBLASLt; 0 = none).
-    two_batch_carveout: int = 0
     seed: int = 0
     # CPU matmul threads; 0 = half the cores (OpenMP threads that outnumber free cores spin and
     # run tens of times slower, and the API process and clients share the machine).

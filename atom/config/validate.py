@@ -71,10 +71,6 @@ def _validate_runtime(cfg: Config) -> None:
     _check(0 <= r.level <= 3, "runtime.level", r.level, "compilation level must be in 0..3")
     _check(all(b >= 1 for b in r.cudagraph_capture_sizes), "runtime.cudagraph_capture_sizes",
            r.cudagraph_capture_sizes, "every size must be >= 1")
-    _check(r.two_batch_min_decodes >= 1, "runtime.two_batch_min_decodes", r.two_batch_min_decodes,
-           "must be >= 1")
-    _check(r.two_batch_carveout >= 0, "runtime.two_batch_carveout", r.two_batch_carveout,
-           "must be >= 0")
     _check(r.throughput_log_interval > 0, "runtime.throughput_log_interval",
            r.throughput_log_interval, "must be > 0")
     if r.kernels == "aiter":

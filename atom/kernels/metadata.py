@@ -45,20 +45,3 @@ class AttentionMetadata:
     @property
     def num_seqs(self) -> int:
         return self.context_lens.shape[0]
-
-    def split_decode_head(self, tail_counters: Optional[torch.Tensor] = None
-                          ) -> tuple["AttentionMetadata", "AttentionMetadata"]:
-        """A mixed batch as its leading one-query sequences and the rest, to run as two batches
-        (two-batch overlap). The head is views from offset 0 (decode_head); the rest's tensors
-        are copies, not slices: a slice's address alignment is part of a Triton kernel's
-        specialisation and would compile new variants mid-run. The rest counts its split-KV
-        programs on `tail_counters`, so both halves' decode kernels may run at the same time."""
-        n = self.num_decode_seqs
-        assert 0 < n < self.num_seqs and self.q_lens_cpu is not None and self.context_lens_cpu is not None
-        q_lens, ctx = self.q_lens_cpu[n:], self.context_lens_cpu[n:]
-        tail = AttentionMetadata(
-            self.cu_seqlens_q[n:] - n, self.context_lens[n:].clone(), self.block_tables[n:].clone(),
-            self.slot_mapping[n:].clone(), max(q_lens), max(ctx), max(q_lens) == 1, q_lens, ctx,
-            num_decode_seqs=next((i for i, q in enumerate(q_lens) if q != 1), 0),
-            split_counters=tail_counters)
-        return self.decode_head(), tail

@@ -45,10 +45,9 @@ class LlamaAttention(nn.Module):
             self.q_norm = RMSNorm(self.head_dim, hf.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, hf.rms_norm_eps)
 
-    def attend(self, positions: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
-        """Rotary, the KV-cache write and attention, from the qkv projection (which the decoder
-        layer runs with its input norm) to o_proj's input (which it runs with the MLP): the
-        stage that two-batch overlap runs beside the other half-batch's projections."""
+    def forward(self, positions: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
+        """Everything after the qkv projection, which the decoder layer runs together with its
+        input norm (RMSNorm.project)."""
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
         q = q.reshape(-1, self.num_heads, self.head_dim)
@@ -60,7 +59,7 @@ class LlamaAttention(nn.Module):
                             self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
         else:
             out = self.attn(q, k, v, positions, rope.cos_sin_cache, rope.is_neox)
-        return out
+        return self.o_proj(out)
 
 
 class LlamaMLP(nn.Module):
@@ -93,18 +92,9 @@ class LlamaDecoderLayer(nn.Module):
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor,
                 residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        qkv, residual = self.project_qkv(x, residual)
-        return self.finish(self.self_attn.attend(positions, qkv), residual)
-
-    # The layer in three stages (projections, attention, projections) for two-batch overlap.
-    def project_qkv(self, x: torch.Tensor,
-                    residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.input_layernorm.project(x, residual, self.self_attn.qkv_proj)
-
-    def finish(self, attn: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """o_proj and the MLP (with its norm and residual add)."""
-        return self.mlp.normed_forward(self.post_attention_layernorm, self.self_attn.o_proj(attn),
-                                       residual)
+        qkv, residual = self.input_layernorm.project(x, residual, self.self_attn.qkv_proj)
+        x = self.self_attn(positions, qkv)
+        return self.mlp.normed_forward(self.post_attention_layernorm, x, residual)
 
 
 class LlamaModel(nn.Module):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from atom.config.errors import ConfigError
 from atom.config.schema import Config
 
 log = logging.getLogger("atom.runner")
@@ -34,11 +35,23 @@ def kv_dtype(cfg: Config, model_dtype: torch.dtype) -> torch.dtype:
     return torch.float8_e4m3fn if cfg.kv_cache.dtype == "fp8" else model_dtype
 
 
-def num_blocks_for(cfg: Config, layout: KVLayout, device: torch.device, free_bytes: int | None) -> int:
+def num_blocks_for(cfg: Config, layout: KVLayout, device: torch.device, free_bytes: int | None,
+                   max_model_len: int) -> int:
+    """kv_cache.num_blocks when set; else what the memory budget holds. A GPU budget that cannot
+    hold one sequence of max_model_len is refused here, at start-up: served, every long enough
+    request would fail instead (and the engine once started with a single block)."""
     if cfg.kv_cache.num_blocks is not None:
         return cfg.kv_cache.num_blocks
-    budget = cfg.kv_cache.cpu_cache_bytes if device.type == "cpu" or free_bytes is None else free_bytes
-    return max(1, budget // layout.bytes_per_block)
+    if device.type == "cpu" or free_bytes is None:
+        return max(1, cfg.kv_cache.cpu_cache_bytes // layout.bytes_per_block)
+    blocks = max(0, free_bytes // layout.bytes_per_block)
+    if blocks * layout.block_size < max_model_len:
+        raise ConfigError("kv_cache.gpu_memory_utilization", cfg.kv_cache.gpu_memory_utilization,
+                          f"after the weights and a profiling forward it leaves room for "
+                          f"{blocks * layout.block_size} tokens of KV cache, fewer than one "
+                          f"sequence of model.max_model_len={max_model_len}: raise it, lower "
+                          f"model.max_model_len, or set kv_cache.num_blocks")
+    return blocks
 
 
 def allocate(layout: KVLayout, num_blocks: int, device: torch.device):

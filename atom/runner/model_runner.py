@@ -28,7 +28,6 @@ from atom.runner.host_staging import HostStager
 from atom.runner.kv_cache import KVLayout, allocate, kv_dtype, num_blocks_for
 from atom.runner.launched_step import LaunchedStep
 from atom.runner.profiler import StepProfiler
-from atom.runner.two_batch import TwoBatchOverlap
 
 log = logging.getLogger("atom.runner")
 
@@ -102,7 +101,8 @@ class ModelRunner:
         # every step and every captured graph.
         self.split_counters = torch.zeros(cfg.scheduler.max_num_seqs * self.layout.num_kv_heads,
                                           dtype=torch.int32, device=self.device)
-        self.num_blocks = num_blocks_for(cfg, self.layout, self.device, self._free_kv_bytes())
+        self.num_blocks = num_blocks_for(cfg, self.layout, self.device, self._free_kv_bytes(),
+                                         self.max_model_len)
         self.kv_full, self.kv_caches, self.kv_scales = allocate(self.layout, self.num_blocks, self.device)
         log.info("KV cache: %d blocks x %d tokens = %d tokens (%s, %.2f GiB); kernels=%s",
                  self.num_blocks, self.block_size, self.num_blocks * self.block_size,
@@ -112,11 +112,6 @@ class ModelRunner:
         self._last_tokens: Optional[torch.Tensor] = None  # the previous step's sampled tokens
         self._last_row_of: dict[int, int] = {}  # id(seq) → its row in _last_tokens
         self.graphs = self._capture_graphs()
-        self.two_batch: Optional[TwoBatchOverlap] = None
-        if cfg.runtime.two_batch_overlap:  # the second half counts its splits on its own buffer
-            self.two_batch = TwoBatchOverlap(self.model.model, cfg.runtime.two_batch_min_decodes,
-                                             torch.zeros_like(self.split_counters), self.device,
-                                             cfg.runtime.two_batch_carveout)
 
     def _capture_graphs(self):
         """Decode CUDA graphs (runtime.cudagraph_capture_sizes) unless enforce_eager/level 0."""
@@ -145,7 +140,7 @@ class ModelRunner:
         peak = torch.cuda.max_memory_allocated()
         budget = total * self.cfg.kv_cache.gpu_memory_utilization - peak - (total - free
                                                                             - torch.cuda.memory_reserved())
-        return max(int(budget), self.layout.bytes_per_block)
+        return int(budget)
 
     def _profile_forward(self) -> None:
         """Inputs are made outside inference mode, like every later step's: a compiled forward
@@ -258,9 +253,6 @@ class ModelRunner:
             if logits_idx.shape[0] == b:
                 return logits
             return logits.index_select(0, logits_idx)
-        if self.two_batch is not None and self.two_batch.applies(meta):
-            hidden = self.two_batch.forward(input_ids, positions, meta, self.kv_caches, self.kv_scales)
-            return self.model.compute_logits(hidden.index_select(0, logits_idx))
         with forward_context.forward_context(ForwardContext(meta, self.kv_caches, self.kv_scales)):
             hidden = self.forward_fn(input_ids, positions)
             return self.model.compute_logits(hidden.index_select(0, logits_idx))

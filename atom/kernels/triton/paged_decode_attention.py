@@ -166,7 +166,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      v_scale: float = 1.0, sliding_window: int | None = None,
                      splits: int | None = None, block_n: int | None = None,
                      num_warps: int = 4, out: torch.Tensor | None = None,
-                     num_stages: int = 2) -> torch.Tensor:
+                     num_stages: int | None = None) -> torch.Tensor:
     """q: [B, Hq, D] (one new token per sequence, already stored) → [B, Hq, D], written into
     `out` when given."""
     batch, n_q_heads, head_dim = q.shape
@@ -189,6 +189,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         mid_o = mid_lse = counters = out
     fp8 = k_cache.dtype == torch.float8_e4m3fn  # run 2: 128-token tiles suit one-byte loads
     block_n = block_n or (32 if head_pad > 128 else 128 if fp8 else 64)
+    num_stages = num_stages or (3 if fp8 else 2)  # run 16, 416 x 1.5k: fp8 2.86 TB/s vs 2.61 at 2
     _decode_kernel[(batch, n_kv_heads, n_split)](
         q, k_cache, v_cache, out, mid_o, mid_lse, counters, meta.context_lens, meta.block_tables,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),

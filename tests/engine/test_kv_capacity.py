@@ -1,0 +1,39 @@
+"""How many KV blocks a runner gets, and the start-up refusal of a GPU budget too small for one
+sequence (run 13 on the H200: a second engine in one process got 1 block, and the first request
+failed at scheduling instead)."""
+import pytest
+import torch
+
+from atom.config.compose import compose
+from atom.config.errors import ConfigError
+from atom.runner.kv_cache import KVLayout, num_blocks_for
+
+LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=16, block_size=16, dtype=torch.bfloat16)
+CUDA = torch.device("cuda")  # only its type is read: no GPU needed
+
+
+def _cfg(*overrides: str):
+    return compose(["model=tiny_llama", "load=dummy", *overrides])
+
+
+def test_gpu_budget_gives_whole_blocks():
+    per_block = LAYOUT.bytes_per_block
+    assert num_blocks_for(_cfg(), LAYOUT, CUDA, 100 * per_block + per_block // 2, 512) == 100
+
+
+def test_gpu_budget_short_of_one_sequence_is_refused_naming_the_fields():
+    per_block = LAYOUT.bytes_per_block
+    with pytest.raises(ConfigError, match="kv_cache.gpu_memory_utilization") as e:
+        num_blocks_for(_cfg(), LAYOUT, CUDA, 3 * per_block, 1024)
+    assert "48 tokens" in str(e.value) and "model.max_model_len=1024" in str(e.value)
+    with pytest.raises(ConfigError, match="0 tokens"):  # weights alone past the budget
+        num_blocks_for(_cfg(), LAYOUT, CUDA, -5 * per_block, 1024)
+
+
+def test_explicit_block_count_and_cpu_budget_are_taken_as_given():
+    """kv_cache.num_blocks is the user's choice (tests use tiny caches on purpose), and the CPU
+    budget is kv_cache.cpu_cache_bytes, not a measurement."""
+    assert num_blocks_for(_cfg("kv_cache.num_blocks=3"), LAYOUT, CUDA, 0, 4096) == 3
+    cpu = _cfg()
+    assert num_blocks_for(cpu, LAYOUT, torch.device("cpu"), None, 4096) == max(
+        1, cpu.kv_cache.cpu_cache_bytes // LAYOUT.bytes_per_block)
