@@ -333,7 +333,8 @@ def bench_decode_attn_large(batch: int = 416, ctx: int = 1536) -> dict[str, Any]
                            for st in (2, 3, 4) for sp in (1, 2)])
     kc8, vc8 = kc.to(torch.float8_e4m3fn), vc.to(torch.float8_e4m3fn)
     del kc, vc
-    sweep("fp8", kc8, vc8, [(bn, nw, st, 1) for bn in (64, 128) for nw in (4, 8) for st in (2, 3, 4)])
+    sweep("fp8", kc8, vc8, [(bn, nw, st, 1) for bn in (64, 128, 256) for nw in (2, 4, 8)
+                            for st in (2, 3)])
     return res
 
 
