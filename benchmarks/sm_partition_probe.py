@@ -1,15 +1,19 @@
 """Can decode attention and a prefill chunk's GEMMs share the H200 if each gets its own SMs?
 
-Why: `gpu_bench.py --only overlap_probe` (run 12) put the two kinds of kernel on two plain
-streams and they ran almost one after the other (3.80 ms against 3.99 ms serial): every
-attention CTA and every GEMM CTA wants a whole SM's worth of resources, and cuBLAS's SM carveout
-did not change that. CUDA green contexts split the SMs between streams outright. This measures,
-for each split (N SMs for the attention, the rest for the GEMMs):
+Why: the 12k tok/s goal for the 8B run is above one H200's serial roofline, so it needs the
+decodes' attention (bandwidth) to run beside GEMMs (compute). Put on two plain streams, the two
+barely overlapped (gpu_bench's overlap_probe at 92a7626, run 13: 3.80 ms against 3.99 ms
+serial; cuBLAS's SM carveout did not help, and that probe is gone with the two-batch code):
+every attention CTA and every GEMM CTA wants a whole SM. CUDA green contexts split the SMs
+between streams outright. This measures, for each split (N SMs for the attention, the rest for
+the GEMMs):
   attn_N_ms     the attention alone on N SMs (its TB/s says how many SMs the KV read needs)
   gemm_rest_ms  the GEMMs alone on the other SMs
   pair_N_ms     both at once, each on its own SMs
 against serial_ms (both, one after the other, on every SM). A pair well under serial_ms is the
 overlap a mixed step could get; a pair near it says SM partitioning cannot pay either.
+Run 15 (af12e84): the attention's bandwidth grows ~linearly with its SMs (0.85 TB/s on 16, 2.4
+on 48, 3.7 on 80, 4.0 on all 132), so every split is slower than serial (best 6.05 vs 4.88 ms).
 
     python benchmarks/sm_partition_probe.py --out probe.json
 """
