@@ -1,0 +1,183 @@
+"""Can a decode attention kernel reach HBM bandwidth from a fraction of the H200's SMs?
+
+Why: overlap of decode attention with GEMMs (the only route to 12k tok/s for the 8B bf16 run,
+`results/H200.md`, runs 13-18) needs the attention to leave most SMs to the GEMMs, and atom's
+kernel (`atom/kernels/triton/paged_decode_attention.py`) moves only ~50 GB/s per SM: 2.4 TB/s on
+48 SMs (run 15). Its K/V loads are per-thread gathers through cp.async. This probe's kernel
+fetches each page of K and V with one TMA copy (a host tensor descriptor over the paged cache,
+box = one page of one kv head), so an SM keeps many bytes in flight with few instructions.
+Correctness is checked against atom's kernel; then TB/s of KV read on the whole GPU and on
+16-80 SMs (CUDA green contexts), beside atom's kernel on the same SMs.
+
+    python benchmarks/tma_attention_probe.py --out probe.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any, Callable
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _page(desc, bt_row, idx, kvh, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """One page of one kv head: [PAGE, HEAD_DIM], one TMA copy."""
+    return desc.load([tl.load(bt_row + idx), 0, kvh, 0]).reshape([PAGE, HEAD_DIM])
+
+
+@triton.jit
+def _pages(desc, bt_row, first, kvh, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr,
+           PAGES: tl.constexpr):
+    """PAGES consecutive pages of the block table as one [PAGES * PAGE, HEAD_DIM] tile."""
+    if PAGES == 1:
+        t = _page(desc, bt_row, first, kvh, PAGE, HEAD_DIM)
+    elif PAGES == 2:
+        t = tl.join(_page(desc, bt_row, first, kvh, PAGE, HEAD_DIM),
+                    _page(desc, bt_row, first + 1, kvh, PAGE, HEAD_DIM))  # [PAGE, D, 2]
+        t = tl.reshape(tl.permute(t, [2, 0, 1]), [2 * PAGE, HEAD_DIM])
+    else:
+        a = tl.join(_page(desc, bt_row, first, kvh, PAGE, HEAD_DIM),
+                    _page(desc, bt_row, first + 1, kvh, PAGE, HEAD_DIM))
+        b = tl.join(_page(desc, bt_row, first + 2, kvh, PAGE, HEAD_DIM),
+                    _page(desc, bt_row, first + 3, kvh, PAGE, HEAD_DIM))
+        t = tl.join(a, b)  # [PAGE, D, inner, outer]: page = 2 * outer + inner
+        t = tl.reshape(tl.permute(t, [3, 2, 0, 1]), [4 * PAGE, HEAD_DIM])
+    return t
+
+
+@triton.jit
+def _tma_decode_kernel(q_ptr, k_desc, v_desc, o_ptr, ctx_ptr, bt_ptr, bt_stride, qk_scale,
+                       N_Q_HEADS: tl.constexpr, GROUP: tl.constexpr, G_PAD: tl.constexpr,
+                       PAGE: tl.constexpr, HEAD_DIM: tl.constexpr, PAGES: tl.constexpr):
+    """One program per (sequence, kv head), PAGES (1, 2 or 4) pages per iteration, one TMA copy
+    per page. Every context is a multiple of PAGES pages here."""
+    seq = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    ctx = tl.load(ctx_ptr + seq)
+    g = tl.arange(0, G_PAD)
+    d = tl.arange(0, HEAD_DIM)
+    heads = kvh * GROUP + g
+    q = tl.load(q_ptr + (seq * N_Q_HEADS + heads)[:, None] * HEAD_DIM + d[None, :],
+                mask=(g < GROUP)[:, None], other=0.0)
+    m_i = tl.full([G_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
+    bt_row = bt_ptr + seq * bt_stride
+    step: tl.constexpr = PAGE * PAGES
+    for start in range(0, ctx, step):
+        k = _pages(k_desc, bt_row, start // PAGE, kvh, PAGE, HEAD_DIM, PAGES)
+        v = _pages(v_desc, bt_row, start // PAGE, kvh, PAGE, HEAD_DIM, PAGES)
+        qk = tl.dot(q, tl.trans(k)) * qk_scale
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.exp2(qk - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + (seq * N_Q_HEADS + heads)[:, None] * HEAD_DIM + d[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=(g < GROUP)[:, None])
+
+
+def tma_decode(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, ctx: torch.Tensor,
+               tables: torch.Tensor, pages: int = 4, num_warps: int = 4,
+               num_stages: int = 3) -> torch.Tensor:
+    """q [B, Hq, D]; caches [blocks, page, Hk, D] → [B, Hq, D] (every context a multiple of
+    pages x page, as in this probe)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    b, hq, d = q.shape
+    _, page, hk, _ = kc.shape
+    box = [1, page, 1, d]
+    out = torch.empty_like(q)
+    _tma_decode_kernel[(b, hk)](
+        q, TensorDescriptor.from_tensor(kc, box), TensorDescriptor.from_tensor(vc, box), out, ctx,
+        tables, tables.stride(0), d ** -0.5 * LOG2E, N_Q_HEADS=hq, GROUP=hq // hk,
+        G_PAD=max(16, triton.next_power_of_2(hq // hk)), PAGE=page, HEAD_DIM=d, PAGES=pages,
+        num_warps=num_warps, num_stages=num_stages)
+    return out
+
+
+def _ms(fn: Callable[[], Any], stream: torch.cuda.Stream | None = None, reps: int = 20) -> float:
+    """Median ms of fn issued on `stream` (default: the current one)."""
+    stream = stream or torch.cuda.current_stream()
+    main = torch.cuda.current_stream()
+    times = []
+    for i in range(reps + 2):
+        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        stream.wait_stream(main)
+        with torch.cuda.stream(stream):
+            fn()
+        main.wait_stream(stream)
+        e.record()
+        torch.cuda.synchronize()
+        if i >= 2:
+            times.append(a.elapsed_time(e))
+    return round(sorted(times)[len(times) // 2], 3)
+
+
+def main() -> None:
+    from torch.cuda.green_contexts import GreenContext
+
+    from atom.kernels.metadata import AttentionMetadata
+    from atom.kernels.triton.paged_decode_attention import decode_attention
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    batch, ctx_len, hq, hk, d, page = 416, 1536, 32, 8, 128, 16
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    nblk = batch * ctx_len // page
+    kc, vc = torch.randn(nblk, page, hk, d, **bf), torch.randn(nblk, page, hk, d, **bf)
+    i32 = dict(device="cuda", dtype=torch.int32)
+    tables = torch.randperm(nblk, **i32).view(batch, -1)
+    ctx = torch.full((batch,), ctx_len, **i32)
+    meta = AttentionMetadata(torch.arange(batch + 1, **i32), ctx, tables,
+                             torch.zeros(batch, device="cuda", dtype=torch.int64), 1, ctx_len, True,
+                             split_counters=torch.zeros(batch * hk, **i32))
+    q = torch.randn(batch, hq, d, **bf)
+    ref = decode_attention(q, kc, vc, meta, d ** -0.5)
+    kv_bytes = 2 * kc.numel() * kc.element_size()
+    res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"), "batch": batch,
+                           "ctx": ctx_len}
+    atom_kernel = lambda: decode_attention(q, kc, vc, meta, d ** -0.5)  # noqa: E731
+    res["atom_all_sms_tb_s"] = round(kv_bytes / _ms(atom_kernel) / 1e9, 2)
+    variants = [(p, w, s) for p in (1, 2, 4) for w in (4,) for s in (2, 3, 4, 6)]
+    for pages, warps, stages in variants:
+        key = f"tma_p{pages}_w{warps}_st{stages}"
+        try:
+            run = lambda: tma_decode(q, kc, vc, ctx, tables, pages, warps, stages)  # noqa: E731
+            err = ((run().float() - ref.float()).norm() / ref.float().norm()).item()
+            res[f"{key}_rel_err"] = round(err, 5)
+            res[f"{key}_tb_s"] = round(kv_bytes / _ms(run) / 1e9, 2)
+        except Exception as e:  # a variant that does not compile is a result too
+            res[f"{key}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        print(key, {k: v for k, v in res.items() if k.startswith(key)}, flush=True)
+    best = max((k for k in res if k.endswith("_tb_s") and k.startswith("tma_")),
+               key=lambda k: res[k], default=None)
+    if best is not None:
+        pages, warps, stages = (int(x[1:]) for x in best.split("_")[1:4])
+        res["best"] = best
+        for n in (16, 32, 48, 64, 80):
+            try:
+                stream = GreenContext.create(num_sms=n, device_id=0).Stream()
+                run = lambda: tma_decode(q, kc, vc, ctx, tables, pages, warps, stages)  # noqa: E731
+                res[f"tma_{n}_sms_tb_s"] = round(kv_bytes / _ms(run, stream) / 1e9, 2)
+                res[f"atom_{n}_sms_tb_s"] = round(kv_bytes / _ms(atom_kernel, stream) / 1e9, 2)
+            except Exception as e:
+                res[f"sms_{n}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    print(f"== tma_attention_probe: {json.dumps(res)}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
