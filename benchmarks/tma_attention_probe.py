@@ -131,6 +131,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--variant", default=None, help="pages,warps,stages: skip the sweep")
     args = ap.parse_args()
     batch, ctx_len, hq, hk, d, page = 416, 1536, 32, 8, 128, 16
     bf = dict(device="cuda", dtype=torch.bfloat16)
@@ -150,6 +151,8 @@ def main() -> None:
     atom_kernel = lambda: decode_attention(q, kc, vc, meta, d ** -0.5)  # noqa: E731
     res["atom_all_sms_tb_s"] = round(kv_bytes / _ms(atom_kernel) / 1e9, 2)
     variants = [(p, w, s) for p in (1, 2, 4) for w in (4,) for s in (2, 3, 4, 6)]
+    if args.variant:
+        variants = [tuple(int(x) for x in args.variant.split(","))]
     for pages, warps, stages in variants:
         key = f"tma_p{pages}_w{warps}_st{stages}"
         try:
@@ -160,10 +163,10 @@ def main() -> None:
         except Exception as e:  # a variant that does not compile is a result too
             res[f"{key}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
         print(key, {k: v for k, v in res.items() if k.startswith(key)}, flush=True)
-    best = max((k for k in res if k.endswith("_tb_s") and k.startswith("tma_")),
-               key=lambda k: res[k], default=None)
+    tried = {f"tma_p{p}_w{w}_st{s}_tb_s": (p, w, s) for p, w, s in variants}
+    best = max((k for k in tried if k in res), key=lambda k: res[k], default=None)
     if best is not None:
-        pages, warps, stages = (int(x[1:]) for x in best.split("_")[1:4])
+        pages, warps, stages = tried[best]
         res["best"] = best
         for n in (16, 32, 48, 64, 80):
             try:
