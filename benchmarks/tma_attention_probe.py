@@ -170,7 +170,8 @@ def main() -> None:
         res["best"] = best
         for n in (16, 32, 48, 64, 80):
             try:
-                stream = GreenContext.create(num_sms=n, device_id=0).Stream()
+                green = GreenContext.create(num_sms=n, device_id=0)  # alive while its stream runs
+                stream = green.Stream()
                 run = lambda: tma_decode(q, kc, vc, ctx, tables, pages, warps, stages)  # noqa: E731
                 res[f"tma_{n}_sms_tb_s"] = round(kv_bytes / _ms(run, stream) / 1e9, 2)
                 res[f"atom_{n}_sms_tb_s"] = round(kv_bytes / _ms(atom_kernel, stream) / 1e9, 2)
