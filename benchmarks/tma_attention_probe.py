@@ -7,7 +7,12 @@ kernel (`atom/kernels/triton/paged_decode_attention.py`) moves only ~50 GB/s per
 fetches each page of K and V with one TMA copy (a host tensor descriptor over the paged cache,
 box = one page of one kv head), so an SM keeps many bytes in flight with few instructions.
 Correctness is checked against atom's kernel; then TB/s of KV read on the whole GPU and on
-16-80 SMs (CUDA green contexts), beside atom's kernel on the same SMs.
+16-80 SMs (CUDA green contexts), beside atom's kernel and beside atom's loads alone (the same
+paged gather, summed: no softmax, no dots) on the same SMs.
+
+Run 19 (b1c0838, before the loads-only kernel existed): TMA per page is slower per SM than
+atom's kernel (0.97 vs 1.65 TB/s on 32 SMs). loads_only tells whether the load path or the
+per-token compute chain is what an SM is short of.
 
     python benchmarks/tma_attention_probe.py --out probe.json
 """
@@ -21,6 +26,8 @@ from typing import Any, Callable
 import torch
 import triton
 import triton.language as tl
+
+from atom.kernels.triton.paged_kv import paged_kv_offsets
 
 LOG2E = 1.4426950408889634
 
@@ -83,6 +90,40 @@ def _tma_decode_kernel(q_ptr, k_desc, v_desc, o_ptr, ctx_ptr, bt_ptr, bt_stride,
     out = acc / l_i[:, None]
     tl.store(o_ptr + (seq * N_Q_HEADS + heads)[:, None] * HEAD_DIM + d[None, :],
              out.to(o_ptr.dtype.element_ty), mask=(g < GROUP)[:, None])
+
+
+@triton.jit
+def _gather_sum_kernel(kc_ptr, vc_ptr, o_ptr, ctx_ptr, bt_ptr, bt_stride, c_blk_stride,
+                       c_tok_stride, c_head_stride, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       BLOCK_N: tl.constexpr):
+    """The paged gather of atom's decode kernel and nothing else: K + V summed. Triton issues
+    these as plain 16-byte loads (no cp.async: nothing feeds a dot), so its TB/s on N SMs is
+    what vectorised gathers alone allow, without the softmax and the dots."""
+    seq = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    ctx = tl.load(ctx_ptr + seq)
+    d = tl.arange(0, HEAD_DIM)
+    acc = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    bt_row = bt_ptr + seq * bt_stride
+    for start in range(0, ctx, BLOCK_N):
+        n = start + tl.arange(0, BLOCK_N)
+        n_mask = n < ctx
+        off = paged_kv_offsets(bt_row, n, n_mask, kvh, c_blk_stride, c_tok_stride, c_head_stride,
+                               PAGE)
+        k = tl.load(kc_ptr + off[:, None] + d[None, :], mask=n_mask[:, None], other=0.0)
+        v = tl.load(vc_ptr + off[:, None] + d[None, :], mask=n_mask[:, None], other=0.0)
+        acc += k.to(tl.float32) + v.to(tl.float32)
+    tl.store(o_ptr + (seq * tl.num_programs(1) + kvh) * HEAD_DIM + d, tl.sum(acc, 0))
+
+
+def gather_sum(kc: torch.Tensor, vc: torch.Tensor, ctx: torch.Tensor, tables: torch.Tensor,
+               block_n: int = 64, num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
+    b, hk, d = tables.shape[0], kc.shape[2], kc.shape[3]
+    out = torch.empty(b, hk, d, device=kc.device, dtype=torch.float32)
+    _gather_sum_kernel[(b, hk)](kc, vc, out, ctx, tables, tables.stride(0), kc.stride(0),
+                                kc.stride(1), kc.stride(2), PAGE=kc.shape[1], HEAD_DIM=d,
+                                BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
+    return out
 
 
 def tma_decode(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, ctx: torch.Tensor,
@@ -149,7 +190,9 @@ def main() -> None:
     res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"), "batch": batch,
                            "ctx": ctx_len}
     atom_kernel = lambda: decode_attention(q, kc, vc, meta, d ** -0.5)  # noqa: E731
+    loads_only = lambda: gather_sum(kc, vc, ctx, tables)  # noqa: E731
     res["atom_all_sms_tb_s"] = round(kv_bytes / _ms(atom_kernel) / 1e9, 2)
+    res["loads_only_all_sms_tb_s"] = round(kv_bytes / _ms(loads_only) / 1e9, 2)
     variants = [(p, w, s) for p in (1, 2, 4) for w in (4,) for s in (2, 3, 4, 6)]
     if args.variant:
         variants = [tuple(int(x) for x in args.variant.split(","))]
@@ -175,6 +218,7 @@ def main() -> None:
                 run = lambda: tma_decode(q, kc, vc, ctx, tables, pages, warps, stages)  # noqa: E731
                 res[f"tma_{n}_sms_tb_s"] = round(kv_bytes / _ms(run, stream) / 1e9, 2)
                 res[f"atom_{n}_sms_tb_s"] = round(kv_bytes / _ms(atom_kernel, stream) / 1e9, 2)
+                res[f"loads_only_{n}_sms_tb_s"] = round(kv_bytes / _ms(loads_only, stream) / 1e9, 2)
             except Exception as e:
                 res[f"sms_{n}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
     print(f"== tma_attention_probe: {json.dumps(res)}", flush=True)
