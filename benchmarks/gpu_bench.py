@@ -24,6 +24,8 @@ from typing import Any, Callable
 import torch
 import triton
 
+from probe_kit import decode_case
+
 COPY_BW = 4.18e12  # bytes/s, the device-to-device copy bandwidth measured on this H200 (issue 5)
 
 
@@ -251,7 +253,6 @@ def bench_decode_attn_sweep() -> dict[str, Any]:
     of distinct caches in one graph (L2 rotated away, launch overhead amortised)."""
     from triton.testing import do_bench
 
-    from atom.kernels.metadata import AttentionMetadata
     from atom.kernels.triton.paged_decode_attention import decode_attention
 
     out: dict[str, Any] = {}
@@ -259,18 +260,10 @@ def bench_decode_attn_sweep() -> dict[str, Any]:
                (32, 32, 4), (4, 128, 8), (16, 32, 4)]
     for shape, (hq, hk) in {"8b": (32, 8), "06b": (16, 8)}.items():
         for ctx in (1024, 4096):
-            page, d, layers = 16, 128, 24
-            nblk = ctx // page
-            caches = [(torch.randn(nblk, page, hk, d, device="cuda", dtype=torch.bfloat16),
-                       torch.randn(nblk, page, hk, d, device="cuda", dtype=torch.bfloat16))
-                      for _ in range(layers)]
-            tables = torch.randperm(nblk, device="cuda", dtype=torch.int32).view(1, -1)
-            meta = AttentionMetadata(torch.arange(2, device="cuda", dtype=torch.int32),
-                                     torch.full((1,), ctx, device="cuda", dtype=torch.int32),
-                                     tables, torch.zeros(1, device="cuda", dtype=torch.int64), 1,
-                                     ctx, True, split_counters=torch.zeros(
-                                         hk, device="cuda", dtype=torch.int32))
-            q = torch.randn(1, hq, d, device="cuda", dtype=torch.bfloat16)
+            # 24 layers' caches of one sequence; every layer reads through the first's metadata
+            per_layer = [decode_case(1, ctx, hq, hk) for _ in range(24)]
+            caches, layers = [(c.kc, c.vc) for c in per_layer], len(per_layer)
+            q, meta, d = per_layer[0].q, per_layer[0].meta, per_layer[0].q.shape[-1]
             for splits, bn, nw in configs:
                 def run():
                     for kc, vc in caches:
@@ -285,30 +278,21 @@ def bench_decode_attn_sweep() -> dict[str, Any]:
                     out[f"{shape}_ctx{ctx}_s{splits}_n{bn}_w{nw}"] = round(us, 2)
                 except Exception as e:  # a config that does not compile is a result too
                     out[f"{shape}_ctx{ctx}_s{splits}_n{bn}_w{nw}"] = f"{type(e).__name__}"
-            del caches
+            del caches, per_layer
     return out
 
 
 def bench_decode_attn_large(batch: int = 416, ctx: int = 1536) -> dict[str, Any]:
     """Decode attention at the 8B throughput run's operating point (~415 sequences at ~1.5k
     context): TB/s of KV read by (block_n, num_warps, num_stages, splits), one layer's cache
-    (2.6 GB in bf16, far past L2) per call, replayed from a CUDA graph; then the fp8 cache, whose
-    kernel has run no faster than bf16's (same elements per second: run 3)."""
+    (2.6 GB in bf16, far past L2) per call, replayed from a CUDA graph; then the fp8 cache (run 14:
+    2.28 TB/s at best; run 16, with V converted before its transpose: 2.86)."""
     from triton.testing import do_bench
 
-    from atom.kernels.metadata import AttentionMetadata
     from atom.kernels.triton.paged_decode_attention import decode_attention
 
-    hq, hk, d, page = 32, 8, 128, 16
-    nblk = batch * ctx // page
-    kc = torch.randn(nblk, page, hk, d, device="cuda", dtype=torch.bfloat16)
-    vc = torch.randn(nblk, page, hk, d, device="cuda", dtype=torch.bfloat16)
-    tables = torch.randperm(nblk, device="cuda", dtype=torch.int32).view(batch, -1)
-    meta = AttentionMetadata(torch.arange(batch + 1, device="cuda", dtype=torch.int32),
-                             torch.full((batch,), ctx, device="cuda", dtype=torch.int32), tables,
-                             torch.zeros(batch, device="cuda", dtype=torch.int64), 1, ctx, True,
-                             split_counters=torch.zeros(batch * hk, device="cuda", dtype=torch.int32))
-    q = torch.randn(batch, hq, d, device="cuda", dtype=torch.bfloat16)
+    case = decode_case(batch, ctx)
+    q, kc, vc, meta, d = case.q, case.kc, case.vc, case.meta, case.q.shape[-1]
     out = torch.empty_like(q)
     res: dict[str, Any] = {"batch": batch, "ctx": ctx}
 
@@ -332,7 +316,7 @@ def bench_decode_attn_large(batch: int = 416, ctx: int = 1536) -> dict[str, Any]
     sweep("bf16", kc, vc, [(bn, nw, st, sp) for bn in (32, 64, 128) for nw in (4, 8)
                            for st in (2, 3, 4) for sp in (1, 2)])
     kc8, vc8 = kc.to(torch.float8_e4m3fn), vc.to(torch.float8_e4m3fn)
-    del kc, vc
+    del kc, vc, case
     sweep("fp8", kc8, vc8, [(bn, nw, st, 1) for bn in (64, 128, 256) for nw in (2, 4, 8)
                             for st in (2, 3)])
     return res
@@ -653,25 +637,14 @@ def bench_kernels() -> dict[str, Any]:
     """Kernel-level ceilings: the decode attention kernel by batch, context and KV dtype."""
     from triton.testing import do_bench
 
-    from atom.kernels.metadata import AttentionMetadata
     from atom.kernels.triton.paged_decode_attention import decode_attention
 
     out: dict[str, Any] = {}
-    dev = "cuda"
     for b, ctx in ((1, 1024), (1, 8192), (64, 1024), (256, 1024)):
         for kvd in (torch.bfloat16, torch.float8_e4m3fn):
-            page, hk, hq, d = 16, 8, 32, 128
-            nblk = b * (ctx // page)
-            kc = torch.randn(nblk, page, hk, d, device=dev).to(kvd)
-            vc = torch.randn(nblk, page, hk, d, device=dev).to(kvd)
-            tables = torch.randperm(nblk, device=dev, dtype=torch.int32).view(b, -1)
-            meta = AttentionMetadata(torch.arange(b + 1, device=dev, dtype=torch.int32),
-                                     torch.full((b,), ctx, device=dev, dtype=torch.int32), tables,
-                                     torch.zeros(b, device=dev, dtype=torch.int64), 1, ctx, True,
-                                     split_counters=torch.zeros(b * hk, device=dev,
-                                                                dtype=torch.int32))
-            q = torch.randn(b, hq, d, device=dev, dtype=torch.bfloat16)
-            byts = 2 * kc.numel() * kc.element_size()
+            case = decode_case(b, ctx, kv_dtype=kvd)
+            q, kc, vc, meta, d = case.q, case.kc, case.vc, case.meta, case.q.shape[-1]
+            byts = case.kv_bytes
             tag = "fp8" if kvd != torch.bfloat16 else "bf16"
             for bn, nw in ((64, 4), (128, 4), (128, 8), (32, 4)):
                 # A captured graph timed by replay: launch overhead out, kernel time in.
@@ -683,7 +656,7 @@ def bench_kernels() -> dict[str, Any]:
                 ms = do_bench(g.replay, warmup=25, rep=100, return_mode="median")
                 out[f"decode_attn_b{b}_ctx{ctx}_{tag}_n{bn}w{nw}"] = {
                     "us": round(ms * 1e3, 1), "TBps": round(byts / (ms * 1e-3) / 1e12, 3)}
-            del kc, vc
+            del kc, vc, case
     torch.cuda.empty_cache()
     return out
 

@@ -26,28 +26,20 @@ from typing import Any, Callable
 
 import torch
 
+from probe_kit import decode_case, median_ms, on_streams, write_json
+
 
 def _attention(batch: int, ctx: int, layers: int) -> tuple[Callable[[], None], float]:
     """`layers` decode-attention calls over one layer's cache (past L2); and its bytes."""
-    from atom.kernels.metadata import AttentionMetadata
     from atom.kernels.triton.paged_decode_attention import decode_attention
 
-    hq, hk, d, page = 32, 8, 128, 16
-    bf = dict(device="cuda", dtype=torch.bfloat16)
-    nblk = batch * ctx // page
-    kc, vc = torch.randn(nblk, page, hk, d, **bf), torch.randn(nblk, page, hk, d, **bf)
-    tables = torch.randperm(nblk, device="cuda", dtype=torch.int32).view(batch, -1)
-    i32 = dict(device="cuda", dtype=torch.int32)
-    meta = AttentionMetadata(torch.arange(batch + 1, **i32), torch.full((batch,), ctx, **i32),
-                             tables, torch.zeros(batch, device="cuda", dtype=torch.int64), 1, ctx,
-                             True, split_counters=torch.zeros(batch * hk, **i32))
-    q = torch.randn(batch, hq, d, **bf)
-    out = torch.empty_like(q)
+    case = decode_case(batch, ctx)
+    out = torch.empty_like(case.q)
 
     def run() -> None:
         for _ in range(layers):
-            decode_attention(q, kc, vc, meta, d ** -0.5, out=out)
-    return run, 2.0 * batch * ctx * hk * d * 2 * layers
+            decode_attention(case.q, case.kc, case.vc, case.meta, case.q.shape[-1] ** -0.5, out=out)
+    return run, float(case.kv_bytes * layers)
 
 
 def _gemms(rows: int, layers: int) -> tuple[Callable[[], None], float]:
@@ -64,36 +56,6 @@ def _gemms(rows: int, layers: int) -> tuple[Callable[[], None], float]:
     return run, 2.0 * rows * sum(w.numel() for w in ws) * layers
 
 
-def _ms(fn: Callable[[], None], reps: int = 10) -> float:
-    """Median wall ms of fn, synchronised (fn may use other streams)."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return round(sorted(times)[len(times) // 2], 3)
-
-
-def _on(*work: tuple[torch.cuda.Stream, Callable[[], None]]) -> Callable[[], None]:
-    """Each fn on its stream, all forked from the current stream before any is issued and
-    joined back into it after all are (joining one before issuing the next would serialise)."""
-    def run() -> None:
-        main = torch.cuda.current_stream()
-        for stream, _ in work:
-            stream.wait_stream(main)
-        for stream, fn in work:
-            with torch.cuda.stream(stream):
-                fn()
-        for stream, _ in work:
-            main.wait_stream(stream)
-    return run
-
-
 def probe(batch: int, ctx: int, rows: int, layers: int, splits: list[int]) -> dict[str, Any]:
     from torch.cuda.green_contexts import GreenContext
 
@@ -101,11 +63,12 @@ def probe(batch: int, ctx: int, rows: int, layers: int, splits: list[int]) -> di
     attn, kv_bytes = _attention(batch, ctx, layers)
     gemm, flops = _gemms(rows, layers)
     out: dict[str, Any] = {"sms": sms, "decodes": batch, "ctx": ctx, "prefill_rows": rows,
-                           "layers": layers, "attn_ms": _ms(attn), "gemm_ms": _ms(gemm)}
+                           "layers": layers, "attn_ms": median_ms(attn), "gemm_ms": median_ms(gemm)}
     out["serial_ms"] = round(out["attn_ms"] + out["gemm_ms"], 3)
     out["attn_tb_s"] = round(kv_bytes / out["attn_ms"] / 1e9, 2)
     out["gemm_tflops"] = round(flops / out["gemm_ms"] / 1e9, 1)
-    out["pair_plain_streams_ms"] = _ms(_on((torch.cuda.Stream(), gemm), (torch.cuda.Stream(), attn)))
+    out["pair_plain_streams_ms"] = median_ms(on_streams((torch.cuda.Stream(), gemm),
+                                                        (torch.cuda.Stream(), attn)))
     for n in splits:
         try:
             a_ctx = GreenContext.create(num_sms=n, device_id=0)
@@ -114,10 +77,11 @@ def probe(batch: int, ctx: int, rows: int, layers: int, splits: list[int]) -> di
         except Exception as e:  # an SM count the driver rounds away, or no green contexts
             out[f"split_{n}_error"] = f"{type(e).__name__}: {e}"
             continue
-        a_ms, g_ms = _ms(_on((a_stream, attn))), _ms(_on((g_stream, gemm)))
+        a_ms = median_ms(on_streams((a_stream, attn)))
+        g_ms = median_ms(on_streams((g_stream, gemm)))
         out[f"attn_{n}_ms"], out[f"attn_{n}_tb_s"] = a_ms, round(kv_bytes / a_ms / 1e9, 2)
         out[f"gemm_rest_{n}_ms"] = g_ms
-        out[f"pair_{n}_ms"] = _ms(_on((g_stream, gemm), (a_stream, attn)))
+        out[f"pair_{n}_ms"] = median_ms(on_streams((g_stream, gemm), (a_stream, attn)))
     return out
 
 
@@ -136,9 +100,7 @@ def main() -> None:
         except Exception as e:
             results[name] = {"error": f"{type(e).__name__}: {e}"}
         print(f"== {name}: {json.dumps(results[name])}", flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+    write_json(results, args.out)
 
 
 if __name__ == "__main__":

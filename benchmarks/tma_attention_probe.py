@@ -28,6 +28,7 @@ import triton
 import triton.language as tl
 
 from atom.kernels.triton.paged_kv import paged_kv_offsets
+from probe_kit import decode_case, median_ms, on_streams, write_json
 
 LOG2E = 1.4426950408889634
 
@@ -145,54 +146,31 @@ def tma_decode(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, ctx: torch.T
     return out
 
 
-def _ms(fn: Callable[[], Any], stream: torch.cuda.Stream | None = None, reps: int = 20) -> float:
-    """Median ms of fn issued on `stream` (default: the current one)."""
-    stream = stream or torch.cuda.current_stream()
-    main = torch.cuda.current_stream()
-    times = []
-    for i in range(reps + 2):
-        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        stream.wait_stream(main)
-        with torch.cuda.stream(stream):
-            fn()
-        main.wait_stream(stream)
-        e.record()
-        torch.cuda.synchronize()
-        if i >= 2:
-            times.append(a.elapsed_time(e))
-    return round(sorted(times)[len(times) // 2], 3)
-
-
 def main() -> None:
     from torch.cuda.green_contexts import GreenContext
 
-    from atom.kernels.metadata import AttentionMetadata
     from atom.kernels.triton.paged_decode_attention import decode_attention
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--variant", default=None, help="pages,warps,stages: skip the sweep")
     args = ap.parse_args()
-    batch, ctx_len, hq, hk, d, page = 416, 1536, 32, 8, 128, 16
-    bf = dict(device="cuda", dtype=torch.bfloat16)
-    nblk = batch * ctx_len // page
-    kc, vc = torch.randn(nblk, page, hk, d, **bf), torch.randn(nblk, page, hk, d, **bf)
-    i32 = dict(device="cuda", dtype=torch.int32)
-    tables = torch.randperm(nblk, **i32).view(batch, -1)
-    ctx = torch.full((batch,), ctx_len, **i32)
-    meta = AttentionMetadata(torch.arange(batch + 1, **i32), ctx, tables,
-                             torch.zeros(batch, device="cuda", dtype=torch.int64), 1, ctx_len, True,
-                             split_counters=torch.zeros(batch * hk, **i32))
-    q = torch.randn(batch, hq, d, **bf)
-    ref = decode_attention(q, kc, vc, meta, d ** -0.5)
-    kv_bytes = 2 * kc.numel() * kc.element_size()
+    batch, ctx_len = 416, 1536
+    case = decode_case(batch, ctx_len)
+    q, kc, vc, meta = case.q, case.kc, case.vc, case.meta
+    ctx, tables, scale = meta.context_lens, meta.block_tables, q.shape[-1] ** -0.5
+    ref = decode_attention(q, kc, vc, meta, scale)
     res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"), "batch": batch,
                            "ctx": ctx_len}
-    atom_kernel = lambda: decode_attention(q, kc, vc, meta, d ** -0.5)  # noqa: E731
+    atom_kernel = lambda: decode_attention(q, kc, vc, meta, scale)  # noqa: E731
     loads_only = lambda: gather_sum(kc, vc, ctx, tables)  # noqa: E731
-    res["atom_all_sms_tb_s"] = round(kv_bytes / _ms(atom_kernel) / 1e9, 2)
-    res["loads_only_all_sms_tb_s"] = round(kv_bytes / _ms(loads_only) / 1e9, 2)
+
+    def tb_s(fn: Callable[[], Any], stream: torch.cuda.Stream | None = None) -> float:
+        """TB/s of KV read by fn, issued on `stream` (default: a side stream of the whole GPU)."""
+        ms = median_ms(on_streams((stream or torch.cuda.Stream(), fn)), reps=20)
+        return round(case.kv_bytes / ms / 1e9, 2)
+    res["atom_all_sms_tb_s"] = tb_s(atom_kernel)
+    res["loads_only_all_sms_tb_s"] = tb_s(loads_only)
     variants = [(p, w, s) for p in (1, 2, 4) for w in (4,) for s in (2, 3, 4, 6)]
     if args.variant:
         variants = [tuple(int(x) for x in args.variant.split(","))]
@@ -202,7 +180,7 @@ def main() -> None:
             run = lambda: tma_decode(q, kc, vc, ctx, tables, pages, warps, stages)  # noqa: E731
             err = ((run().float() - ref.float()).norm() / ref.float().norm()).item()
             res[f"{key}_rel_err"] = round(err, 5)
-            res[f"{key}_tb_s"] = round(kv_bytes / _ms(run) / 1e9, 2)
+            res[f"{key}_tb_s"] = tb_s(run)
         except Exception as e:  # a variant that does not compile is a result too
             res[f"{key}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
         print(key, {k: v for k, v in res.items() if k.startswith(key)}, flush=True)
@@ -216,15 +194,13 @@ def main() -> None:
                 green = GreenContext.create(num_sms=n, device_id=0)  # alive while its stream runs
                 stream = green.Stream()
                 run = lambda: tma_decode(q, kc, vc, ctx, tables, pages, warps, stages)  # noqa: E731
-                res[f"tma_{n}_sms_tb_s"] = round(kv_bytes / _ms(run, stream) / 1e9, 2)
-                res[f"atom_{n}_sms_tb_s"] = round(kv_bytes / _ms(atom_kernel, stream) / 1e9, 2)
-                res[f"loads_only_{n}_sms_tb_s"] = round(kv_bytes / _ms(loads_only, stream) / 1e9, 2)
+                res[f"tma_{n}_sms_tb_s"] = tb_s(run, stream)
+                res[f"atom_{n}_sms_tb_s"] = tb_s(atom_kernel, stream)
+                res[f"loads_only_{n}_sms_tb_s"] = tb_s(loads_only, stream)
             except Exception as e:
                 res[f"sms_{n}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
     print(f"== tma_attention_probe: {json.dumps(res)}", flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=1)
+    write_json(res, args.out)
 
 
 if __name__ == "__main__":

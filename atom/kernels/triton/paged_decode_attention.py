@@ -56,9 +56,10 @@ def _load_e4m3_as_f16(ptr, off, row_mask, ROWS: tl.constexpr, HEAD_DIM: tl.const
     """[ROWS, HEAD_DIM] e4m3 values (row r at ptr + off[r]) as f16, converted in registers right
     after a 16-byte load. V is the dot's second operand along its rows: given a plain e4m3 load
     and `.to(f16)`, Triton converts after the shared-memory transpose, which for one-byte
-    elements is a byte-by-byte, bank-conflicted read (the fp8 kernel ran at half bf16's element
-    rate, run 3). Two e4m3 at a time as one int16, one cvt each, keeps that transpose in 16 bits
-    (ldmatrix.trans)."""
+    elements is a byte-by-byte, bank-conflicted read (the fp8 kernel read its bytes at half bf16's
+    rate, the same elements per second, run 3). Two e4m3 at a time as one int16, one cvt each,
+    keeps that transpose in 16 bits (ldmatrix.trans): 2.28 → 2.86 TB/s at 416 × 1.5k (runs 14,
+    16)."""
     pairs = tl.load(ptr.to(tl.pointer_type(tl.int16)) + (off // 2)[:, None]
                     + tl.arange(0, HEAD_DIM // 2)[None, :], mask=row_mask[:, None], other=0)
     lo, hi = tl.inline_asm_elementwise(
