@@ -1,5 +1,5 @@
 """Sequences stepped through a model the way the runner steps them, on their own KV cache: for
-tests that call a forward directly (compiled, split in halves, captured) and compare it with eager.
+tests that call a forward directly (compiled, captured) and compare it with eager.
 """
 from __future__ import annotations
 
