@@ -1,7 +1,9 @@
-"""What the GPU benchmark scripts share: a decode-attention case over a random paged cache,
-timing of work issued on other streams, and writing a result.
+"""What the GPU benchmark scripts share: a decode-attention case over a random paged cache, its
+paged gather alone (loads, no attention), timing of work issued on other streams, and writing a
+result.
 
-Imported by `gpu_bench.py`, `sm_partition_probe.py` and `tma_attention_probe.py`, each run as
+Imported by `gpu_bench.py`, `sm_partition_probe.py`, `tma_attention_probe.py` and
+`decode_attention_probe.py`, each run as
 `python3 benchmarks/<script>.py` (so this directory is on sys.path).
 """
 from __future__ import annotations
@@ -11,8 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
+import triton
+import triton.language as tl
 
 from atom.kernels.metadata import AttentionMetadata
+from atom.kernels.triton.paged_kv import paged_kv_offsets
 
 
 @dataclass
@@ -45,6 +50,40 @@ def decode_case(batch: int, ctx: int, hq: int = 32, hk: int = 8, d: int = 128, p
     return DecodeCase(torch.randn(batch, hq, d, **bf), kc, vc, meta)
 
 
+@triton.jit
+def _gather_sum_kernel(kc_ptr, vc_ptr, o_ptr, ctx_ptr, bt_ptr, bt_stride, c_blk_stride,
+                       c_tok_stride, c_head_stride, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       BLOCK_N: tl.constexpr):
+    """The paged gather of atom's decode kernel and nothing else: K + V summed. Triton issues
+    these as plain 16-byte loads (no cp.async: nothing feeds a dot), so its TB/s on N SMs is
+    what vectorised gathers alone allow, without the softmax and the dots."""
+    seq = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    ctx = tl.load(ctx_ptr + seq)
+    d = tl.arange(0, HEAD_DIM)
+    acc = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    bt_row = bt_ptr + seq * bt_stride
+    for start in range(0, ctx, BLOCK_N):
+        n = start + tl.arange(0, BLOCK_N)
+        n_mask = n < ctx
+        off = paged_kv_offsets(bt_row, n, n_mask, kvh, c_blk_stride, c_tok_stride, c_head_stride,
+                               PAGE)
+        k = tl.load(kc_ptr + off[:, None] + d[None, :], mask=n_mask[:, None], other=0.0)
+        v = tl.load(vc_ptr + off[:, None] + d[None, :], mask=n_mask[:, None], other=0.0)
+        acc += k.to(tl.float32) + v.to(tl.float32)
+    tl.store(o_ptr + (seq * tl.num_programs(1) + kvh) * HEAD_DIM + d, tl.sum(acc, 0))
+
+
+def gather_sum(kc: torch.Tensor, vc: torch.Tensor, ctx: torch.Tensor, tables: torch.Tensor,
+               block_n: int = 64, num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
+    b, hk, d = tables.shape[0], kc.shape[2], kc.shape[3]
+    out = torch.empty(b, hk, d, device=kc.device, dtype=torch.float32)
+    _gather_sum_kernel[(b, hk)](kc, vc, out, ctx, tables, tables.stride(0), kc.stride(0),
+                                kc.stride(1), kc.stride(2), PAGE=kc.shape[1], HEAD_DIM=d,
+                                BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
+    return out
+
+
 def on_streams(*work: tuple[torch.cuda.Stream, Callable[[], Any]]) -> Callable[[], None]:
     """Each fn on its stream, all forked from the current stream before any is issued and
     joined back into it after all are (joining one before issuing the next would serialise)."""
@@ -60,19 +99,21 @@ def on_streams(*work: tuple[torch.cuda.Stream, Callable[[], Any]]) -> Callable[[
     return run
 
 
-def median_ms(fn: Callable[[], Any], reps: int = 10) -> float:
-    """Median wall ms of fn between events on the current stream, synchronised each time, after
-    one warm-up call (fn may issue on other streams: on_streams joins them back)."""
+def median_ms(fn: Callable[[], Any], reps: int = 10, inner: int = 1) -> float:
+    """Median wall ms of one fn call between events on the current stream, synchronised each
+    time, after one warm-up call; `inner` calls per timing spread the sync and the streams' joins
+    (fn may issue on other streams: on_streams joins them back) over that many calls."""
     fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        for _ in range(inner):
+            fn()
         b.record()
         torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
+        times.append(a.elapsed_time(b) / inner)
     return round(sorted(times)[len(times) // 2], 3)
 
 

@@ -27,8 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from atom.kernels.triton.paged_kv import paged_kv_offsets
-from probe_kit import decode_case, median_ms, on_streams, write_json
+from probe_kit import decode_case, gather_sum, median_ms, on_streams, write_json
 
 LOG2E = 1.4426950408889634
 
@@ -91,40 +90,6 @@ def _tma_decode_kernel(q_ptr, k_desc, v_desc, o_ptr, ctx_ptr, bt_ptr, bt_stride,
     out = acc / l_i[:, None]
     tl.store(o_ptr + (seq * N_Q_HEADS + heads)[:, None] * HEAD_DIM + d[None, :],
              out.to(o_ptr.dtype.element_ty), mask=(g < GROUP)[:, None])
-
-
-@triton.jit
-def _gather_sum_kernel(kc_ptr, vc_ptr, o_ptr, ctx_ptr, bt_ptr, bt_stride, c_blk_stride,
-                       c_tok_stride, c_head_stride, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                       BLOCK_N: tl.constexpr):
-    """The paged gather of atom's decode kernel and nothing else: K + V summed. Triton issues
-    these as plain 16-byte loads (no cp.async: nothing feeds a dot), so its TB/s on N SMs is
-    what vectorised gathers alone allow, without the softmax and the dots."""
-    seq = tl.program_id(0).to(tl.int64)
-    kvh = tl.program_id(1)
-    ctx = tl.load(ctx_ptr + seq)
-    d = tl.arange(0, HEAD_DIM)
-    acc = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    bt_row = bt_ptr + seq * bt_stride
-    for start in range(0, ctx, BLOCK_N):
-        n = start + tl.arange(0, BLOCK_N)
-        n_mask = n < ctx
-        off = paged_kv_offsets(bt_row, n, n_mask, kvh, c_blk_stride, c_tok_stride, c_head_stride,
-                               PAGE)
-        k = tl.load(kc_ptr + off[:, None] + d[None, :], mask=n_mask[:, None], other=0.0)
-        v = tl.load(vc_ptr + off[:, None] + d[None, :], mask=n_mask[:, None], other=0.0)
-        acc += k.to(tl.float32) + v.to(tl.float32)
-    tl.store(o_ptr + (seq * tl.num_programs(1) + kvh) * HEAD_DIM + d, tl.sum(acc, 0))
-
-
-def gather_sum(kc: torch.Tensor, vc: torch.Tensor, ctx: torch.Tensor, tables: torch.Tensor,
-               block_n: int = 64, num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
-    b, hk, d = tables.shape[0], kc.shape[2], kc.shape[3]
-    out = torch.empty(b, hk, d, device=kc.device, dtype=torch.float32)
-    _gather_sum_kernel[(b, hk)](kc, vc, out, ctx, tables, tables.stride(0), kc.stride(0),
-                                kc.stride(1), kc.stride(2), PAGE=kc.shape[1], HEAD_DIM=d,
-                                BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
-    return out
 
 
 def tma_decode(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, ctx: torch.Tensor,
