@@ -69,79 +69,6 @@ def _load_e4m3_as_f16(ptr, off, row_mask, ROWS: tl.constexpr, HEAD_DIM: tl.const
     return tl.reshape(tl.join(lo, hi), [ROWS, HEAD_DIM])
 
 
-@triton.jit
-def _load_kv(kc_ptr, vc_ptr, bt_row, n, n_mask, kvh, d, d_mask, c_blk_stride, c_tok_stride,
-             c_head_stride, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-             DOT: tl.constexpr, E4M3_PAIRS: tl.constexpr):
-    """Tokens n of kv head kvh: K and V as [BLOCK_N, HEAD_DIM] in the dots' dtype."""
-    kv_off = paged_kv_offsets(bt_row, n, n_mask, kvh, c_blk_stride, c_tok_stride, c_head_stride,
-                              PAGE)
-    kv_mask = n_mask[:, None] & d_mask[None, :]
-    k = tl.load(kc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-    if E4M3_PAIRS:
-        v = _load_e4m3_as_f16(vc_ptr, kv_off, n_mask, BLOCK_N, HEAD_DIM)
-    else:
-        v = tl.load(vc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-    return k.to(DOT), v.to(DOT)
-
-
-@triton.jit
-def _attend_heads_as_m(q, kc_ptr, vc_ptr, bt_row, lo, hi, kvh, d, d_mask, c_blk_stride,
-                       c_tok_stride, c_head_stride, qk_scale, G_PAD: tl.constexpr,
-                       PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                       DOT: tl.constexpr, PREC: tl.constexpr, E4M3_PAIRS: tl.constexpr):
-    """Online softmax over tokens [lo, hi) with the query heads as the dots' M (padded to 16):
-    S = Q·Kᵀ [G_PAD, BLOCK_N], O += P·V. Returns (O / l [G_PAD, HEAD_DIM], m, l)."""
-    m_i = tl.full([G_PAD], float("-inf"), tl.float32)
-    l_i = tl.zeros([G_PAD], tl.float32)
-    acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
-    for start in range(lo, hi, BLOCK_N):
-        n = start + tl.arange(0, BLOCK_N)
-        n_mask = n < hi
-        k, v = _load_kv(kc_ptr, vc_ptr, bt_row, n, n_mask, kvh, d, d_mask, c_blk_stride,
-                        c_tok_stride, c_head_stride, PAGE, BLOCK_N, HEAD_DIM, DOT, E4M3_PAIRS)
-        qk = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        qk = tl.where(n_mask[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(qk - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v, input_precision=PREC)
-        m_i = m_new
-    return acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None], m_i, l_i
-
-
-@triton.jit
-def _attend_tokens_as_m(q, kc_ptr, vc_ptr, bt_row, lo, hi, kvh, d, d_mask, c_blk_stride,
-                        c_tok_stride, c_head_stride, qk_scale, G_PAD: tl.constexpr,
-                        PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                        DOT: tl.constexpr, PREC: tl.constexpr, E4M3_PAIRS: tl.constexpr):
-    """The same softmax, transposed: Sᵀ = K·Qᵀ [BLOCK_N, G_PAD], Oᵀ += Vᵀ·Pᵀ [HEAD_DIM, G_PAD].
-    With tokens (or head_dim) as M, both dots are 64+ rows tall, the shape Hopper's warpgroup
-    MMA (wgmma) takes with K and V straight from shared memory; with GQA's few heads as M they
-    are 16-row mma.sync tiles fed through registers."""
-    m_i = tl.full([G_PAD], float("-inf"), tl.float32)
-    l_i = tl.zeros([G_PAD], tl.float32)
-    acc = tl.zeros([HEAD_DIM, G_PAD], tl.float32)
-    q_t = tl.trans(q)
-    for start in range(lo, hi, BLOCK_N):
-        n = start + tl.arange(0, BLOCK_N)
-        n_mask = n < hi
-        k, v = _load_kv(kc_ptr, vc_ptr, bt_row, n, n_mask, kvh, d, d_mask, c_blk_stride,
-                        c_tok_stride, c_head_stride, PAGE, BLOCK_N, HEAD_DIM, DOT, E4M3_PAIRS)
-        qk = tl.dot(k, q_t, input_precision=PREC) * qk_scale
-        qk = tl.where(n_mask[:, None], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 0))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(qk - m_safe[None, :])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 0)
-        acc = acc * alpha[None, :] + tl.dot(tl.trans(v), p.to(DOT), input_precision=PREC)
-        m_i = m_new
-    return tl.trans(acc / tl.where(l_i == 0.0, 1.0, l_i)[None, :]), m_i, l_i
-
-
 # The block table's row stride is the batch's widest table outside CUDA graphs: specialised on it,
 # the kernel compiled again mid-serving for each new divisibility (run 9: twice in one workload).
 @triton.jit(do_not_specialize=["bt_stride"])
@@ -152,10 +79,14 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
                    GROUP: tl.constexpr, G_PAD: tl.constexpr, PAGE: tl.constexpr,
                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
-                   PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr,
-                   TOKENS_AS_M: tl.constexpr):
-    seq = tl.program_id(0)
-    kvh = tl.program_id(1)
+                   PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr, N_KV_HEADS: tl.constexpr,
+                   KVH_FASTEST: tl.constexpr):
+    if KVH_FASTEST:  # a sequence's kv heads run side by side: their rows share each page
+        kvh = tl.program_id(0)
+        seq = tl.program_id(1)
+    else:
+        seq = tl.program_id(0)
+        kvh = tl.program_id(1)
     split = tl.program_id(2)
     # Context lengths are staged before the step's first kernel: safe to read before the wait.
     ctx = tl.load(ctx_ptr + seq)
@@ -175,16 +106,32 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
     seq64 = seq.to(tl.int64)
     q = tl.load(q_ptr + seq64 * q_tok_stride + heads[:, None] * q_head_stride + d[None, :],
                 mask=g_mask[:, None] & d_mask[None, :], other=0.0).to(DOT)
+    m_i = tl.full([G_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
     bt_row = bt_ptr + seq64 * bt_stride
-    if TOKENS_AS_M:
-        out, m_i, l_i = _attend_tokens_as_m(q, kc_ptr, vc_ptr, bt_row, lo, hi, kvh, d, d_mask,
-                                            c_blk_stride, c_tok_stride, c_head_stride, qk_scale,
-                                            G_PAD, PAGE, BLOCK_N, HEAD_DIM, DOT, PREC, E4M3_PAIRS)
-    else:
-        out, m_i, l_i = _attend_heads_as_m(q, kc_ptr, vc_ptr, bt_row, lo, hi, kvh, d, d_mask,
-                                           c_blk_stride, c_tok_stride, c_head_stride, qk_scale,
-                                           G_PAD, PAGE, BLOCK_N, HEAD_DIM, DOT, PREC, E4M3_PAIRS)
+    for start in range(lo, hi, BLOCK_N):
+        n = start + tl.arange(0, BLOCK_N)
+        n_mask = n < hi
+        kv_off = paged_kv_offsets(bt_row, n, n_mask, kvh, c_blk_stride, c_tok_stride,
+                                  c_head_stride, PAGE)
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        k = tl.load(kc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        if E4M3_PAIRS:
+            v = _load_e4m3_as_f16(vc_ptr, kv_off, n_mask, BLOCK_N, HEAD_DIM)
+        else:
+            v = tl.load(vc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        qk = tl.dot(q, tl.trans(k.to(DOT)), input_precision=PREC) * qk_scale
+        qk = tl.where(n_mask[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(qk - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v.to(DOT), input_precision=PREC)
+        m_i = m_new
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
     row_mask = g_mask[:, None] & d_mask[None, :]
     if NUM_SPLITS == 1:
         tl.store(o_ptr + seq64 * o_tok_stride + heads[:, None] * o_head_stride + d[None, :],
@@ -199,7 +146,7 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
         # the atomic's release (acq_rel, GPU scope) publishes them; the last arrival's acquire
         # makes every other split's partials visible to its merge.
         tl.debug_barrier()
-        count = count_ptr + seq64 * tl.num_programs(1) + kvh
+        count = count_ptr + seq64 * N_KV_HEADS + kvh
         if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == NUM_SPLITS - 1:
             _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, seq64, kvh * GROUP, o_tok_stride,
                           o_head_stride, n_q_heads, head_dim, v_scale, GROUP, NUM_SPLITS,
@@ -225,7 +172,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      v_scale: float = 1.0, sliding_window: int | None = None,
                      splits: int | None = None, block_n: int | None = None,
                      num_warps: int = 4, out: torch.Tensor | None = None,
-                     num_stages: int | None = None, tokens_as_m: bool = False) -> torch.Tensor:
+                     num_stages: int | None = None, kvh_fastest: bool = False) -> torch.Tensor:
     """q: [B, Hq, D] (one new token per sequence, already stored) → [B, Hq, D], written into
     `out` when given."""
     batch, n_q_heads, head_dim = q.shape
@@ -249,7 +196,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     fp8 = k_cache.dtype == torch.float8_e4m3fn  # run 2: 128-token tiles suit one-byte loads
     block_n = block_n or (32 if head_pad > 128 else 128 if fp8 else 64)
     num_stages = num_stages or (3 if fp8 else 2)  # run 16, 416 x 1.5k: fp8 2.86 TB/s vs 2.61 at 2
-    _decode_kernel[(batch, n_kv_heads, n_split)](
+    grid = (n_kv_heads, batch, n_split) if kvh_fastest else (batch, n_kv_heads, n_split)
+    _decode_kernel[grid](
         q, k_cache, v_cache, out, mid_o, mid_lse, counters, meta.context_lens, meta.block_tables,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0),
@@ -258,5 +206,5 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         BLOCK_N=block_n, HEAD_DIM=head_pad, NUM_SPLITS=n_split,
         HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype, k_cache.dtype),
         PREC=dot_precision(q.dtype), E4M3_PAIRS=fp8 and head_dim == head_pad and not interpreted(),
-        TOKENS_AS_M=tokens_as_m, num_warps=num_warps, num_stages=num_stages, **pdl_args(q.device))
+        N_KV_HEADS=n_kv_heads, KVH_FASTEST=kvh_fastest, num_warps=num_warps, num_stages=num_stages, **pdl_args(q.device))
     return out
