@@ -37,12 +37,16 @@ def _tb_s(case: DecodeCase, fn: Callable[[], Any], stream: torch.cuda.Stream) ->
     return round(case.kv_bytes / ms / 1e9, 2)
 
 
+_GREEN: list = []  # a green context must outlive its stream's work: held for the process
+
+
 def _streams() -> dict[str, torch.cuda.Stream]:
     from torch.cuda.green_contexts import GreenContext
 
     streams = {"all": torch.cuda.Stream()}
     for n in SM_COUNTS:
-        streams[str(n)] = GreenContext.create(num_sms=n, device_id=0).Stream()
+        _GREEN.append(GreenContext.create(num_sms=n, device_id=0))
+        streams[str(n)] = _GREEN[-1].Stream()
     return streams
 
 
