@@ -1,17 +1,17 @@
-"""How fast does atom's decode attention read the KV cache, by cache layout and grid order, on
-the whole H200 and on a fraction of its SMs?
+"""How fast does atom's decode attention read the KV cache, by cache layout, on the whole H200
+and on a fraction of its SMs, beside the same paged gather with no attention (`loads_only`)?
 
-Why: run 20 (0f2ed99) found the kernel's per-SM limit in its loads, not its math: the same paged
-gather with no attention (`loads_only`) moves only ~66 GB/s per SM (1.13 TB/s on 16 SMs, 2.11 on
-32), and for the fp8 cache it stops at 2.9 TB/s on the whole GPU, where the fp8 kernel stops
-(2.77). (Its other finding: K and V as wgmma operands, tokens as the dots' M, were slower than
-GQA's heads as M in every tile shape, so that layout was dropped.) The cache is [blocks, page,
-hk, d]: one kv head's rows of a page are 16 runs of 256 B (128 B in fp8), 2 KB apart, and the
-grid runs every sequence's head 0 before any head 1, so the rest of each page is read much later.
-Two changes to test: `kvh_fastest` (a sequence's kv heads in adjacent programs, so a page is read
-at once) and `heads_outer` (blocks stored head by head: one kv head's page is one contiguous
-4 KB run). Reported: TB/s of KV read for each, on all SMs and on 32/48 SMs (CUDA green contexts),
-with the loads alone beside; outputs checked against the default's.
+Why: decode attention must reach HBM from fewer SMs before it can share the GPU with GEMMs (the
+only route to 12k tok/s for the 8B bf16 run, results/H200.md), and the fp8 kernel stops at ~2.8
+TB/s on the whole GPU. What the H200 said (416 sequences x 1,536 context, results/H200.md):
+- run 20 (0f2ed99): the loads alone move only ~66 GB/s per SM in bf16 (1.13 TB/s on 16 SMs, 2.11
+  on 32, 2.94 on 48, 3.54 on 64; 4.15 on all), the kernel ~80% of that; fp8 moves the same rows
+  per second, so half the bytes (loads alone 2.9 TB/s on all SMs, the kernel 2.77). The per-SM
+  limit is in the gather, not the softmax. The kernel with tokens as the dots' M (wgmma
+  operands straight from shared memory) was slower than GQA's heads as M in every tile shape.
+- runs 21-22 (101f032): neither storing each block head by head (`heads_outer`: one kv head's
+  page one contiguous 4 KB run; loads alone 4.26 vs 4.09 bf16, 3.2 vs 2.9 fp8, the kernel within
+  noise) nor running a sequence's kv heads in adjacent programs changed the kernel's rate.
 
     python benchmarks/decode_attention_probe.py --out probe.json
 """
@@ -56,20 +56,17 @@ def _probe(case: DecodeCase, tag: str, ref: torch.Tensor, streams: dict[str, tor
 
     q, kc, vc, meta = case.q, case.kc, case.vc, case.meta
     scale = q.shape[-1] ** -0.5
-    for order in ("seq", "kvh"):
-        fastest = order == "kvh"
-        loads = lambda: gather_sum(kc, vc, meta.context_lens, meta.block_tables,  # noqa: E731
-                                   kvh_fastest=fastest)
+    loads = lambda: gather_sum(kc, vc, meta.context_lens, meta.block_tables)  # noqa: E731
+    for where, stream in streams.items():
+        res[f"{tag}_loads_only_{where}"] = _tb_s(case, loads, stream)
+    for bn, nw, st in CONFIGS[tag.split("_")[0]]:
+        key = f"{tag}_n{bn}_w{nw}_st{st}"
+        run = lambda: decode_attention(q, kc, vc, meta, scale, block_n=bn,  # noqa: E731
+                                       num_warps=nw, num_stages=st)
+        res[f"{key}_rel_err"] = round(((run().float() - ref).norm() / ref.norm()).item(), 5)
         for where, stream in streams.items():
-            res[f"{tag}_{order}_loads_only_{where}"] = _tb_s(case, loads, stream)
-        for bn, nw, st in CONFIGS[tag.split("_")[0]]:
-            key = f"{tag}_{order}_n{bn}_w{nw}_st{st}"
-            run = lambda: decode_attention(q, kc, vc, meta, scale, block_n=bn,  # noqa: E731
-                                           num_warps=nw, num_stages=st, kvh_fastest=fastest)
-            res[f"{key}_rel_err"] = round(((run().float() - ref).norm() / ref.norm()).item(), 5)
-            for where, stream in streams.items():
-                res[f"{key}_{where}"] = _tb_s(case, run, stream)
-            print(key, {k: v for k, v in res.items() if k.startswith(key)}, flush=True)
+            res[f"{key}_{where}"] = _tb_s(case, run, stream)
+        print(key, {k: v for k, v in res.items() if k.startswith(key)}, flush=True)
 
 
 def main() -> None:

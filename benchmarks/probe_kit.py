@@ -55,18 +55,13 @@ def decode_case(batch: int, ctx: int, hq: int = 32, hk: int = 8, d: int = 128, p
 
 @triton.jit
 def _gather_sum_kernel(kc_ptr, vc_ptr, o_ptr, ctx_ptr, bt_ptr, bt_stride, c_blk_stride,
-                       c_tok_stride, c_head_stride, N_KV_HEADS: tl.constexpr,
-                       PAGE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
-                       KVH_FASTEST: tl.constexpr):
+                       c_tok_stride, c_head_stride, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       BLOCK_N: tl.constexpr):
     """The paged gather of atom's decode kernel and nothing else: K + V summed. Triton issues
     these as plain 16-byte loads (no cp.async: nothing feeds a dot), so its TB/s on N SMs is
     what vectorised gathers alone allow, without the softmax and the dots."""
-    if KVH_FASTEST:
-        kvh = tl.program_id(0)
-        seq = tl.program_id(1).to(tl.int64)
-    else:
-        seq = tl.program_id(0).to(tl.int64)
-        kvh = tl.program_id(1)
+    seq = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
     ctx = tl.load(ctx_ptr + seq)
     d = tl.arange(0, HEAD_DIM)
     acc = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
@@ -79,18 +74,16 @@ def _gather_sum_kernel(kc_ptr, vc_ptr, o_ptr, ctx_ptr, bt_ptr, bt_stride, c_blk_
         k = tl.load(kc_ptr + off[:, None] + d[None, :], mask=n_mask[:, None], other=0.0)
         v = tl.load(vc_ptr + off[:, None] + d[None, :], mask=n_mask[:, None], other=0.0)
         acc += k.to(tl.float32) + v.to(tl.float32)
-    tl.store(o_ptr + (seq * N_KV_HEADS + kvh) * HEAD_DIM + d, tl.sum(acc, 0))
+    tl.store(o_ptr + (seq * tl.num_programs(1) + kvh) * HEAD_DIM + d, tl.sum(acc, 0))
 
 
 def gather_sum(kc: torch.Tensor, vc: torch.Tensor, ctx: torch.Tensor, tables: torch.Tensor,
-               block_n: int = 64, num_warps: int = 4, num_stages: int = 2,
-               kvh_fastest: bool = False) -> torch.Tensor:
+               block_n: int = 64, num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
     b, hk, d = tables.shape[0], kc.shape[2], kc.shape[3]
     out = torch.empty(b, hk, d, device=kc.device, dtype=torch.float32)
-    _gather_sum_kernel[(hk, b) if kvh_fastest else (b, hk)](
-        kc, vc, out, ctx, tables, tables.stride(0), kc.stride(0), kc.stride(1), kc.stride(2),
-        N_KV_HEADS=hk, PAGE=kc.shape[1], HEAD_DIM=d, BLOCK_N=block_n, KVH_FASTEST=kvh_fastest,
-        num_warps=num_warps, num_stages=num_stages)
+    _gather_sum_kernel[(b, hk)](kc, vc, out, ctx, tables, tables.stride(0), kc.stride(0),
+                                kc.stride(1), kc.stride(2), PAGE=kc.shape[1], HEAD_DIM=d,
+                                BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
     return out
 
 
