@@ -1,0 +1,121 @@
+"""TFLOP/s of Llama-3.1-8B's four GEMMs at the 8B throughput run's row counts: cuBLAS (torch's
+default), cuBLASLt, and a persistent Triton GEMM (TMA descriptors, wgmma) by tile shape.
+
+Why: in the 8B 1000 x 1k/1k run the GEMMs take ~45 s of ~104, and at the decode batch (~416
+rows) qkv, o_proj and the split-K down_proj run at ~470-560 TFLOP/s against ~800 for large
+shapes (run 15's trace): ~1.2 ms of a 25.7 ms step. This says whether another library or a tile
+shape that fits 416 rows better (64-row tiles waste 7% on padding, 128-row ones 23%) is faster.
+Each figure is a CUDA graph of one GEMM per layer over 8 layers' distinct weights (3.5 GB: past
+L2), replayed.
+
+    python benchmarks/gemm_shape_probe.py --out probe.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from probe_kit import write_json
+
+SHAPES = {"qkv": (6144, 4096), "o_proj": (4096, 4096), "gate_up": (28672, 4096),
+          "down": (4096, 14336)}  # (out features N, in features K)
+ROWS = (208, 416, 832, 8192)
+LAYERS = 8
+# (BM, BN, BK, stages, warps)
+TILES = [(64, 128, 64, 4, 4), (64, 256, 64, 3, 4), (128, 128, 64, 4, 8), (128, 256, 64, 3, 8),
+         (128, 128, 128, 3, 8)]
+
+
+@triton.jit
+def _persistent_mm(a_desc, w_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
+                   BK: tl.constexpr, NUM_SMS: tl.constexpr):
+    """C[M, N] = A[M, K] · W[N, K]ᵀ; one program per SM walks the output tiles, M fastest so
+    the programs in flight share each weight tile (the weights are the big operand)."""
+    num_m = tl.cdiv(M, BM)
+    tiles = num_m * tl.cdiv(N, BN)
+    for tile in tl.range(tl.program_id(0), tiles, NUM_SMS, flatten=True):
+        off_m = (tile % num_m) * BM
+        off_n = (tile // num_m) * BN
+        acc = tl.zeros((BM, BN), tl.float32)
+        for k in range(0, K, BK):
+            a = a_desc.load([off_m, k])
+            w = w_desc.load([off_n, k])
+            acc = tl.dot(a, w.T, acc)
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
+def triton_mm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, tile: tuple) -> torch.Tensor:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    bm, bn, bk, stages, warps = tile
+    m, k = a.shape
+    n = w.shape[0]
+    sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    _persistent_mm[(min(sms, tiles),)](
+        TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
+        TensorDescriptor.from_tensor(out, [bm, bn]), m, n, k, BM=bm, BN=bn, BK=bk,
+        NUM_SMS=min(sms, tiles), num_stages=stages, num_warps=warps)
+    return out
+
+
+def _graph_tflops(run: Callable[[], None], flops: float) -> float:
+    from triton.testing import do_bench
+
+    run()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run()
+    ms = do_bench(g.replay, warmup=5, rep=40, return_mode="median")
+    return round(flops / ms / 1e9, 1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
+                           "gpu": torch.cuda.get_device_name(0), "layers": LAYERS}
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    for name, (n, k) in SHAPES.items():
+        ws = [torch.randn(n, k, **bf) * 0.02 for _ in range(LAYERS)]
+        for m in ROWS:
+            a = torch.randn(m, k, **bf)
+            out = torch.empty(m, n, **bf)
+            flops = 2.0 * m * n * k * LAYERS
+            key = f"{name}_m{m}"
+            for lib in ("cublas", "cublaslt"):
+                torch.backends.cuda.preferred_blas_library(lib)
+                try:
+                    res[f"{key}_{lib}"] = _graph_tflops(
+                        lambda: [torch.matmul(a, w.t(), out=out) for w in ws], flops)
+                except Exception as e:
+                    res[f"{key}_{lib}"] = f"{type(e).__name__}: {str(e)[:120]}"
+            torch.backends.cuda.preferred_blas_library("cublas")
+            ref = F.linear(a, ws[0]).float()
+            for tile in TILES:
+                tkey = f"{key}_triton_" + "_".join(map(str, tile))
+                try:
+                    err = (triton_mm(a, ws[0], out, tile).float() - ref).norm() / ref.norm()
+                    res[f"{tkey}_rel_err"] = round(err.item(), 5)
+                    res[tkey] = _graph_tflops(
+                        lambda: [triton_mm(a, w, out, tile) for w in ws], flops)
+                except Exception as e:
+                    res[tkey] = f"{type(e).__name__}: {str(e)[:120]}"
+            print(key, {kk: v for kk, v in res.items() if kk.startswith(key)
+                        and not kk.endswith("rel_err")}, flush=True)
+        del ws
+        torch.cuda.empty_cache()
+    print(f"== gemm_shape_probe: {json.dumps(res)}", flush=True)
+    write_json(res, args.out)
+
+
+if __name__ == "__main__":
+    main()
