@@ -73,13 +73,15 @@ def sample(logits: torch.Tensor, sb: SamplingBatch) -> torch.Tensor:
     """logits [B, V] float → token ids [B]."""
     if sb.all_greedy and sb.penalties is None:
         return logits.argmax(-1)  # exact in any float dtype: skip the fp32 copy
-    logits = logits.float()
     if sb.penalties is not None:
-        logits = apply_penalties(logits, sb.penalties)
-    if sb.all_greedy:
-        return logits.argmax(-1)
+        logits = apply_penalties(logits.float(), sb.penalties)
+        if sb.all_greedy:
+            return logits.argmax(-1)
     if logits.is_cuda and _gpu_sampler_available():
+        # The kernel widens each element as it reads it: an fp32 copy of bf16 logits first was
+        # 0.16 ms of the 8B run's 25.7 ms decode step (run 15 trace, 415 rows x 128k vocab).
         return _gpu_sample(logits, sb)
+    logits = logits.float()
     greedy = logits.argmax(-1)
     temps = sb.temperatures.clamp(min=1e-5).unsqueeze(1)
     scaled = logits / temps

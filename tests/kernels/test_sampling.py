@@ -74,3 +74,20 @@ def test_real_vocab_support_and_greedy(batch, dtype):
     assert torch.equal(out[temps == 0], logits[temps == 0].float().argmax(-1))
     rank = (logits.float() > logits.float().gather(1, out[:, None])).sum(1)
     assert (rank < 50).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="needs a CUDA GPU")
+def test_layer_sampler_reads_bf16_logits_as_their_fp32_copy_would():
+    """atom.layers.sampler hands bf16 logits to the kernel without an fp32 copy: the same seeded
+    draws as from the copy, token for token."""
+    from atom.layers.sampler import SamplingBatch, sample as layer_sample
+
+    logits = (3 * torch.randn(64, 128256, device=DEVICE)).to(torch.bfloat16)
+    temps = torch.full((64,), 0.6, device=DEVICE)
+    temps[::3] = 0
+
+    def draw(x):
+        gens = [torch.Generator(device=DEVICE).manual_seed(i) for i in range(64)]
+        return layer_sample(x, SamplingBatch(temps, None, None, gens, all_greedy=False))
+    assert torch.equal(draw(logits), draw(logits.float()))
