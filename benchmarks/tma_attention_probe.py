@@ -11,8 +11,9 @@ Correctness is checked against atom's kernel; then TB/s of KV read on the whole 
 paged gather, summed: no softmax, no dots) on the same SMs.
 
 Run 19 (b1c0838, before the loads-only kernel existed): TMA per page is slower per SM than
-atom's kernel (0.97 vs 1.65 TB/s on 32 SMs). loads_only tells whether the load path or the
-per-token compute chain is what an SM is short of.
+atom's kernel (0.97 vs 1.65 TB/s on 32 SMs). Run 20 (decode_attention_probe.py) measured the
+loads alone: ~66 GB/s per SM (2.1 TB/s on 32 SMs), so the gather, not the per-token compute
+chain, is what an SM is short of.
 
     python benchmarks/tma_attention_probe.py --out probe.json
 """
