@@ -6,7 +6,9 @@ rows) qkv, o_proj and the split-K down_proj run at ~470-560 TFLOP/s against ~800
 shapes (run 15's trace): ~1.2 ms of a 25.7 ms step. This says whether another library or a tile
 shape that fits 416 rows better (64-row tiles waste 7% on padding, 128-row ones 23%) is faster.
 Each figure is a CUDA graph of one GEMM per layer over 8 layers' distinct weights (3.5 GB: past
-L2), replayed.
+L2), replayed. Run 23 (4e827b0, results/H200.md): at 416 rows cuBLASLt wins o_proj (582 vs 502)
+and down (678 vs 633) and loses qkv (557 vs 598) and gate_up (592 vs 631); this persistent
+Triton GEMM lost to cuBLAS at every shape.
 
     python benchmarks/gemm_shape_probe.py --out probe.json
 """

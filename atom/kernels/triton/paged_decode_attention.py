@@ -189,8 +189,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     else:
         mid_o = mid_lse = counters = out
     fp8 = k_cache.dtype == torch.float8_e4m3fn  # run 2: 128-token tiles suit one-byte loads
-    # Unsplit (large batches), 128-token tiles read bf16 faster too: 416 x 1.5k, 4.21-4.23 TB/s
-    # against 4.03-4.15 at 64 (runs 17, 20, 22); split small batches keep the 64 their sweep chose.
+    # Unsplit (large batches), 128-token tiles read bf16 faster too: 416 sequences at 1k / 1.5k /
+    # 2k context, 4.04-4.23 TB/s against 3.90-4.15 at 64 (runs 17, 20, 22, 25); split small
+    # batches keep the 64 their sweep chose.
     block_n = block_n or (32 if head_pad > 128 else 128 if fp8 or n_split == 1 else 64)
     num_stages = num_stages or (3 if fp8 else 2)  # run 16, 416 x 1.5k: fp8 2.86 TB/s vs 2.61 at 2
     _decode_kernel[(batch, n_kv_heads, n_split)](
