@@ -11,13 +11,14 @@ and down (678 vs 633) and loses qkv (557 vs 598) and gate_up (592 vs 631); this 
 Triton GEMM lost to cuBLAS at every shape.
 
     python benchmarks/gemm_shape_probe.py --out probe.json
+    python benchmarks/gemm_shape_probe.py --table   # writes atom/kernels/triton/blas_tables/<GPU>.json
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -79,10 +80,64 @@ def _graph_tflops(run: Callable[[], None], flops: float) -> float:
     return round(flops / ms / 1e9, 1)
 
 
+# The linears of the models the H200 benchmarks run, (N, K): Llama-3.1-8B and Qwen3-0.6B, with
+# their vocabulary projections (only ever up to max_num_seqs rows: prefill keeps last tokens).
+TABLE_SHAPES = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (4096, 1024),
+                (1024, 2048), (6144, 1024), (1024, 3072)]
+VOCAB_SHAPES = [(128256, 4096), (151936, 1024)]
+TABLE_ROWS = (16, 64, 128, 256, 416, 512, 1024, 2048, 4096, 8192, 16384)
+LT_MARGIN = 1.03  # cuBLASLt only where it is at least 3% faster: no flips on noise
+
+
+def write_table(path: Optional[str]) -> dict[str, Any]:
+    """For each shape and row count, the faster library (cuBLAS unless cuBLASLt wins by
+    LT_MARGIN), merged into row ranges: blas_table.py's table for this GPU."""
+    from atom.kernels.triton.blas_table import parse_table, table_path
+
+    gpu = torch.cuda.get_device_name(0)
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    shapes, measured = {}, {}
+    for n, k in TABLE_SHAPES + VOCAB_SHAPES:
+        ws = [torch.randn(n, k, **bf) * 0.02 for _ in range(4)]  # 4 layers: past L2 at every shape
+        ranges: list[list] = []
+        for m in TABLE_ROWS if n < 100_000 else [r for r in TABLE_ROWS if r <= 512]:
+            a, out = torch.randn(m, k, **bf), torch.empty(m, n, **bf)
+            rate = {}
+            for lib in ("cublas", "cublaslt"):
+                torch.backends.cuda.preferred_blas_library(lib)
+                rate[lib] = _graph_tflops(lambda: [torch.matmul(a, w.t(), out=out) for w in ws],
+                                          2.0 * m * n * k * len(ws))
+            torch.backends.cuda.preferred_blas_library("cublas")
+            lib = "cublaslt" if rate["cublaslt"] >= LT_MARGIN * rate["cublas"] else "cublas"
+            measured[f"{n}x{k}_m{m}"] = rate
+            if ranges and ranges[-1][1] == lib:
+                ranges[-1][0] = m
+            else:
+                ranges.append([m, lib])
+        shapes[f"{n}x{k}"] = ranges
+        print(f"{n}x{k}", ranges, flush=True)
+        del ws
+        torch.cuda.empty_cache()
+    table = {"gpu": gpu, "commit": os.environ.get("ATOM_COMMIT", "unknown"),
+             "command": "python benchmarks/gemm_shape_probe.py --table",
+             "torch": torch.__version__, "shapes": shapes, "tflops": measured}
+    parse_table(table, "the new table")  # what blas_table.py will read must parse
+    dest = path or str(table_path(gpu))
+    with open(dest, "w") as f:
+        json.dump(table, f, indent=1)
+    print(f"== gemm_shape_probe table: {dest} {json.dumps(shapes)}", flush=True)
+    return table
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--table", nargs="?", const="", default=None,
+                    help="write this GPU's BLAS table (to the given path, or where atom reads it)")
     args = ap.parse_args()
+    if args.table is not None:
+        write_table(args.table or None)
+        return
     res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
                            "gpu": torch.cuda.get_device_name(0), "layers": LAYERS}
     bf = dict(device="cuda", dtype=torch.bfloat16)

@@ -8,10 +8,12 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 from atom.kernels.backend import add_rms_norm_linear_unfused, register, rope_store_kv_unfused
 from atom.kernels.metadata import AttentionMetadata
-from atom.kernels.triton import activation, gemv, kv_store, rms_norm, rope_kv_store, rotary
+from atom.kernels.triton import (activation, blas_table, gemv, kv_store, rms_norm, rope_kv_store,
+                                 rotary)
 from atom.kernels.triton.paged_decode_attention import decode_attention
 from atom.kernels.triton.paged_prefill_attention import prefill_attention
 
@@ -23,6 +25,9 @@ FUSED_NORM_MAX_N = 8192
 @register("triton")
 class TritonBackend:
     name = "triton"
+
+    def __init__(self) -> None:
+        self._blas: Optional[blas_table.BlasTable] = None  # this GPU's, read at the first GEMM
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return rms_norm.rms_norm(x, weight, eps)
@@ -38,8 +43,15 @@ class TritonBackend:
     def linear(self, x: torch.Tensor, weight: torch.Tensor,
                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Single-row (batch-1 decode) linears through the Triton GEMV, +7% 8B and +16%
-        Qwen3-0.6B single-request decode in run 3; F.linear otherwise."""
-        return gemv.linear(x, weight, bias)
+        Qwen3-0.6B single-request decode in run 3; F.linear otherwise, through the BLAS library
+        this GPU's table names for the shape (blas_table.py)."""
+        if gemv.takes(x, weight):
+            return gemv.gemv(x, weight, bias)
+        if not x.is_cuda or torch.compiler.is_compiling():  # compile picks its own GEMMs
+            return F.linear(x, weight, bias)
+        if self._blas is None:
+            self._blas = blas_table.load_table(torch.cuda.get_device_name(x.device))
+        return blas_table.linear(x, weight, bias, self._blas)
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         return activation.silu_and_mul(x)
@@ -53,7 +65,7 @@ class TritonBackend:
         SiLU over the long row costs more than the launch it saves."""
         if gemv.takes(x, weight) and weight.shape[1] <= FUSED_SILU_MAX_K:
             return gemv.gemv(x, weight, bias, silu_gate=True)
-        return gemv.linear(activation.silu_and_mul(x), weight, bias)
+        return self.linear(activation.silu_and_mul(x), weight, bias)
 
     def add_rms_norm_linear(self, x: torch.Tensor, residual: Optional[torch.Tensor],
                             norm_weight: torch.Tensor, eps: float, weight: torch.Tensor,

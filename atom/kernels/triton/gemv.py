@@ -100,13 +100,6 @@ def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and weight.stride(-1) == 1 and x.dtype in (torch.bfloat16, torch.float16))
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, with single-row inputs taken by the GEMV kernel."""
-    if takes(x, weight):
-        return gemv(x, weight, bias)
-    return torch.nn.functional.linear(x, weight, bias)
-
-
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
          silu_gate: bool = False, block_n: int | None = None, block_k: int | None = None,
          num_warps: int | None = None) -> torch.Tensor:
