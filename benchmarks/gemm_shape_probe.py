@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -122,7 +123,8 @@ def write_table(path: Optional[str]) -> dict[str, Any]:
              "command": "python benchmarks/gemm_shape_probe.py --table",
              "torch": torch.__version__, "shapes": shapes, "tflops": measured}
     parse_table(table, "the new table")  # what blas_table.py will read must parse
-    dest = path or str(table_path(gpu))
+    dest = Path(path) if path else table_path(gpu)
+    dest.parent.mkdir(parents=True, exist_ok=True)  # git does not carry an empty blas_tables/
     with open(dest, "w") as f:
         json.dump(table, f, indent=1)
     print(f"== gemm_shape_probe table: {dest} {json.dumps(shapes)}", flush=True)
