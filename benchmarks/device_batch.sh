@@ -5,7 +5,9 @@
 #   ATOM_COMMIT=<sha> bash benchmarks/device_batch.sh tests bench:throughput_8b,throughput_8b_fp8
 #
 # Parts: `tests` (the GPU-marked tests), `bench:<names>` (gpu_bench.py --only <names> at level 2),
-# `script:<path>` (a benchmark script taking --out, e.g. benchmarks/sm_partition_probe.py).
+# `script:<path>` (a benchmark script taking --out, e.g. benchmarks/sm_partition_probe.py),
+# `blas_ab` (this GPU's BLAS table from gemm_shape_probe.py --table, then throughput_8b with the
+# table and without it, back to back on one machine: the A/B a ~1% change needs).
 # PART_TIMEOUT (seconds, default 280) bounds each part, so one stuck part cannot eat the command.
 set -u
 : "${OUT:?the device tool sets OUT}"
@@ -33,6 +35,20 @@ for part in "$@"; do
       timeout "$limit" python3 "$path" --out "$OUT/$tag.json" > "$OUT/$tag.log" 2>&1
       rc=$?
       grep '== ' "$OUT/$tag.log" | cut -c1-1500 ;;
+    blas_ab)
+      table=$(python3 -c "import torch; from atom.kernels.triton.blas_table import table_path
+print(table_path(torch.cuda.get_device_name(0)))")
+      timeout "$limit" python3 benchmarks/gemm_shape_probe.py --table > "$OUT/blas_table.log" 2>&1
+      rc=$?
+      cp "$table" "$OUT/" && for arm in with without; do
+        [ "$arm" = without ] && mv "$table" "$table.off"
+        timeout "$limit" python3 benchmarks/gpu_bench.py --only throughput_8b \
+          --extra runtime.level=2 --out "$OUT/throughput_8b_${arm}_table.json" \
+          > "$OUT/throughput_8b_${arm}_table.log" 2>&1
+        rc=$?
+        echo "$arm table: $(grep '== ' "$OUT/throughput_8b_${arm}_table.log" | cut -c1-200)"
+      done
+      [ -f "$table.off" ] && mv "$table.off" "$table" ;;
     *)
       rc=2
       echo "unknown part: $part" ;;
