@@ -18,13 +18,12 @@ TB/s on the whole GPU. What the H200 said (416 sequences x 1,536 context, result
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any, Callable
 
 import torch
 
-from probe_kit import DecodeCase, decode_case, gather_sum, median_ms, on_streams, write_json
+from probe_kit import DecodeCase, decode_case, error_text, gather_sum, median_ms, on_streams, report
 
 SM_COUNTS = (32, 48)
 # (block_n, num_warps, num_stages): the defaults and run 20's best on all SMs
@@ -91,11 +90,10 @@ def main() -> None:
             try:
                 _probe(case, f"{dtag}_{ltag}", ref, streams, res)
             except Exception as e:
-                res[f"{dtag}_{ltag}_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                res[f"{dtag}_{ltag}_error"] = error_text(e, 300)
             del case
             torch.cuda.empty_cache()
-    print(f"== decode_attention_probe: {json.dumps(res)}", flush=True)
-    write_json(res, args.out)
+    report("decode_attention_probe", res, args.out)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ and down (678 vs 633) and loses qkv (557 vs 598) and gate_up (592 vs 631); this 
 Triton GEMM lost to cuBLAS at every shape.
 
     python benchmarks/gemm_shape_probe.py --out probe.json
-    python benchmarks/gemm_shape_probe.py --table   # writes atom/kernels/triton/blas_tables/<GPU>.json
+    python benchmarks/gemm_shape_probe.py --table   # atom/kernels/triton/blas_tables/<GPU>.json
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from probe_kit import write_json
+from probe_kit import error_text, report
 
 SHAPES = {"qkv": (6144, 4096), "o_proj": (4096, 4096), "gate_up": (28672, 4096),
           "down": (4096, 14336)}  # (out features N, in features K)
@@ -156,7 +156,7 @@ def main() -> None:
                     res[f"{key}_{lib}"] = _graph_tflops(
                         lambda: [torch.matmul(a, w.t(), out=out) for w in ws], flops)
                 except Exception as e:
-                    res[f"{key}_{lib}"] = f"{type(e).__name__}: {str(e)[:120]}"
+                    res[f"{key}_{lib}"] = error_text(e, 120)
             torch.backends.cuda.preferred_blas_library("cublas")
             ref = F.linear(a, ws[0]).float()
             for tile in TILES:
@@ -167,13 +167,12 @@ def main() -> None:
                     res[tkey] = _graph_tflops(
                         lambda: [triton_mm(a, w, out, tile) for w in ws], flops)
                 except Exception as e:
-                    res[tkey] = f"{type(e).__name__}: {str(e)[:120]}"
+                    res[tkey] = error_text(e, 120)
             print(key, {kk: v for kk, v in res.items() if kk.startswith(key)
                         and not kk.endswith("rel_err")}, flush=True)
         del ws
         torch.cuda.empty_cache()
-    print(f"== gemm_shape_probe: {json.dumps(res)}", flush=True)
-    write_json(res, args.out)
+    report("gemm_shape_probe", res, args.out)
 
 
 if __name__ == "__main__":

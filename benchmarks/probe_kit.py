@@ -120,8 +120,15 @@ def median_ms(fn: Callable[[], Any], reps: int = 10, inner: int = 1) -> float:
     return round(sorted(times)[len(times) // 2], 3)
 
 
-def write_json(results: dict[str, Any], out: Optional[str]) -> None:
-    """The results as the JSON file `out` (the scripts' --out), when one is asked for."""
+def error_text(e: Exception, limit: int = 200) -> str:
+    """A failure recorded as a result (a config that does not compile is a result too)."""
+    return f"{type(e).__name__}: {str(e)[:limit]}"
+
+
+def report(name: str, results: dict[str, Any], out: Optional[str]) -> None:
+    """The `== name: {...}` line device_batch.sh greps, and the results as the JSON file `out`
+    (the scripts' --out) when one is asked for."""
+    print(f"== {name}: {json.dumps(results)}", flush=True)
     if out:
         with open(out, "w") as f:
             json.dump(results, f, indent=1)

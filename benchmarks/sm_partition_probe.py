@@ -20,13 +20,12 @@ on 48, 3.7 on 80, 4.0 on all 132), so every split is slower than serial (best 6.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any, Callable
 
 import torch
 
-from probe_kit import decode_case, median_ms, on_streams, write_json
+from probe_kit import decode_case, error_text, median_ms, on_streams, report
 
 
 def _attention(batch: int, ctx: int, layers: int) -> tuple[Callable[[], None], float]:
@@ -75,7 +74,7 @@ def probe(batch: int, ctx: int, rows: int, layers: int, splits: list[int]) -> di
             g_ctx = GreenContext.create(num_sms=sms - n, device_id=0)
             a_stream, g_stream = a_ctx.Stream(), g_ctx.Stream()
         except Exception as e:  # an SM count the driver rounds away, or no green contexts
-            out[f"split_{n}_error"] = f"{type(e).__name__}: {e}"
+            out[f"split_{n}_error"] = error_text(e)
             continue
         a_ms = median_ms(on_streams((a_stream, attn)))
         g_ms = median_ms(on_streams((g_stream, gemm)))
@@ -98,9 +97,8 @@ def main() -> None:
         try:
             results[name] = probe(*args_, splits=[16, 32, 48, 64, 80])
         except Exception as e:
-            results[name] = {"error": f"{type(e).__name__}: {e}"}
-        print(f"== {name}: {json.dumps(results[name])}", flush=True)
-    write_json(results, args.out)
+            results[name] = {"error": error_text(e)}
+    report("sm_partition_probe", results, args.out)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ chain, is what an SM is short of.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any, Callable
 
@@ -28,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from probe_kit import decode_case, gather_sum, median_ms, on_streams, write_json
+from probe_kit import decode_case, error_text, gather_sum, median_ms, on_streams, report
 
 LOG2E = 1.4426950408889634
 
@@ -148,7 +147,7 @@ def main() -> None:
             res[f"{key}_rel_err"] = round(err, 5)
             res[f"{key}_tb_s"] = tb_s(run)
         except Exception as e:  # a variant that does not compile is a result too
-            res[f"{key}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            res[f"{key}_error"] = error_text(e)
         print(key, {k: v for k, v in res.items() if k.startswith(key)}, flush=True)
     tried = {f"tma_p{p}_w{w}_st{s}_tb_s": (p, w, s) for p, w, s in variants}
     best = max((k for k in tried if k in res), key=lambda k: res[k], default=None)
@@ -164,9 +163,8 @@ def main() -> None:
                 res[f"atom_{n}_sms_tb_s"] = tb_s(atom_kernel, stream)
                 res[f"loads_only_{n}_sms_tb_s"] = tb_s(loads_only, stream)
             except Exception as e:
-                res[f"sms_{n}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
-    print(f"== tma_attention_probe: {json.dumps(res)}", flush=True)
-    write_json(res, args.out)
+                res[f"sms_{n}_error"] = error_text(e)
+    report("tma_attention_probe", res, args.out)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,12 @@ from typing import Optional
 import torch
 
 
+def leading_decodes(q_lens: list[int]) -> int:
+    """AttentionMetadata.num_decode_seqs of a batch: its leading run of one-query sequences,
+    0 when every sequence has one (an all-decode batch takes the decode path whole)."""
+    return next((i for i, n in enumerate(q_lens) if n != 1), 0)
+
+
 @dataclass
 class AttentionMetadata:
     """A batch of sequences, each contributing `q_len` new tokens on top of a cached context.

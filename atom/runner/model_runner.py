@@ -11,7 +11,7 @@ import torch
 
 from atom.config.schema import Config
 from atom.kernels.backend import get_backend, resolve_backend_name
-from atom.kernels.metadata import AttentionMetadata
+from atom.kernels.metadata import AttentionMetadata, leading_decodes
 from atom.layers.sampler import PenaltyBatch, SamplingBatch, compute_logprobs, sample
 from atom.loader.model_loader import build_model
 from atom.model_engine.scheduler import ScheduledBatch
@@ -212,7 +212,7 @@ class ModelRunner:
             cu_seqlens_q=cu_d, context_lens=ctx_d, block_tables=tables_d, slot_mapping=slots_d,
             max_q_len=max(q_lens), max_context_len=max(ctx), is_decode=max(q_lens) == 1,
             q_lens_cpu=q_lens, context_lens_cpu=ctx,
-            num_decode_seqs=next((i for i, n in enumerate(q_lens) if n != 1), 0),
+            num_decode_seqs=leading_decodes(q_lens),
             split_counters=self.split_counters)
         sampling = self._sampling_batch(batch, rows, temps_d, ks_d, ps_d)
         return StepInputs(ids_d, pos_d, meta, rows, idx_d, sampling)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from atom.kernels.metadata import AttentionMetadata
+from atom.kernels.metadata import AttentionMetadata, leading_decodes
 from atom.models.llama import head_dim_of
 from atom.runner import forward_context
 from atom.runner.forward_context import ForwardContext
@@ -64,5 +64,5 @@ class SteppedBatch:
         meta = AttentionMetadata(cu.to(dev), torch.tensor(ctx, dtype=torch.int32, device=dev),
                                  tables.to(dev), slots.to(dev), max(q_lens), max(ctx),
                                  max(q_lens) == 1, q_lens, ctx,
-                                 num_decode_seqs=next((i for i, n in enumerate(q_lens) if n != 1), 0))
+                                 num_decode_seqs=leading_decodes(q_lens))
         return ids.to(dev), pos.to(dev), meta

@@ -42,6 +42,7 @@ def test_table_file_is_named_after_the_gpu():
 
 
 def test_every_committed_table_parses_and_a_gpu_without_one_gets_none():
+    """(No table is committed yet: until one is, only the second half can fail.)"""
     for path in blas_table.TABLE_DIR.glob("*.json"):
         assert parse_table(json.loads(path.read_text()), str(path)).ranges, path
     assert blas_table.load_table("No Such GPU 9000") == BlasTable()

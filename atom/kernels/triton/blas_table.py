@@ -65,10 +65,8 @@ def load_table(gpu_name: str) -> BlasTable:
     path = table_path(gpu_name)
     if not path.exists():
         return BlasTable()
-    now = torch._C._get_blas_preferred_backend()
-    default = next(lib for lib, b in _BACKEND.items() if b == now) if now in _BACKEND.values() \
-        else "cublas"
-    return parse_table(json.loads(path.read_text()), str(path), default)
+    lt = torch._C._get_blas_preferred_backend() == _BACKEND["cublaslt"]
+    return parse_table(json.loads(path.read_text()), str(path), "cublaslt" if lt else "cublas")
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
