@@ -661,6 +661,32 @@ def bench_kernels() -> dict[str, Any]:
     return out
 
 
+def bench_sampler() -> dict[str, Any]:
+    """The GPU sampler's kernel time (graph replay) at the runs' shapes: temperature only (the
+    chunked path) and with top-k/top-p (one program per row), bf16 logits. Run 24's trace had
+    the one-program-per-row sampler at 0.257 ms for 415 x 128k."""
+    from triton.testing import do_bench
+
+    from atom.kernels.triton.sampling import sample
+
+    out: dict[str, Any] = {}
+    for rows, vocab in ((1, 128256), (415, 128256), (256, 151936)):
+        logits = (3 * torch.randn(rows, vocab, device="cuda")).to(torch.bfloat16)
+        temps = torch.full((rows,), 0.6, device="cuda")
+        seeds = torch.arange(rows, device="cuda")
+        k = torch.full((rows,), 50, dtype=torch.int32, device="cuda")
+        p = torch.full((rows,), 0.9, device="cuda")
+        for tag, fn in (("temperature", lambda: sample(logits, temps, None, None, seeds)),
+                        ("top_k_top_p", lambda: sample(logits, temps, k, p, seeds))):
+            fn()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            ms = do_bench(g.replay, warmup=10, rep=50, return_mode="median")
+            out[f"sample_{rows}x{vocab}_{tag}_us"] = round(ms * 1e3, 1)
+    return out
+
+
 def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
     """Logits after `tokens`, one prefill through the engine's own runner (engine idle)."""
     from atom.kernels.metadata import AttentionMetadata
@@ -720,6 +746,7 @@ PDL_OFF = {"ATOM_TRITON_PDL": "0"}  # atom/kernels/triton/pdl.py
 
 BENCHES: dict[str, Callable[[], Any]] = {
     "kernels": bench_kernels,
+    "sampler": bench_sampler,
     "greedy_equal": bench_greedy_equal,
     "decode_kernels": bench_decode_kernels,
     "decode_attn_sweep": bench_decode_attn_sweep,

@@ -41,6 +41,26 @@ def test_greedy_rows_are_argmax_and_mixed_batches_work():
     assert ((out >= 0) & (out < 50)).all()
 
 
+def test_chunked_draws_equal_the_one_pass_draws():
+    """Rows without top-k/top-p are drawn chunk by chunk (three chunks of this vocabulary) and
+    picked across chunks; top_k=0/top_p=1 take the one-program-per-row path, whose first draw is
+    the same race over the whole row and always accepted: the same tokens, greedy rows too."""
+    from atom.kernels.triton.sampling import CHUNK
+
+    torch.manual_seed(0)
+    batch, vocab = 5, 2 * CHUNK + 300
+    logits = 4 * torch.randn(batch, vocab, device=DEVICE)
+    logits[1, CHUNK + 7] = logits[1, 2 * CHUNK + 1] = 100.0  # a tie across chunks: lowest index
+    temps = torch.tensor([0.9, 0.0, 0.6, 1.0, 0.0], device=DEVICE)
+    seeds = torch.tensor([3, 5, 7, 11, 13], device=DEVICE)
+    chunked = sample(logits, temps, None, None, seeds)
+    one_pass = sample(logits, temps, torch.zeros(batch, dtype=torch.int32, device=DEVICE),
+                      torch.ones(batch, device=DEVICE), seeds)
+    assert torch.equal(chunked, one_pass)
+    assert chunked[1] == CHUNK + 7 and chunked[4] == logits[4].argmax()
+    assert len(set(sample(logits, temps, None, None, seeds + s)[0].item() for s in range(8))) > 1
+
+
 @pytest.mark.parametrize("t,k,p", [
     pytest.param(1.0, None, None, id="temperature"),
     pytest.param(1.3, 5, 0.8, id="top-k-and-top-p"),

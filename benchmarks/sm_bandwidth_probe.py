@@ -1,0 +1,186 @@
+"""How many bytes a second can one H200 SM pull from HBM, and does decode attention over large,
+contiguous KV pages get there?
+
+Why: 12k tok/s for the 8B bf16 run needs decode attention to run beside the GEMMs on part of the
+GPU (results/H200.md), and atom's paged decode kernel moves ~50 GB/s per SM, its gather alone
+~66 (runs 15, 20): on the ~48 SMs an overlap could spare, ~2.4 TB/s, not the ~4 it needs. This
+separates what the hardware allows an SM from what the paged gather allows:
+  stream_plain  each program reads its own contiguous K and V rows with plain 16-byte loads
+  stream_tma    the same rows as TMA tiles feeding a dot, pipelined num_stages deep
+  bigpage       decode attention (GQA heads as M, online softmax) over a cache whose pages are
+                PAGE tokens of one kv head, contiguous ([blocks, kv heads, PAGE, D]), each tile
+                one TMA copy: the candidate design
+  atom          atom's kernel on its 16-token, tokens-outer pages (the baseline)
+each on the whole GPU and on 32 / 48 / 64 SMs (CUDA green contexts), as TB/s of K and V read,
+416 sequences x 1,536 context x 8 kv heads x 128 (the 8B run's decode step, one layer).
+
+    python benchmarks/sm_bandwidth_probe.py --out probe.json
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, Callable
+
+import torch
+import triton
+import triton.language as tl
+
+from probe_kit import decode_case, error_text, median_ms, on_streams, report
+
+BATCH, CTX, HQ, HK, D = 416, 1536, 32, 8, 128
+SM_COUNTS = (32, 48, 64)
+LOG2E = 1.4426950408889634
+DOT = tl.float32 if os.environ.get("TRITON_INTERPRET") == "1" else tl.bfloat16  # see dot_dtype.py
+
+
+@triton.jit
+def _stream_plain(k_ptr, v_ptr, o_ptr, ROWS: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr):
+    base = tl.program_id(0).to(tl.int64) * ROWS
+    r = tl.arange(0, BLOCK)
+    d = tl.arange(0, D)
+    acc = tl.zeros([BLOCK, D], tl.float32)
+    for start in range(0, ROWS, BLOCK):
+        off = (base + start + r)[:, None] * D + d[None, :]
+        acc += tl.load(k_ptr + off).to(tl.float32) + tl.load(v_ptr + off).to(tl.float32)
+    tl.store(o_ptr + tl.program_id(0) * D + d, tl.sum(acc, 0))
+
+
+@triton.jit
+def _stream_tma(k_desc, v_desc, o_ptr, ROWS: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr,
+                DOT: tl.constexpr):
+    base = tl.program_id(0) * ROWS
+    ones = tl.full([16, BLOCK], 1.0, DOT)
+    acc = tl.zeros([16, D], tl.float32)
+    for start in range(0, ROWS, BLOCK):
+        acc = tl.dot(ones, k_desc.load([base + start, 0]).to(DOT), acc)
+        acc = tl.dot(ones, v_desc.load([base + start, 0]).to(DOT), acc)
+    d = tl.arange(0, D)
+    tl.store(o_ptr + tl.program_id(0) * D + d, tl.sum(acc, 0))
+
+
+@triton.jit
+def _bigpage_decode(q_ptr, k_desc, v_desc, o_ptr, ctx_ptr, bt_ptr, bt_stride, qk_scale,
+                    HK: tl.constexpr, GROUP: tl.constexpr, G_PAD: tl.constexpr,
+                    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+                    DOT: tl.constexpr):
+    seq = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    ctx = tl.load(ctx_ptr + seq)
+    g = tl.arange(0, G_PAD)
+    d = tl.arange(0, D)
+    heads = kvh * GROUP + g
+    q_off = (seq * HK * GROUP + heads)[:, None] * D + d[None, :]
+    q = tl.load(q_ptr + q_off, mask=(g < GROUP)[:, None], other=0.0).to(DOT)
+    m_i = tl.full([G_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, D], tl.float32)
+    for start in range(0, ctx, BLOCK_N):
+        blk = tl.load(bt_ptr + seq * bt_stride + start // PAGE)
+        row = (blk * HK + kvh) * PAGE + start % PAGE
+        k = k_desc.load([row, 0])
+        v = v_desc.load([row, 0])
+        qk = tl.dot(q, tl.trans(k.to(DOT))) * qk_scale
+        qk = tl.where((start + tl.arange(0, BLOCK_N))[None, :] < ctx, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.exp2(qk - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v.to(DOT))
+        m_i = m_new
+    tl.store(o_ptr + q_off, (acc / l_i[:, None]).to(tl.bfloat16), mask=(g < GROUP)[:, None])
+
+
+def _descs(k: torch.Tensor, v: torch.Tensor, block: int):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return (TensorDescriptor.from_tensor(k, [block, D]), TensorDescriptor.from_tensor(v, [block, D]))
+
+
+def _bigpage_case(page: int) -> dict[str, Any]:
+    """A [blocks, HK, page, D] cache (blocks shuffled), its block tables, q, and a reference
+    output for the first 4 sequences from the dense K/V."""
+    pages = CTX // page
+    nblk = BATCH * pages
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(nblk, HK, page, D, **bf) for _ in range(2))
+    tables = torch.randperm(nblk, device="cuda", dtype=torch.int32).view(BATCH, pages)
+    q = torch.randn(BATCH, HQ, D, **bf)
+    ref = []
+    for s in range(4):
+        ks, vs = (c[tables[s].long()].permute(1, 0, 2, 3).reshape(HK, CTX, D).float() for c in (k, v))
+        ks, vs = (t.repeat_interleave(HQ // HK, 0) for t in (ks, vs))
+        w = torch.softmax(q[s].float().unsqueeze(1) @ ks.transpose(1, 2) * D ** -0.5, -1)
+        ref.append((w @ vs).squeeze(1))
+    return {"k": k.view(-1, D), "v": v.view(-1, D), "tables": tables, "q": q,
+            "ctx": torch.full((BATCH,), CTX, device="cuda", dtype=torch.int32),
+            "ref": torch.stack(ref), "page": page}
+
+
+def _bigpage(case: dict[str, Any], block_n: int, warps: int, stages: int) -> Callable[[], torch.Tensor]:
+    kd, vd = _descs(case["k"], case["v"], block_n)
+    out = torch.empty_like(case["q"])
+
+    def run() -> torch.Tensor:
+        _bigpage_decode[(BATCH, HK)](case["q"], kd, vd, out, case["ctx"], case["tables"],
+                                     case["tables"].stride(0), D ** -0.5 * LOG2E, HK=HK,
+                                     GROUP=HQ // HK, G_PAD=16, PAGE=case["page"], BLOCK_N=block_n,
+                                     D=D, DOT=DOT, num_warps=warps, num_stages=stages)
+        return out
+    return run
+
+
+def main() -> None:
+    from torch.cuda.green_contexts import GreenContext
+
+    from atom.kernels.triton.paged_decode_attention import decode_attention
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"), "batch": BATCH,
+                           "ctx": CTX}
+    kv_bytes = 2 * BATCH * CTX * HK * D * 2
+    green = [GreenContext.create(num_sms=n, device_id=0) for n in SM_COUNTS]  # held: see NOTES
+    streams = {"all": torch.cuda.Stream(), **{str(n): g.Stream() for n, g in zip(SM_COUNTS, green)}}
+
+    def measure(key: str, fn: Callable[[], Any]) -> None:
+        for where, stream in streams.items():
+            try:
+                ms = median_ms(on_streams((stream, fn)), reps=10, inner=5)
+                res[f"{key}_{where}"] = round(kv_bytes / ms / 1e9, 2)
+            except Exception as e:  # a config that does not compile is a result too
+                res[f"{key}_{where}"] = error_text(e)
+                return
+        print(key, {k: v for k, v in res.items() if k.startswith(key + "_")}, flush=True)
+
+    rows = BATCH * HK * CTX
+    k, v = (torch.randn(rows, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    sink = torch.empty(BATCH * HK, D, device="cuda", dtype=torch.float32)
+    for block, warps in ((64, 4), (128, 4), (128, 8)):
+        measure(f"stream_plain_b{block}_w{warps}", lambda: _stream_plain[(BATCH * HK,)](
+            k, v, sink, ROWS=CTX, BLOCK=block, D=D, num_warps=warps))
+    for block, stages in ((64, 3), (64, 5), (128, 2), (128, 3)):
+        kd, vd = _descs(k, v, block)
+        measure(f"stream_tma_b{block}_st{stages}", lambda: _stream_tma[(BATCH * HK,)](
+            kd, vd, sink, ROWS=CTX, BLOCK=block, D=D, DOT=DOT, num_warps=4, num_stages=stages))
+    del k, v
+    for page, block_n, warps, stages in ((64, 64, 4, 3), (64, 64, 4, 4), (128, 64, 4, 4),
+                                         (128, 128, 4, 2), (128, 128, 8, 2), (256, 128, 4, 2)):
+        key = f"bigpage_p{page}_n{block_n}_w{warps}_st{stages}"
+        try:
+            case = _bigpage_case(page)
+            run = _bigpage(case, block_n, warps, stages)
+            err = (run()[:4].float() - case["ref"]).norm() / case["ref"].norm()
+            res[f"{key}_rel_err"] = round(err.item(), 5)
+            measure(key, run)
+            del case
+        except Exception as e:
+            res[f"{key}_error"] = error_text(e, 300)
+    base = decode_case(BATCH, CTX)
+    measure("atom_page16", lambda: decode_attention(base.q, base.kc, base.vc, base.meta, D ** -0.5))
+    report("sm_bandwidth_probe", res, args.out)
+
+
+if __name__ == "__main__":
+    main()
