@@ -99,12 +99,13 @@ def _filtered_kernel(logits_ptr, out_ptr, temp_ptr, top_k_ptr, top_p_ptr, seed_p
         k = tl.load(top_k_ptr + row)
         k = tl.where(k <= 0, vocab, k)
         top_p = tl.load(top_p_ptr + row)
-        _, z = _mass_above(row_ptr, vocab, float("-inf"), row_max, inv_t, BLOCK)
+        n_all, z = _mass_above(row_ptr, vocab, float("-inf"), row_max, inv_t, BLOCK)
         pivot = float("-inf")
         rounds = 0
         done = False
         while (not done) and (rounds < MAX_ROUNDS):
-            _, cand = _gumbel_draw(row_ptr, 0, vocab, pivot, inv_t, seed, rounds * vocab, BLOCK)
+            score, cand = _gumbel_draw(row_ptr, 0, vocab, pivot, inv_t, seed, rounds * vocab,
+                                       BLOCK)
             x = tl.load(row_ptr + cand).to(tl.float32)
             cnt, mass = _mass_above(row_ptr, vocab, x, row_max, inv_t, BLOCK)
             if (cnt < k) and (mass < top_p * z):

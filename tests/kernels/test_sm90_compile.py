@@ -1,0 +1,48 @@
+"""The sampler's kernels compile for sm_90 on this GPU-less machine.
+
+Why: TRITON_INTERPRET runs a kernel as numpy and skips the compiler's checks, so a kernel can
+pass every CPU test and fail to compile on the H200 (a loop-carried variable that changed type
+did, run 27). Compiled here in a child process without TRITON_INTERPRET (the kernels under test
+were decorated for the interpreter), up to PTX and cubin with Triton's bundled tools.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+CHILD = r"""
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from atom.kernels.triton import sampling as S
+
+def compile_sm90(fn, sig, consts, warps):
+    sig = dict(sig) | {k: "constexpr" for k in consts}
+    src = ASTSource(fn, sig, constexprs=consts)
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps)).asm["ptx"]
+    print(fn.__name__, len(ptx))
+
+row = {"logits_ptr": "*bf16", "temp_ptr": "*fp32", "seed_ptr": "*i64", "logits_stride": "i32",
+       "vocab": "i32"}
+compile_sm90(S._filtered_kernel, row | {"out_ptr": "*i64", "top_k_ptr": "*i32", "top_p_ptr": "*fp32"},
+             dict(MAX_ROUNDS=S.MAX_ROUNDS, BLOCK=S.BLOCK), 8)
+compile_sm90(S._chunk_kernel, row | {"best_ptr": "*fp32", "best_i_ptr": "*i32"},
+             dict(CHUNK=S.CHUNK, BLOCK=S.BLOCK), 4)
+compile_sm90(S._pick_kernel, {"best_ptr": "*fp32", "best_i_ptr": "*i32", "out_ptr": "*i64",
+                              "chunks": "i32", "vocab": "i32"}, dict(CHUNKS_PAD=16), 1)
+"""
+
+
+def test_sampler_kernels_compile_for_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    p = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert {line.split()[0] for line in p.stdout.splitlines()} == {
+        "_filtered_kernel", "_chunk_kernel", "_pick_kernel"}
