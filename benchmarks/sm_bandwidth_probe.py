@@ -97,35 +97,37 @@ def _descs(k: torch.Tensor, v: torch.Tensor, block: int):
     return (TensorDescriptor.from_tensor(k, [block, D]), TensorDescriptor.from_tensor(v, [block, D]))
 
 
-def _bigpage_case(page: int) -> dict[str, Any]:
+def bigpage_case(page: int, batch: int = BATCH, ctx: int = CTX) -> dict[str, Any]:
     """A [blocks, HK, page, D] cache (blocks shuffled), its block tables, q, and a reference
     output for the first 4 sequences from the dense K/V."""
-    pages = CTX // page
-    nblk = BATCH * pages
+    pages = ctx // page
+    nblk = batch * pages
     bf = dict(device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(nblk, HK, page, D, **bf) for _ in range(2))
-    tables = torch.randperm(nblk, device="cuda", dtype=torch.int32).view(BATCH, pages)
-    q = torch.randn(BATCH, HQ, D, **bf)
+    tables = torch.randperm(nblk, device="cuda", dtype=torch.int32).view(batch, pages)
+    q = torch.randn(batch, HQ, D, **bf)
     ref = []
     for s in range(4):
-        ks, vs = (c[tables[s].long()].permute(1, 0, 2, 3).reshape(HK, CTX, D).float() for c in (k, v))
+        ks, vs = (c[tables[s].long()].permute(1, 0, 2, 3).reshape(HK, ctx, D).float() for c in (k, v))
         ks, vs = (t.repeat_interleave(HQ // HK, 0) for t in (ks, vs))
         w = torch.softmax(q[s].float().unsqueeze(1) @ ks.transpose(1, 2) * D ** -0.5, -1)
         ref.append((w @ vs).squeeze(1))
     return {"k": k.view(-1, D), "v": v.view(-1, D), "tables": tables, "q": q,
-            "ctx": torch.full((BATCH,), CTX, device="cuda", dtype=torch.int32),
-            "ref": torch.stack(ref), "page": page}
+            "ctx": torch.full((batch,), ctx, device="cuda", dtype=torch.int32),
+            "ref": torch.stack(ref), "page": page, "kv_bytes": 2 * k.numel() * k.element_size()}
 
 
-def _bigpage(case: dict[str, Any], block_n: int, warps: int, stages: int) -> Callable[[], torch.Tensor]:
+def bigpage(case: dict[str, Any], block_n: int = 128, warps: int = 4,
+            stages: int = 2) -> Callable[[], torch.Tensor]:
+    """The bigpage kernel over `case` as a call (its best config on 48-64 SMs by default, run 27)."""
     kd, vd = _descs(case["k"], case["v"], block_n)
     out = torch.empty_like(case["q"])
 
     def run() -> torch.Tensor:
-        _bigpage_decode[(BATCH, HK)](case["q"], kd, vd, out, case["ctx"], case["tables"],
-                                     case["tables"].stride(0), D ** -0.5 * LOG2E, HK=HK,
-                                     GROUP=HQ // HK, G_PAD=16, PAGE=case["page"], BLOCK_N=block_n,
-                                     D=D, DOT=DOT, num_warps=warps, num_stages=stages)
+        _bigpage_decode[(case["q"].shape[0], HK)](
+            case["q"], kd, vd, out, case["ctx"], case["tables"], case["tables"].stride(0),
+            D ** -0.5 * LOG2E, HK=HK, GROUP=HQ // HK, G_PAD=16, PAGE=case["page"],
+            BLOCK_N=block_n, D=D, DOT=DOT, num_warps=warps, num_stages=stages)
         return out
     return run
 
@@ -169,8 +171,8 @@ def main() -> None:
                                          (128, 128, 4, 2), (128, 128, 8, 2), (256, 128, 4, 2)):
         key = f"bigpage_p{page}_n{block_n}_w{warps}_st{stages}"
         try:
-            case = _bigpage_case(page)
-            run = _bigpage(case, block_n, warps, stages)
+            case = bigpage_case(page)
+            run = bigpage(case, block_n, warps, stages)
             err = (run()[:4].float() - case["ref"]).norm() / case["ref"].norm()
             res[f"{key}_rel_err"] = round(err.item(), 5)
             measure(key, run)
