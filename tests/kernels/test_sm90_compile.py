@@ -28,11 +28,11 @@ def compile_sm90(fn, sig, consts, warps):
 
 row = {"logits_ptr": "*bf16", "temp_ptr": "*fp32", "seed_ptr": "*i64", "logits_stride": "i32",
        "vocab": "i32"}
-compile_sm90(S._filtered_kernel, row | {"out_ptr": "*i64", "top_k_ptr": "*i32", "top_p_ptr": "*fp32"},
+compile_sm90(S._sample_filtered_kernel, row | {"out_ptr": "*i64", "top_k_ptr": "*i32", "top_p_ptr": "*fp32"},
              dict(MAX_ROUNDS=S.MAX_ROUNDS, BLOCK=S.BLOCK), 8)
-compile_sm90(S._chunk_kernel, row | {"best_ptr": "*fp32", "best_i_ptr": "*i32"},
+compile_sm90(S._sample_chunks_kernel, row | {"best_ptr": "*fp32", "best_i_ptr": "*i32"},
              dict(CHUNK=S.CHUNK, BLOCK=S.BLOCK), 4)
-compile_sm90(S._pick_kernel, {"best_ptr": "*fp32", "best_i_ptr": "*i32", "out_ptr": "*i64",
+compile_sm90(S._sample_pick_kernel, {"best_ptr": "*fp32", "best_i_ptr": "*i32", "out_ptr": "*i64",
                               "chunks": "i32", "vocab": "i32"}, dict(CHUNKS_PAD=16), 1)
 """
 
@@ -45,4 +45,4 @@ def test_sampler_kernels_compile_for_sm90():
                        timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert {line.split()[0] for line in p.stdout.splitlines()} == {
-        "_filtered_kernel", "_chunk_kernel", "_pick_kernel"}
+        "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel"}
