@@ -745,8 +745,8 @@ CAPTURE_512 = "runtime.cudagraph_capture_sizes=[{}]".format(
 PDL_OFF = {"ATOM_TRITON_PDL": "0"}  # atom/kernels/triton/pdl.py
 
 # The 8B 1000 x 1k/1k run's batch cap. Its KV cache fits ~415 sequences of 2k tokens, and cuBLAS
-# runs the decode GEMMs ~8% faster per row at 384 rows than at 415 (run 31's trace: 714 against
-# 662 TFLOP/s, other kernels), so capping the batch at 384 gave 10,555 tok/s against 10,276
+# runs the decode GEMMs ~8% faster per row at 384 rows than at 415 (run 31's trace: 717 against
+# 665 TFLOP/s, other kernels), so capping the batch at 384 gave 10,555 tok/s against 10,276
 # uncapped on the same machine (run 30; 352: 10,312, 400: 10,168 in run 31).
 # `throughput_8b_default` is the same run with the default cap (512).
 CAP_384 = "scheduler.max_num_seqs=384"

@@ -13,6 +13,11 @@ separates what the hardware allows an SM from what the paged gather allows:
   atom          atom's kernel on its 16-token, tokens-outer pages (the baseline)
 each on the whole GPU and on 32 / 48 / 64 SMs (CUDA green contexts), as TB/s of K and V read,
 416 sequences x 1,536 context x 8 kv heads x 128 (the 8B run's decode step, one layer).
+Run 27 (527d313, results/H200.md): TMA streams read 3.3 / 4.3 / 4.4 TB/s on 32 / 48 / 64 SMs
+(plain loads 2.6 / 3.5 / 4.0), so an SM can read ~100 GB/s; bigpage reads 3.4 on 48 and 4.0 on
+64 (atom's kernel 2.5 and 3.1) and 4.22-4.29 on all SMs (atom's 4.16). Run 28 then found that
+even so, attention beside GEMMs on split SMs is slower than the two in series
+(sm_partition_probe.py).
 
     python benchmarks/sm_bandwidth_probe.py --out probe.json
 """

@@ -17,6 +17,10 @@ where atom's kernel reads 2.5-3.1).
 Run 15 (af12e84, atom's kernel, cuBLAS): the attention's bandwidth grew ~linearly with its SMs
 (0.85 TB/s on 16, 2.4 on 48, 3.7 on 80, 4.0 on all 132) and every split was slower than serial
 (best 6.05 vs 4.88 ms); the GEMMs on 116 SMs took 3.66 ms against 2.35 on all.
+Run 28 (ffcc849): with bigpage too every pair is 14-26% slower than serial (a 416-row chunk
+beside 416 decodes on 48 SMs: 4.17 ms against 3.64; two halves on 64 SMs: 2 x 2.29 against
+3.64): the two slow each other down far beyond their share of SMs, so it is not the attention
+kernel that stops overlap on this GPU.
 
     python benchmarks/sm_partition_probe.py --out probe.json
 """
