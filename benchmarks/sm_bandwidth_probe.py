@@ -102,18 +102,20 @@ def _descs(k: torch.Tensor, v: torch.Tensor, block: int):
     return (TensorDescriptor.from_tensor(k, [block, D]), TensorDescriptor.from_tensor(v, [block, D]))
 
 
-def bigpage_case(page: int, batch: int = BATCH, ctx: int = CTX) -> dict[str, Any]:
+def bigpage_case(page: int, batch: int = BATCH, ctx: int = CTX,
+                 kv_dtype: torch.dtype = torch.bfloat16) -> dict[str, Any]:
     """A [blocks, HK, page, D] cache (blocks shuffled), its block tables, q, and a reference
-    output for the first 4 sequences from the dense K/V."""
+    output for the first 4 sequences from the dense K/V (as stored: fp8 values when fp8)."""
     pages = ctx // page
     nblk = batch * pages
     bf = dict(device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(nblk, HK, page, D, **bf) for _ in range(2))
+    k, v = (torch.randn(nblk, HK, page, D, **bf).to(kv_dtype) for _ in range(2))
     tables = torch.randperm(nblk, device="cuda", dtype=torch.int32).view(batch, pages)
     q = torch.randn(batch, HQ, D, **bf)
     ref = []
     for s in range(4):
-        ks, vs = (c[tables[s].long()].permute(1, 0, 2, 3).reshape(HK, ctx, D).float() for c in (k, v))
+        ks, vs = (c.view(torch.uint8)[tables[s].long()].view(c.dtype).permute(1, 0, 2, 3)
+                  .reshape(HK, ctx, D).float() for c in (k, v))
         ks, vs = (t.repeat_interleave(HQ // HK, 0) for t in (ks, vs))
         w = torch.softmax(q[s].float().unsqueeze(1) @ ks.transpose(1, 2) * D ** -0.5, -1)
         ref.append((w @ vs).squeeze(1))
@@ -127,12 +129,13 @@ def bigpage(case: dict[str, Any], block_n: int = 128, warps: int = 4,
     """The bigpage kernel over `case` as a call (its best config on 48-64 SMs by default, run 27)."""
     kd, vd = _descs(case["k"], case["v"], block_n)
     out = torch.empty_like(case["q"])
+    dot = tl.float16 if case["k"].dtype == torch.float8_e4m3fn and DOT != tl.float32 else DOT
 
     def run() -> torch.Tensor:
         _bigpage_decode[(case["q"].shape[0], HK)](
             case["q"], kd, vd, out, case["ctx"], case["tables"], case["tables"].stride(0),
             D ** -0.5 * LOG2E, HK=HK, GROUP=HQ // HK, G_PAD=16, PAGE=case["page"],
-            BLOCK_N=block_n, D=D, DOT=DOT, num_warps=warps, num_stages=stages)
+            BLOCK_N=block_n, D=D, DOT=dot, num_warps=warps, num_stages=stages)
         return out
     return run
 
@@ -144,14 +147,16 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--parts", default="streams,bigpage,atom", help="of streams,bigpage,bigpage_fp8,atom")
     args = ap.parse_args()
+    parts = args.parts.split(",")
     res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"), "batch": BATCH,
                            "ctx": CTX}
-    kv_bytes = 2 * BATCH * CTX * HK * D * 2
+    bf16_bytes = 2 * BATCH * CTX * HK * D * 2
     green = [GreenContext.create(num_sms=n, device_id=0) for n in SM_COUNTS]  # held: see NOTES
     streams = {"all": torch.cuda.Stream(), **{str(n): g.Stream() for n, g in zip(SM_COUNTS, green)}}
 
-    def measure(key: str, fn: Callable[[], Any]) -> None:
+    def measure(key: str, fn: Callable[[], Any], kv_bytes: int = bf16_bytes) -> None:
         for where, stream in streams.items():
             try:
                 ms = median_ms(on_streams((stream, fn)), reps=10, inner=5)
@@ -161,33 +166,46 @@ def main() -> None:
                 return
         print(key, {k: v for k, v in res.items() if k.startswith(key + "_")}, flush=True)
 
-    rows = BATCH * HK * CTX
-    k, v = (torch.randn(rows, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    sink = torch.empty(BATCH * HK, D, device="cuda", dtype=torch.float32)
-    for block, warps in ((64, 4), (128, 4), (128, 8)):
-        measure(f"stream_plain_b{block}_w{warps}", lambda: _stream_plain[(BATCH * HK,)](
-            k, v, sink, ROWS=CTX, BLOCK=block, D=D, num_warps=warps))
-    for block, stages in ((64, 3), (64, 5), (128, 2), (128, 3)):
-        kd, vd = _descs(k, v, block)
-        measure(f"stream_tma_b{block}_st{stages}", lambda: _stream_tma[(BATCH * HK,)](
-            kd, vd, sink, ROWS=CTX, BLOCK=block, D=D, DOT=DOT, num_warps=4, num_stages=stages))
-    del k, v
-    for page, block_n, warps, stages in ((64, 64, 4, 3), (64, 64, 4, 4), (128, 64, 4, 4),
-                                         (128, 128, 4, 2), (128, 128, 8, 2), (256, 128, 4, 2)):
-        key = f"bigpage_p{page}_n{block_n}_w{warps}_st{stages}"
+    if "streams" in parts:
+        rows = BATCH * HK * CTX
+        k, v = (torch.randn(rows, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        sink = torch.empty(BATCH * HK, D, device="cuda", dtype=torch.float32)
+        for block, warps in ((64, 4), (128, 4), (128, 8)):
+            measure(f"stream_plain_b{block}_w{warps}", lambda: _stream_plain[(BATCH * HK,)](
+                k, v, sink, ROWS=CTX, BLOCK=block, D=D, num_warps=warps))
+        for block, stages in ((64, 3), (64, 5), (128, 2), (128, 3)):
+            kd, vd = _descs(k, v, block)
+            measure(f"stream_tma_b{block}_st{stages}", lambda: _stream_tma[(BATCH * HK,)](
+                kd, vd, sink, ROWS=CTX, BLOCK=block, D=D, DOT=DOT, num_warps=4, num_stages=stages))
+        del k, v
+    configs = []
+    if "bigpage" in parts:  # run 27's six, then (128, 64, 4, 2/3): two programs an SM
+        configs += [(torch.bfloat16, *c) for c in (
+            (64, 64, 4, 3), (64, 64, 4, 4), (128, 64, 4, 4), (128, 128, 4, 2), (128, 128, 8, 2),
+            (256, 128, 4, 2), (128, 64, 4, 2), (128, 64, 4, 3))]
+    if "bigpage_fp8" in parts:
+        configs += [(torch.float8_e4m3fn, *c) for c in (
+            (128, 128, 4, 2), (128, 128, 4, 3), (256, 128, 4, 3), (256, 256, 8, 2), (128, 64, 4, 4))]
+    for dtype, page, block_n, warps, stages in configs:
+        tag = "fp8" if dtype == torch.float8_e4m3fn else "bf16"
+        key = f"bigpage_{tag}_p{page}_n{block_n}_w{warps}_st{stages}"
         try:
-            case = bigpage_case(page)
+            case = bigpage_case(page, kv_dtype=dtype)
             run = bigpage(case, block_n, warps, stages)
             err = (run()[:4].float() - case["ref"]).norm() / case["ref"].norm()
             res[f"{key}_rel_err"] = round(err.item(), 5)
-            measure(key, run)
+            measure(key, run, case["kv_bytes"])
             del case
         except Exception as e:
             res[f"{key}_error"] = error_text(e, 300)
-    base = decode_case(BATCH, CTX)
-    measure("atom_page16", lambda: decode_attention(base.q, base.kc, base.vc, base.meta, D ** -0.5))
+    if "atom" in parts:
+        for dtype in (torch.bfloat16, torch.float8_e4m3fn):
+            base = decode_case(BATCH, CTX, kv_dtype=dtype)
+            measure(f"atom_page16_{'fp8' if dtype != torch.bfloat16 else 'bf16'}",
+                    lambda: decode_attention(base.q, base.kc, base.vc, base.meta, D ** -0.5),
+                    base.kv_bytes)
+            del base
     report("sm_bandwidth_probe", res, args.out)
-
 
 if __name__ == "__main__":
     main()
