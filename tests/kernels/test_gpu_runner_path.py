@@ -38,13 +38,13 @@ def test_large_pages_are_stored_heads_outer_and_generate_the_same_tokens():
     from atom.config.compose import compose
     from atom.runner.model_runner import ModelRunner
 
-    big = ["runtime.kernels=triton", "runtime.level=2", "kv_cache.block_size=128"]
+    big = ["runtime.kernels=triton", "kv_cache.block_size=128"]
     runner = ModelRunner(compose(["model=tiny_llama", "load=dummy", "kv_cache.num_blocks=8", *big]))
     k_cache = runner.kv_caches[0][0]
     assert runner.layout.heads_outer and k_cache.shape[1] == 128 and k_cache.stride(1) == k_cache.shape[3]
     del runner
     tokens = _greedy("tiny_llama", *big)
-    assert tokens == _greedy("tiny_llama", "runtime.kernels=triton", "runtime.level=2")
+    assert tokens == _greedy("tiny_llama", "runtime.kernels=triton")
     if not torch.cuda.is_available():
         assert tokens == _greedy("tiny_llama", "runtime.kernels=torch")
 
