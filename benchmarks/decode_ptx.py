@@ -9,9 +9,7 @@ that the real launch does not have, so they are given here as the launch would. 
 from this machine's Triton (3.9 at the sixth session); the GPU host runs 3.6, whose pipelining
 may differ: a finding here is a lead, confirmed on the device.
 
-    python benchmarks/decode_ptx.py [--fp8 | --tma] [--block-n 128 --warps 4 --stages 2] [--out k.ptx]
-
-`--tma`: the path for heads-outer 128-token pages, K and V as TMA tiles (cp.async.bulk.tensor).
+    python benchmarks/decode_ptx.py [--fp8] [--block-n 128 --warps 4 --stages 2] [--out k.ptx]
 """
 from __future__ import annotations
 
@@ -25,24 +23,22 @@ from triton.compiler import ASTSource
 
 from atom.kernels.triton.paged_decode_attention import _decode_kernel
 
-PATTERNS = ("cp.async.bulk.tensor", "wgmma.mma_async", "mma.sync", "ldmatrix", "cp.async.cg", "ld.global.v4",
+PATTERNS = ("wgmma.mma_async", "mma.sync", "ldmatrix", "cp.async.cg", "ld.global.v4",
             "ld.global.b16", "ld.global.b8", "ld.shared.b8", "ld.shared.b16", "st.shared",
             "cvt.rn.f16x2.e4m3x2", "ex2", "bar.sync")
 
 
-def decode_ptx(fp8: bool, block_n: int, warps: int, stages: int, tma: bool = False) -> str:
+def decode_ptx(fp8: bool, block_n: int, warps: int, stages: int) -> str:
     kv = "*fp8e4nv" if fp8 else "*bf16"
-    desc = f"tensordesc<bf16[{block_n}, 128]>" if tma else kv
-    sig = {"q_ptr": "*bf16", "kc_ptr": kv, "vc_ptr": kv, "k_desc": desc, "v_desc": desc,
-           "o_ptr": "*bf16", "mid_o_ptr": "*fp32",
+    sig = {"q_ptr": "*bf16", "kc_ptr": kv, "vc_ptr": kv, "o_ptr": "*bf16", "mid_o_ptr": "*fp32",
            "mid_lse_ptr": "*fp32", "count_ptr": "*i32", "ctx_ptr": "*i32", "bt_ptr": "*i32"}
     sig |= {n: "i32" for n in ("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride",
                                "c_blk_stride", "c_tok_stride", "c_head_stride", "bt_stride")}
     sig |= {"qk_scale": "fp32", "v_scale": "fp32", "window": "i32", "head_dim": "i32",
             "n_q_heads": "i32"}
-    consts = dict(GROUP=4, G_PAD=16, PAGE=128 if tma else 16, BLOCK_N=block_n, HEAD_DIM=128,
-                  NUM_SPLITS=1, HAS_WINDOW=False, DOT=tl.float16 if fp8 else tl.bfloat16,
-                  PREC="tf32", PDL=False, E4M3_PAIRS=fp8, TMA=tma)
+    consts = dict(GROUP=4, G_PAD=16, PAGE=16, BLOCK_N=block_n, HEAD_DIM=128, NUM_SPLITS=1,
+                  HAS_WINDOW=False, DOT=tl.float16 if fp8 else tl.bfloat16, PREC="tf32",
+                  PDL=False, E4M3_PAIRS=fp8)
     sig |= {k: "constexpr" for k in consts}
     names = list(sig)
     div16 = [n for n in names if n.endswith("_ptr") or n.endswith("_stride") and n != "bt_stride"
@@ -57,13 +53,12 @@ def decode_ptx(fp8: bool, block_n: int, warps: int, stages: int, tma: bool = Fal
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fp8", action="store_true")
-    ap.add_argument("--tma", action="store_true")
     ap.add_argument("--block-n", type=int, default=128)
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--stages", type=int, default=2)
     ap.add_argument("--out", default=None, help="write the PTX here")
     a = ap.parse_args()
-    ptx = decode_ptx(a.fp8, a.block_n, a.warps, a.stages, a.tma)
+    ptx = decode_ptx(a.fp8, a.block_n, a.warps, a.stages)
     print({p: len(re.findall(re.escape(p), ptx)) for p in PATTERNS})
     if a.out:
         with open(a.out, "w") as f:

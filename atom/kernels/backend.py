@@ -4,9 +4,7 @@
 `aiter` is ROCm-only and optional. Tensor layouts (all backends):
   hidden x: [T, H]; q: [T, Hq, D]; k, v: [T, Hk, D]
   KV cache (one layer): k_cache, v_cache: [num_blocks, block_size, Hk, D], dtype = model dtype or
-  float8_e4m3fn, in which case the stored value is x / scale (per-tensor scale, a float); stored
-  heads-outer ([num_blocks, Hk, block_size, D] in memory, the same shape as a strided view) where
-  the backend's kv_heads_outer says so.
+  float8_e4m3fn, in which case the stored value is x / scale (per-tensor scale, a float).
   cos_sin_cache: [max_position, rot_dim] — first half cos, second half sin.
 """
 from __future__ import annotations
@@ -20,10 +18,6 @@ from atom.kernels.metadata import AttentionMetadata
 
 class KernelBackend(Protocol):
     name: str
-
-    def kv_heads_outer(self, block_size: int) -> bool:
-        """Whether the KV cache should be stored head by head within each block (one kv head's
-        page one contiguous run) for pages of block_size tokens."""
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
 

@@ -104,9 +104,6 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, met
 class TorchBackend:
     name = "torch"
 
-    def kv_heads_outer(self, block_size: int) -> bool:
-        return False  # store_kv views the cache as slots: tokens-outer only
-
     def rms_norm(self, x, weight, eps):
         return rms_norm(x, weight, eps)
 

@@ -29,12 +29,6 @@ class TritonBackend:
     def __init__(self) -> None:
         self._blas: Optional[blas_table.BlasTable] = None  # this GPU's, read at the first GEMM
 
-    def kv_heads_outer(self, block_size: int) -> bool:
-        """Pages of 64+ tokens head by head, so decode attention reads them as TMA tiles
-        (paged_decode_attention.tma_tiles); every other kernel here takes any strides. 16-token
-        pages stay tokens-outer: head by head they read no faster (run 22)."""
-        return block_size >= 64
-
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return rms_norm.rms_norm(x, weight, eps)
 

@@ -24,7 +24,6 @@ class KVLayout:
     head_dim: int
     block_size: int
     dtype: torch.dtype
-    heads_outer: bool = False  # each block stored [Hk, block_size, D] (KernelBackend.kv_heads_outer)
 
     @property
     def bytes_per_block(self) -> int:
@@ -56,17 +55,9 @@ def num_blocks_for(cfg: Config, layout: KVLayout, device: torch.device, free_byt
 
 
 def allocate(layout: KVLayout, num_blocks: int, device: torch.device):
-    """(full, caches, scales): one zeroed allocation, per-layer (k_cache, v_cache) views into it
-    shaped [num_blocks, block_size, Hk, D] (strided when stored heads-outer), and scales. Zeroed:
-    a kernel may read rows of a block no token has been written to yet (masked out, but NaN bits
-    would still poison a sum)."""
-    b, hk, d = layout.block_size, layout.num_kv_heads, layout.head_dim
-    dims = (num_blocks, hk, b, d) if layout.heads_outer else (num_blocks, b, hk, d)
-    full = torch.zeros(layout.num_layers, 2, *dims, dtype=layout.dtype, device=device)
-    if layout.heads_outer:
-        caches = [(full[i, 0].transpose(1, 2), full[i, 1].transpose(1, 2))
-                  for i in range(layout.num_layers)]
-    else:
-        caches = [(full[i, 0], full[i, 1]) for i in range(layout.num_layers)]
+    """(caches, scales): per-layer (k_cache, v_cache) views into one allocation, and scales."""
+    full = torch.zeros(layout.num_layers, 2, num_blocks, layout.block_size, layout.num_kv_heads,
+                       layout.head_dim, dtype=layout.dtype, device=device)
+    caches = [(full[i, 0], full[i, 1]) for i in range(layout.num_layers)]
     scales = [(1.0, 1.0) for _ in range(layout.num_layers)]
     return full, caches, scales

@@ -75,8 +75,7 @@ class ModelRunner:
         self.device = resolve_device(cfg)
         self.dtype = resolve_dtype(cfg, self.device)
         backend_name = resolve_backend_name(cfg.runtime.kernels, self.device)
-        backend = get_backend(backend_name)
-        forward_context.set_backend(backend)
+        forward_context.set_backend(get_backend(backend_name))
         self.backend_name = backend_name
         if self.device.type == "cpu":
             import os
@@ -97,8 +96,7 @@ class ModelRunner:
         self.eos_token_ids = _eos_ids(self.hf, eos_token_id)
         self.block_size = cfg.kv_cache.block_size
         self.layout = KVLayout(self.hf.num_hidden_layers, self.hf.num_key_value_heads // tp_size(),
-                               head_dim_of(self.hf), self.block_size, kv_dtype(cfg, self.dtype),
-                               backend.kv_heads_outer(self.block_size))
+                               head_dim_of(self.hf), self.block_size, kv_dtype(cfg, self.dtype))
         # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
         # every step and every captured graph.
         self.split_counters = torch.zeros(cfg.scheduler.max_num_seqs * self.layout.num_kv_heads,
@@ -148,7 +146,8 @@ class ModelRunner:
         """Inputs are made outside inference mode, like every later step's: a compiled forward
         guards on it, and inference tensors here would cost a recompile later."""
         n = min(self.cfg.scheduler.max_num_batched_tokens, self.max_model_len)
-        layout = self.layout
+        layout = KVLayout(self.layout.num_layers, self.layout.num_kv_heads, self.layout.head_dim,
+                          self.block_size, self.layout.dtype)
         blocks = (n + self.block_size - 1) // self.block_size
         _, caches, scales = allocate(layout, blocks, self.device)
         ids = torch.zeros(n, dtype=torch.long, device=self.device)

@@ -31,12 +31,9 @@ def tol(dtype: torch.dtype) -> float:
 
 def paged_case(q_lens: list[int], ctx_lens: list[int], n_q_heads: int, n_kv_heads: int,
                head_dim: int, page: int, dtype: torch.dtype, kv_dtype: torch.dtype,
-               kv_scale: float = 1.0, extra_blocks: int = 3, seed: int = 0,
-               heads_outer: bool = False):
+               kv_scale: float = 1.0, extra_blocks: int = 3, seed: int = 0):
     """Random q and a filled paged cache whose blocks are scattered (a shuffled pool), so an
-    indexing slip shows; `heads_outer` stores each block head by head (as the runner does for
-    large pages), seen through the same [blocks, page, Hk, D] shape. Returns (q, k_cache,
-    v_cache, meta)."""
+    indexing slip shows. Returns (q, k_cache, v_cache, meta)."""
     g = torch.Generator().manual_seed(seed)
     dev = DEVICE
     nblk = [-(-c // page) for c in ctx_lens]
@@ -51,8 +48,6 @@ def paged_case(q_lens: list[int], ctx_lens: list[int], n_q_heads: int, n_kv_head
     shape = (total, page, n_kv_heads, head_dim)
     k_cache = _cache(torch.randn(shape, generator=g), kv_dtype, kv_scale).to(dev)
     v_cache = _cache(torch.randn(shape, generator=g), kv_dtype, kv_scale).to(dev)
-    if heads_outer:
-        k_cache, v_cache = (c.transpose(1, 2).contiguous().transpose(1, 2) for c in (k_cache, v_cache))
     T = sum(q_lens)
     q = torch.randn((T, n_q_heads, head_dim), generator=g).to(dtype).to(dev)
     cu = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0).tolist()), dtype=torch.int32)

@@ -31,24 +31,6 @@ def test_triton_backend_generates_what_torch_does(model):
     assert _greedy(model, "runtime.kernels=triton") == _greedy(model, "runtime.kernels=torch")
 
 
-def test_large_pages_are_stored_heads_outer_and_generate_the_same_tokens():
-    """kv_cache.block_size=128 on the triton backend stores each block head by head and decodes
-    through TMA tiles; the tokens are those of 16-token pages (the same sums in the same order:
-    the decode tile is 128 tokens either way) and, on CPU in fp32, of the torch reference."""
-    from atom.config.compose import compose
-    from atom.runner.model_runner import ModelRunner
-
-    big = ["runtime.kernels=triton", "kv_cache.block_size=128"]
-    runner = ModelRunner(compose(["model=tiny_llama", "load=dummy", "kv_cache.num_blocks=8", *big]))
-    k_cache = runner.kv_caches[0][0]
-    assert runner.layout.heads_outer and k_cache.shape[1] == 128 and k_cache.stride(1) == k_cache.shape[3]
-    del runner
-    tokens = _greedy("tiny_llama", *big)
-    assert tokens == _greedy("tiny_llama", "runtime.kernels=triton")
-    if not torch.cuda.is_available():
-        assert tokens == _greedy("tiny_llama", "runtime.kernels=torch")
-
-
 def test_attention_terms_and_labels():
     assert attention_terms([3, 1], [10, 7]) == (10, 37, 17)
     assert forward_label([1, 1], [5, 9], False) == "decode[bs=2 tok=2]"

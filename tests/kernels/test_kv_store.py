@@ -47,17 +47,3 @@ def test_store_kv_matches_reference(tokens, blocks, page, hk, d, kv_dtype):
     torch_ref.store_kv(k, v, kc_ref, vc_ref, slots, 0.05, 0.07)
     _assert_cache_equal(kc, kc_ref)
     _assert_cache_equal(vc, vc_ref)
-
-
-def test_store_kv_into_heads_outer_blocks():
-    """A cache stored head by head within each block (large pages, KVLayout.heads_outer) gets
-    the same values at the same [block, token, head] as a tokens-outer one."""
-    blocks, page, hk, d = 3, 8, 2, 16
-    k, v = (torch.randn(10, hk, d, device=DEVICE).to(torch.bfloat16) for _ in range(2))
-    slots = torch.randperm(blocks * page, device=DEVICE)[:10]
-    flat = torch.zeros(blocks, page, hk, d, device=DEVICE, dtype=torch.bfloat16)
-    outer = torch.zeros(blocks, hk, page, d, device=DEVICE, dtype=torch.bfloat16).transpose(1, 2)
-    flat_v, outer_v = flat.clone(), outer.clone()
-    store_kv(k, v, flat, flat_v, slots, 1.0, 1.0)
-    store_kv(k, v, outer, outer_v, slots, 1.0, 1.0)
-    assert torch.equal(outer, flat) and torch.equal(outer_v, flat_v)

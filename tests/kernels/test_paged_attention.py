@@ -47,45 +47,6 @@ def test_decode_attention(ctx, hq, hk, d, page, window, kv_dtype, splits):
            splits=splits)
 
 
-@pytest.mark.parametrize("splits", [1, 4], ids=["one-split", "four-splits"])
-@pytest.mark.parametrize("ctx,hq,hk,d,page", [
-    pytest.param([1, 130, 300], 4, 2, 16, 128, id="small"),
-    gpu_param(list(range(1, 4097, 64)), 32, 8, 128, 128, id="llama8b-b64"),
-])
-def test_decode_reads_heads_outer_pages_as_tiles(ctx, hq, hk, d, page, splits):
-    """128-token pages stored head by head go through the TMA-tile path, and attend as the
-    oracle does, and as the row gather does over the same values stored tokens-outer."""
-    from atom.kernels.triton.paged_decode_attention import tma_tiles
-
-    q, kc, vc, meta = paged_case([1] * len(ctx), ctx, hq, hk, d, page, BF16, BF16,
-                                 heads_outer=True)
-    assert tma_tiles(kc, 64 if splits > 1 else 128, None)
-    out = decode_attention(q, kc, vc, meta, d ** -0.5, splits=splits)
-    assert rel_err(out, torch_ref.attention(q, kc, vc, meta, d ** -0.5)) < 1.5e-2
-    gathered = decode_attention(q, kc.contiguous(), vc.contiguous(), meta, d ** -0.5, splits=splits)
-    assert rel_err(out, gathered) < 1e-2
-
-
-def test_prefill_attention_over_heads_outer_pages():
-    q, kc, vc, meta = paged_case([5, 1, 9], [70, 7, 130], 4, 2, 16, 64, BF16, BF16,
-                                 heads_outer=True)
-    out = prefill_attention(q, kc, vc, meta, 0.25, 1.0, 1.0)
-    assert rel_err(out, torch_ref.attention(q, kc, vc, meta, 0.25)) < 1.5e-2
-
-
-def test_tma_tiles_only_where_a_tile_is_one_contiguous_run():
-    from atom.kernels.triton.paged_decode_attention import tma_tiles
-
-    _, outer, _, _ = paged_case([1], [5], 4, 2, 16, 128, BF16, BF16, heads_outer=True)
-    _, inner, _, _ = paged_case([1], [5], 4, 2, 16, 128, BF16, BF16)
-    _, fp8, _, _ = paged_case([1], [5], 4, 2, 16, 128, BF16, FP8, heads_outer=True)
-    assert tma_tiles(outer, 128, None) and tma_tiles(outer, 64, None)
-    assert not tma_tiles(inner, 128, None), "tokens-outer: a head's page is strided"
-    assert not tma_tiles(outer, 256, None), "a tile would span two pages"
-    assert not tma_tiles(outer, 128, 100), "a window's first tile need not start a page"
-    assert not tma_tiles(fp8, 128, None)
-
-
 def test_backend_dispatches_decode_and_prefill():
     be = get_backend("triton")
     for q_lens, ctx in (([1, 1], [6, 9]), ([3, 1], [6, 9])):

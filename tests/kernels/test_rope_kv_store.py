@@ -93,15 +93,3 @@ def test_backend_composes_single_ops_for_partial_rotary(qk_norm):
 def test_backend_takes_full_rotary_through_the_fused_kernel():
     case = _case(6, 4, 2, 16, 16, torch.float32, FP8, True)
     _check(case, False, (0.05, 0.07), get_backend("triton").rope_store_kv)
-
-
-def test_rope_store_kv_into_heads_outer_blocks():
-    """The fused kernel writes a head-by-head block (KVLayout.heads_outer) at the same
-    [block, token, head] as a tokens-outer one, and returns the same q."""
-    case = _case(9, 4, 2, 16, 16, torch.float32, torch.float32, False, blocks=4)
-    qkv, (q, k, v), (kc, vc), slots, pos, cs, weights = case
-    outer = tuple(c.transpose(1, 2).contiguous().transpose(1, 2) for c in (kc, vc))
-    q_flat, kc_flat, vc_flat = _run(rope_store_kv, case, True, (1.0, 1.0))
-    q_outer = rope_store_kv(pos, q, k, v, *outer, slots, 1.0, 1.0, cs, True)
-    assert torch.equal(q_outer, q_flat)
-    assert torch.equal(outer[0], kc_flat) and torch.equal(outer[1], vc_flat)

@@ -21,17 +21,10 @@ def store_cache(cache_ptr, offsets, x, scale, mask, QUANT: tl.constexpr):
 
 
 @triton.jit
-def slot_offset(slot, c_blk_stride, c_tok_stride, PAGE: tl.constexpr):
-    """Element offset of slot (block * PAGE + token) in a cache of any block and token strides
-    (tokens-outer or heads-outer blocks)."""
-    return (slot // PAGE) * c_blk_stride + (slot % PAGE) * c_tok_stride
-
-
-@triton.jit
 def _store_kv_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr, k_tok_stride, v_tok_stride,
-                     k_head_stride, v_head_stride, c_blk_stride, c_tok_stride, c_head_stride,
-                     n_heads, head_dim, k_scale, v_scale, QUANT: tl.constexpr,
-                     HEADS: tl.constexpr, DIM: tl.constexpr, PAGE: tl.constexpr):
+                     k_head_stride, v_head_stride, c_slot_stride, c_head_stride, n_heads, head_dim,
+                     k_scale, v_scale, QUANT: tl.constexpr, HEADS: tl.constexpr,
+                     DIM: tl.constexpr):
     tok = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + tok).to(tl.int64)
     if slot >= 0:
@@ -40,16 +33,16 @@ def _store_kv_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr, k_tok_stride, v_tok
         mask = (h < n_heads) & (d < head_dim)
         k = tl.load(k_ptr + tok * k_tok_stride + h * k_head_stride + d, mask=mask, other=0.0)
         v = tl.load(v_ptr + tok * v_tok_stride + h * v_head_stride + d, mask=mask, other=0.0)
-        dst = slot_offset(slot, c_blk_stride, c_tok_stride, PAGE) + h * c_head_stride + d
+        dst = slot * c_slot_stride + h * c_head_stride + d
         store_cache(kc_ptr, dst, k, k_scale, mask, QUANT)
         store_cache(vc_ptr, dst, v, v_scale, mask, QUANT)
 
 
 def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              slot_mapping: torch.Tensor, k_scale: float, v_scale: float) -> None:
-    """k, v: [T, Hk, D]; caches [num_blocks, block_size, Hk, D] (any strides but the last);
-    slot -1 = skip (padding)."""
-    assert k_cache.stride(-1) == 1 and k_cache.stride() == v_cache.stride()
+    """k, v: [T, Hk, D]; caches [num_blocks, block_size, Hk, D]; slot -1 = skip (padding)."""
+    assert k_cache.is_contiguous() and v_cache.is_contiguous()
+    assert k_cache.stride() == v_cache.stride()
     n_tok = slot_mapping.shape[0]
     if n_tok == 0:
         return
@@ -57,6 +50,6 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     quant = k_cache.dtype == torch.float8_e4m3fn
     _store_kv_kernel[(n_tok,)](
         k, v, k_cache, v_cache, slot_mapping, k.stride(0), v.stride(0), k.stride(1), v.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), n_heads, head_dim,
-        float(k_scale), float(v_scale), QUANT=quant, HEADS=triton.next_power_of_2(n_heads),
-        DIM=triton.next_power_of_2(head_dim), PAGE=k_cache.shape[1], num_warps=4)
+        k_cache.stride(1), k_cache.stride(2), n_heads, head_dim, float(k_scale), float(v_scale),
+        QUANT=quant, HEADS=triton.next_power_of_2(n_heads), DIM=triton.next_power_of_2(head_dim),
+        num_warps=4)

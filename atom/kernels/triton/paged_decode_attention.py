@@ -6,12 +6,6 @@ the 132 SMs with one program per (sequence, kv head), so the context is cut into
 slices. NUM_SPLITS depends only on the batch shape, never on context lengths, and every length is
 read on the device: a captured CUDA graph replays correctly for any contexts.
 
-A cache stored heads-outer with pages of whole tiles (`tma_tiles`: one kv head's page is one
-contiguous run, pages of 64+ tokens) is read as TMA tiles, one bulk copy per K or V tile instead
-of a gather per row: on the H200 at 416 x 1.5k that read 4.33-4.43 TB/s against 4.27 for the
-gather over 16-token pages (run 32, benchmarks/sm_bandwidth_probe.py). fp8 caches keep the gather:
-their tiles were no faster that way (2.7-2.9 TB/s either way; the conversion is the limit).
-
 The splits' partial softmax results are merged in the same launch (a second launch per layer was
 ~8% of Qwen3-0.6B's batch-1 decode kernels): each split program writes its partial, then counts
 itself in on an atomic counter of its (sequence, kv head); the one that arrives last merges all
@@ -78,14 +72,14 @@ def _load_e4m3_as_f16(ptr, off, row_mask, ROWS: tl.constexpr, HEAD_DIM: tl.const
 # The block table's row stride is the batch's widest table outside CUDA graphs: specialised on it,
 # the kernel compiled again mid-serving for each new divisibility (run 9: twice in one workload).
 @triton.jit(do_not_specialize=["bt_stride"])
-def _decode_kernel(q_ptr, kc_ptr, vc_ptr, k_desc, v_desc, o_ptr, mid_o_ptr, mid_lse_ptr, count_ptr, ctx_ptr, bt_ptr,
+def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_ptr, ctx_ptr, bt_ptr,
                    q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
                    c_blk_stride, c_tok_stride, c_head_stride, bt_stride,
                    qk_scale, v_scale, window, head_dim, n_q_heads,
                    GROUP: tl.constexpr, G_PAD: tl.constexpr, PAGE: tl.constexpr,
                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
-                   PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr, TMA: tl.constexpr):
+                   PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr):
     seq = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -114,22 +108,14 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, k_desc, v_desc, o_ptr, mid_o_ptr, mid_
     for start in range(lo, hi, BLOCK_N):
         n = start + tl.arange(0, BLOCK_N)
         n_mask = n < hi
-        if TMA:
-            # Rows past `hi` in the tile are other tokens' (or never written, zeros): finite,
-            # and their scores are masked to -inf below, so they add nothing.
-            blk = tl.load(bt_row + start // PAGE)
-            row = (blk * tl.num_programs(1) + kvh) * PAGE + start % PAGE
-            k = k_desc.load([row, 0])
-            v = v_desc.load([row, 0])
+        kv_off = paged_kv_offsets(bt_row, n, n_mask, kvh, c_blk_stride, c_tok_stride,
+                                  c_head_stride, PAGE)
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        k = tl.load(kc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        if E4M3_PAIRS:
+            v = _load_e4m3_as_f16(vc_ptr, kv_off, n_mask, BLOCK_N, HEAD_DIM)
         else:
-            kv_off = paged_kv_offsets(bt_row, n, n_mask, kvh, c_blk_stride, c_tok_stride,
-                                      c_head_stride, PAGE)
-            kv_mask = n_mask[:, None] & d_mask[None, :]
-            k = tl.load(kc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-            if E4M3_PAIRS:
-                v = _load_e4m3_as_f16(vc_ptr, kv_off, n_mask, BLOCK_N, HEAD_DIM)
-            else:
-                v = tl.load(vc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(vc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         qk = tl.dot(q, tl.trans(k.to(DOT)), input_precision=PREC) * qk_scale
         qk = tl.where(n_mask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -176,26 +162,6 @@ def num_splits(batch: int, n_kv_heads: int, device: torch.device) -> int:
     return max(1, min(MAX_SPLITS, triton.next_power_of_2(want)))
 
 
-def tma_tiles(k_cache: torch.Tensor, block_n: int, sliding_window: int | None) -> bool:
-    """Whether each BLOCK_N-token tile of one kv head is one contiguous run of the cache: pages
-    stored heads-outer ([blocks, Hk, page, D] in memory, seen as [blocks, page, Hk, D]) and cut
-    into whole tiles, a head_dim Triton tiles as it is, no window (its first tile would straddle
-    pages), and not fp8 (no faster that way)."""
-    blocks, page, hk, d = k_cache.shape
-    return (k_cache.dtype != torch.float8_e4m3fn and not sliding_window and page % block_n == 0
-            and d == triton.next_power_of_2(d) and k_cache.stride() == (hk * page * d, d, page * d, 1))
-
-
-def _tile_descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int):
-    """TMA descriptors over the caches as [blocks * Hk * page, D] rows, one BLOCK_N-row tile a
-    load (the row of (block b, head h, token t) is (b * Hk + h) * page + t)."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    d = k_cache.shape[-1]
-    return tuple(TensorDescriptor.from_tensor(c.transpose(1, 2).reshape(-1, d), [block_n, d])
-                 for c in (k_cache, v_cache))
-
-
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      meta: AttentionMetadata, scale: float, k_scale: float = 1.0,
                      v_scale: float = 1.0, sliding_window: int | None = None,
@@ -228,10 +194,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     # batches keep the 64 their sweep chose.
     block_n = block_n or (32 if head_pad > 128 else 128 if fp8 or n_split == 1 else 64)
     num_stages = num_stages or (3 if fp8 else 2)  # run 16, 416 x 1.5k: fp8 2.86 TB/s vs 2.61 at 2
-    tma = tma_tiles(k_cache, block_n, sliding_window)
-    k_desc, v_desc = _tile_descriptors(k_cache, v_cache, block_n) if tma else (k_cache, v_cache)
     _decode_kernel[(batch, n_kv_heads, n_split)](
-        q, k_cache, v_cache, k_desc, v_desc, out, mid_o, mid_lse, counters, meta.context_lens, meta.block_tables,
+        q, k_cache, v_cache, out, mid_o, mid_lse, counters, meta.context_lens, meta.block_tables,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0),
         scale * k_scale * LOG2E, float(v_scale), int(sliding_window or 0), head_dim, n_q_heads,
@@ -239,5 +203,5 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         BLOCK_N=block_n, HEAD_DIM=head_pad, NUM_SPLITS=n_split,
         HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype, k_cache.dtype),
         PREC=dot_precision(q.dtype), E4M3_PAIRS=fp8 and head_dim == head_pad and not interpreted(),
-        TMA=tma, num_warps=num_warps, num_stages=num_stages, **pdl_args(q.device))
+        num_warps=num_warps, num_stages=num_stages, **pdl_args(q.device))
     return out

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from atom.kernels.triton.kv_store import slot_offset, store_cache
+from atom.kernels.triton.kv_store import store_cache
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 from atom.kernels.triton.rotary import cos_sin_at, pair_offsets
 
@@ -47,11 +47,11 @@ def _rope_heads(ptr, heads_off, w_ptr, off1, off2, mask, cmask, cos, sin, half, 
 @triton.jit
 def _rope_store_kv_kernel(pos_ptr, slot_ptr, q_ptr, k_ptr, v_ptr, qo_ptr, kc_ptr, vc_ptr, qw_ptr,
                           kw_ptr, cs_ptr, q_tok_stride, q_head_stride, k_tok_stride, k_head_stride,
-                          v_tok_stride, v_head_stride, c_blk_stride, c_tok_stride,
-                          c_head_stride, cs_stride, n_q_heads, n_kv_heads, half, eps, k_scale,
-                          v_scale, QK_NORM: tl.constexpr, IS_NEOX: tl.constexpr,
-                          QUANT: tl.constexpr, Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
-                          HALF: tl.constexpr, PAGE: tl.constexpr, PDL: tl.constexpr):
+                          v_tok_stride, v_head_stride, c_slot_stride, c_head_stride, cs_stride,
+                          n_q_heads, n_kv_heads, half, eps, k_scale, v_scale,
+                          QK_NORM: tl.constexpr, IS_NEOX: tl.constexpr, QUANT: tl.constexpr,
+                          Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HALF: tl.constexpr,
+                          PDL: tl.constexpr):
     pdl_wait(PDL)
     tok = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + tok).to(tl.int64)
@@ -71,7 +71,7 @@ def _rope_store_kv_kernel(pos_ptr, slot_ptr, q_ptr, k_ptr, v_ptr, qo_ptr, kc_ptr
     if slot >= 0:
         hk = tl.arange(0, KV_HEADS)[:, None]
         kv_mask = (hk < n_kv_heads) & cmask
-        dst = slot_offset(slot, c_blk_stride, c_tok_stride, PAGE) + hk * c_head_stride
+        dst = slot * c_slot_stride + hk * c_head_stride
         k1, k2 = _rope_heads(k_ptr, tok * k_tok_stride + hk * k_head_stride, kw_ptr, off1, off2,
                              kv_mask, cmask, cos, sin, half, eps, QK_NORM)
         store_cache(kc_ptr, dst + off1, k1, k_scale, kv_mask, QUANT)
@@ -91,11 +91,12 @@ def rope_store_kv(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
                   k_norm_weight: Optional[torch.Tensor] = None,
                   norm_eps: float = 0.0) -> torch.Tensor:
     """q: [T, Hq, D], k/v: [T, Hk, D] (last dim contiguous, any token/head strides); caches
-    [num_blocks, block_size, Hk, D] (any strides but the last); norm weights [D] or both None.
-    Returns the rotated q, a new contiguous [T, Hq, D]."""
+    [num_blocks, block_size, Hk, D]; norm weights [D] or both None. Returns the rotated q, a
+    new contiguous [T, Hq, D]."""
     assert q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
     assert cos_sin_cache.stride(-1) == 1
-    assert k_cache.stride(-1) == 1 and k_cache.stride() == v_cache.stride()
+    assert k_cache.is_contiguous() and v_cache.is_contiguous()
+    assert k_cache.stride() == v_cache.stride()
     half = cos_sin_cache.shape[-1] // 2
     assert 2 * half == q.shape[-1], "fused rotary + KV store needs rot_dim == head_dim"
     qk_norm = q_norm_weight is not None
@@ -107,10 +108,9 @@ def rope_store_kv(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
         positions, slot_mapping, q, k, v, q_out, k_cache, v_cache,
         q_norm_weight if qk_norm else q, k_norm_weight if qk_norm else k, cos_sin_cache,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), cos_sin_cache.stride(0),
-        q.shape[1], k.shape[1], half, float(norm_eps), float(k_scale), float(v_scale),
-        QK_NORM=qk_norm, IS_NEOX=is_neox, QUANT=k_cache.dtype == torch.float8_e4m3fn,
-        Q_HEADS=triton.next_power_of_2(q.shape[1]), KV_HEADS=triton.next_power_of_2(k.shape[1]),
-        HALF=triton.next_power_of_2(half), PAGE=k_cache.shape[1], num_warps=4,
-        **pdl_args(q.device))
+        k_cache.stride(1), k_cache.stride(2), cos_sin_cache.stride(0), q.shape[1], k.shape[1],
+        half, float(norm_eps), float(k_scale), float(v_scale), QK_NORM=qk_norm, IS_NEOX=is_neox,
+        QUANT=k_cache.dtype == torch.float8_e4m3fn, Q_HEADS=triton.next_power_of_2(q.shape[1]),
+        KV_HEADS=triton.next_power_of_2(k.shape[1]), HALF=triton.next_power_of_2(half),
+        num_warps=4, **pdl_args(q.device))
     return q_out
