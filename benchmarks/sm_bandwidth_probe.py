@@ -17,7 +17,10 @@ Run 27 (527d313, results/H200.md): TMA streams read 3.3 / 4.3 / 4.4 TB/s on 32 /
 (plain loads 2.6 / 3.5 / 4.0), so an SM can read ~100 GB/s; bigpage reads 3.4 on 48 and 4.0 on
 64 (atom's kernel 2.5 and 3.1) and 4.22-4.29 on all SMs (atom's 4.16). Run 28 then found that
 even so, attention beside GEMMs on split SMs is slower than the two in series
-(sm_partition_probe.py).
+(sm_partition_probe.py). Run 32 (644c9ad): fp8 bigpage 2.2-2.9 TB/s, as atom's fp8 kernel (the
+conversion, not the loads, bounds it); bf16 bigpage 4.30-4.43 against 4.27. Run 33 put bigpage
+into the engine (128-token heads-outer pages): its decode step's attention was 2% slower at the
+8B run's mixed contexts, and it was reverted (results/H200.md).
 
     python benchmarks/sm_bandwidth_probe.py --out probe.json
 """
