@@ -77,6 +77,19 @@ def _gather_sum_kernel(kc_ptr, vc_ptr, o_ptr, ctx_ptr, bt_ptr, bt_stride, c_blk_
     tl.store(o_ptr + (seq * tl.num_programs(1) + kvh) * HEAD_DIM + d, tl.sum(acc, 0))
 
 
+@triton.jit
+def online_softmax_step(qk, v, m_i, l_i, acc, DOT: tl.constexpr):
+    """One KV tile of decode attention's running softmax: (m, l, acc) after the tile's scores qk
+    [G, N] (log2 units; masked ones -inf) and its values v [N, D], the dot in DOT. The probes'
+    kernels share it; atom's kernel keeps its own (it also guards rows with no score yet)."""
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    p = tl.exp2(qk - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v.to(DOT))
+    return m_new, l_i, acc
+
+
 def gather_sum(kc: torch.Tensor, vc: torch.Tensor, ctx: torch.Tensor, tables: torch.Tensor,
                block_n: int = 64, num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
     b, hk, d = tables.shape[0], kc.shape[2], kc.shape[3]

@@ -34,12 +34,12 @@ import torch
 import triton
 import triton.language as tl
 
-from probe_kit import decode_case, error_text, median_ms, on_streams, report
+from atom.kernels.triton.dot_dtype import dot_dtype
+from probe_kit import decode_case, error_text, median_ms, on_streams, online_softmax_step, report
 
 BATCH, CTX, HQ, HK, D = 416, 1536, 32, 8, 128
 SM_COUNTS = (32, 48, 64)
 LOG2E = 1.4426950408889634
-DOT = tl.float32 if os.environ.get("TRITON_INTERPRET") == "1" else tl.bfloat16  # see dot_dtype.py
 
 
 @triton.jit
@@ -90,12 +90,7 @@ def _bigpage_decode(q_ptr, k_desc, v_desc, o_ptr, ctx_ptr, bt_ptr, bt_stride, qk
         v = v_desc.load([row, 0])
         qk = tl.dot(q, tl.trans(k.to(DOT))) * qk_scale
         qk = tl.where((start + tl.arange(0, BLOCK_N))[None, :] < ctx, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.exp2(qk - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v.to(DOT))
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(qk, v, m_i, l_i, acc, DOT)
     tl.store(o_ptr + q_off, (acc / l_i[:, None]).to(tl.bfloat16), mask=(g < GROUP)[:, None])
 
 
@@ -132,13 +127,13 @@ def bigpage(case: dict[str, Any], block_n: int = 128, warps: int = 4,
     """The bigpage kernel over `case` as a call (its best config on 48-64 SMs by default, run 27)."""
     kd, vd = _descs(case["k"], case["v"], block_n)
     out = torch.empty_like(case["q"])
-    dot = tl.float16 if case["k"].dtype == torch.float8_e4m3fn and DOT != tl.float32 else DOT
 
     def run() -> torch.Tensor:
         _bigpage_decode[(case["q"].shape[0], HK)](
             case["q"], kd, vd, out, case["ctx"], case["tables"], case["tables"].stride(0),
             D ** -0.5 * LOG2E, HK=HK, GROUP=HQ // HK, G_PAD=16, PAGE=case["page"],
-            BLOCK_N=block_n, D=D, DOT=dot, num_warps=warps, num_stages=stages)
+            BLOCK_N=block_n, D=D, DOT=dot_dtype(torch.bfloat16, case["k"].dtype),
+            num_warps=warps, num_stages=stages)
         return out
     return run
 
@@ -179,7 +174,8 @@ def main() -> None:
         for block, stages in ((64, 3), (64, 5), (128, 2), (128, 3)):
             kd, vd = _descs(k, v, block)
             measure(f"stream_tma_b{block}_st{stages}", lambda: _stream_tma[(BATCH * HK,)](
-                kd, vd, sink, ROWS=CTX, BLOCK=block, D=D, DOT=DOT, num_warps=4, num_stages=stages))
+                kd, vd, sink, ROWS=CTX, BLOCK=block, D=D, DOT=dot_dtype(torch.bfloat16),
+                num_warps=4, num_stages=stages))
         del k, v
     configs = []
     if "bigpage" in parts:  # run 27's six, then (128, 64, 4, 2/3): two programs an SM

@@ -27,7 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
-from probe_kit import decode_case, error_text, gather_sum, median_ms, on_streams, report
+from probe_kit import (decode_case, error_text, gather_sum, median_ms, on_streams,
+                       online_softmax_step, report)
 
 LOG2E = 1.4426950408889634
 
@@ -81,12 +82,7 @@ def _tma_decode_kernel(q_ptr, k_desc, v_desc, o_ptr, ctx_ptr, bt_ptr, bt_stride,
         k = _pages(k_desc, bt_row, start // PAGE, kvh, PAGE, HEAD_DIM, PAGES)
         v = _pages(v_desc, bt_row, start // PAGE, kvh, PAGE, HEAD_DIM, PAGES)
         qk = tl.dot(q, tl.trans(k)) * qk_scale
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.exp2(qk - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(qk, v, m_i, l_i, acc, v.dtype)
     out = acc / l_i[:, None]
     tl.store(o_ptr + (seq * N_Q_HEADS + heads)[:, None] * HEAD_DIM + d[None, :],
              out.to(o_ptr.dtype.element_ty), mask=(g < GROUP)[:, None])
