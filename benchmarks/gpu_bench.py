@@ -706,11 +706,33 @@ def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
         return r.model.compute_logits(h[-1:])[0].float()
 
 
+def _decode_noise(eng, prompt: list[int], steps: int) -> float:
+    """Largest |logit| difference between an eager engine's own decode steps and a prefill of the
+    same tokens (`_last_logits`), over `steps` greedy tokens of `prompt` alone: how far one
+    backend's two bf16 paths disagree, the yardstick for a divergence's logit gap. In fp32 the
+    two paths agree exactly (0.0 on SmolLM2 on CPU)."""
+    model, seen = eng.core.runner.model, []
+    plain = model.compute_logits
+
+    def keep(h: torch.Tensor) -> torch.Tensor:
+        out = plain(h)
+        seen.append(out[-1].float().clone())
+        return out
+    model.compute_logits = keep
+    try:
+        x = eng.generate([prompt], _sp(max_tokens=steps, temperature=0, ignore_eos=True))[0]["token_ids"]
+    finally:
+        model.compute_logits = plain
+    return round(max(float((seen[i] - _last_logits(eng, prompt + x[:i])).abs().max())
+                     for i in range(len(x))), 5)
+
+
 def bench_greedy_equal(models: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("tiny_llama", ()), ("tiny_qwen3", ()))) -> dict[str, Any]:
     """Greedy tokens of the triton backend (graphs on) vs the torch reference (eager) on the GPU,
     in bf16: the tiny random models, or (model, overrides) pairs. At a divergence, both
-    backends' logit gap between the two candidate tokens says whether it is a bf16 near-tie."""
+    backends' logit gap between the two candidate tokens, beside the torch backend's own
+    decode-vs-prefill disagreement up to that token, says whether it is a bf16 near-tie."""
     res = {}
     rng = random.Random(1)
     prompts = [[rng.randint(3, 500) for _ in range(n)] for n in (5, 37, 200)]
@@ -732,7 +754,8 @@ def bench_greedy_equal(models: tuple[tuple[str, tuple[str, ...]], ...] = (
                 lg = _last_logits(engs[k], p + x[:i])
                 gaps[k] = round(float(lg[x[i]] - lg[y[i]]), 5)
             report.append({"equal": False, "first_divergence": i, "logit_gap_torch_minus_triton_choice": gaps,
-                           "logit_scale": round(float(_last_logits(engs["torch"], p + x[:i]).std()), 4)})
+                           "logit_scale": round(float(_last_logits(engs["torch"], p + x[:i]).std()), 4),
+                           "torch_decode_vs_prefill_max": _decode_noise(engs["torch"], p, i + 1)})
         for k in engs:
             free(engs[k])
         res[model] = {"equal": toks["torch"] == toks["triton"], "per_prompt": report}

@@ -43,14 +43,16 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _stream_plain(k_ptr, v_ptr, o_ptr, ROWS: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr):
+def _stream_plain(k_ptr, v_ptr, o_ptr, ROWS: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr,
+                  EVICT: tl.constexpr = ""):
     base = tl.program_id(0).to(tl.int64) * ROWS
     r = tl.arange(0, BLOCK)
     d = tl.arange(0, D)
     acc = tl.zeros([BLOCK, D], tl.float32)
     for start in range(0, ROWS, BLOCK):
         off = (base + start + r)[:, None] * D + d[None, :]
-        acc += tl.load(k_ptr + off).to(tl.float32) + tl.load(v_ptr + off).to(tl.float32)
+        acc += (tl.load(k_ptr + off, eviction_policy=EVICT).to(tl.float32)
+                + tl.load(v_ptr + off, eviction_policy=EVICT).to(tl.float32))
     tl.store(o_ptr + tl.program_id(0) * D + d, tl.sum(acc, 0))
 
 

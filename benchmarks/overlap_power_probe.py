@@ -1,0 +1,128 @@
+"""Why do decode attention and GEMMs on split SMs slow each other far beyond their share of SMs?
+
+Why: run 28 (sm_partition_probe.py) found a 1,024-row prefill chunk's GEMMs on 84 SMs beside
+416 decodes' attention on 48 taking 5.38 ms together, against 3.57 and 3.12 alone: 1.5x the
+slower part, though together they need less than HBM's bandwidth. Two suspects, each measured
+here while the work runs for a few seconds, with the GPU's SM clock, power and clock-event
+reasons sampled by nvidia-smi:
+- power: the GEMMs alone already hold the GPU at its power limit, so HBM traffic beside them
+  would lower the SM clock for both (then no kernel or schedule can buy overlap);
+- L2: an HBM stream beside the GEMMs evicting the tiles they reuse from L2. The same stream
+  with `evict_first` loads (sm_bandwidth_probe's `_stream_plain`) would then slow them less.
+Cases (N SMs for the stream or attention, the rest for the GEMMs, cuBLASLt told to leave N out):
+GEMMs alone (all SMs; the rest), a plain stream, an evict_first stream and the bigpage attention
+alone on N, each of the three beside the GEMMs, and attention then GEMMs in series on all SMs.
+
+    python benchmarks/overlap_power_probe.py --out probe.json
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+
+from probe_kit import error_text, median_ms, on_streams, report
+from sm_bandwidth_probe import _stream_plain, bigpage, bigpage_case
+from sm_partition_probe import LAYERS, _gemms
+
+N, ROWS, SECONDS = 48, 1024, 2.5
+QUERY = "clocks.sm,power.draw,clocks_event_reasons.active"
+
+
+def _smi() -> list[str]:
+    out = subprocess.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
+                          "-i", "0"], capture_output=True, text=True, timeout=10).stdout
+    return [f.strip() for f in out.strip().split(",")]
+
+
+def sustained(fn: Callable[[], Any]) -> dict[str, Any]:
+    """fn's median ms (short bursts), then fn back to back for SECONDS with nvidia-smi sampling
+    the GPU meanwhile: ms per call under sustained load, and the median SM clock and power and
+    the clock-event reasons seen after the first quarter (the clock settling)."""
+    ms = median_ms(fn)
+    calls = max(1, int(SECONDS * 1000 / ms))
+    samples: list[tuple[float, list[str]]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append((time.time(), _smi()))
+            time.sleep(0.05)
+    t = threading.Thread(target=sample)
+    torch.cuda.synchronize()
+    start = time.time()
+    t.start()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(calls):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    end = time.time()
+    stop.set()
+    t.join()
+    kept = [s for ts, s in samples if ts > start + (end - start) / 4]
+    return {"ms": ms, "sustained_ms": round(a.elapsed_time(b) / calls, 3),
+            "sm_mhz": statistics.median(float(s[0]) for s in kept) if kept else None,
+            "watts": statistics.median(float(s[1]) for s in kept) if kept else None,
+            "reasons": sorted({s[2] for s in kept})}
+
+
+def main() -> None:
+    from torch.cuda.green_contexts import GreenContext
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
+                           "gpu": torch.cuda.get_device_name(0), "sms": sms, "n": N, "rows": ROWS,
+                           "layers": LAYERS, "query": QUERY, "idle": _smi()}
+    green = [GreenContext.create(num_sms=N, device_id=0),
+             GreenContext.create(num_sms=sms - N, device_id=0)]  # held for the process: NOTES
+    few, rest = green[0].Stream(), green[1].Stream()
+    rows = 416 * 8 * 1536
+    k, v = (torch.randn(rows, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    sink = torch.empty(416 * 8, 128, device="cuda", dtype=torch.float32)
+
+    def stream(evict: str) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(LAYERS):
+                _stream_plain[(416 * 8,)](k, v, sink, ROWS=1536, BLOCK=64, D=128, EVICT=evict,
+                                          num_warps=4)
+        return run
+    attn_one = bigpage(bigpage_case(128, 416))
+
+    def attn() -> None:
+        for _ in range(LAYERS):
+            attn_one()
+    gemm_all, gemm_rest = _gemms(ROWS), _gemms(ROWS, N)
+    cases: dict[str, Callable[[], None]] = {
+        "gemm_all": gemm_all,
+        "gemm_rest": on_streams((rest, gemm_rest)),
+        "attn_all": attn,
+        "serial_all": lambda: (attn(), gemm_all()),
+        "stream_all": stream(""),
+    }
+    for tag, fn in (("stream", stream("")), ("stream_evict_first", stream("evict_first")),
+                    ("attn", attn)):
+        cases[f"{tag}_few"] = on_streams((few, fn))
+        cases[f"{tag}_beside_gemm"] = on_streams((rest, gemm_rest), (few, fn))
+    for name, fn in cases.items():
+        try:
+            res[name] = sustained(fn)
+        except Exception as e:
+            res[name] = error_text(e, 300)
+        print(name, res[name], flush=True)
+    res["stream_bytes"] = LAYERS * 2 * k.numel() * k.element_size()
+    report("overlap_power_probe", res, args.out)
+
+
+if __name__ == "__main__":
+    main()
