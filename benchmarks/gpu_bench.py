@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 import triton
 
-from probe_kit import decode_case
+from probe_kit import GpuSampler, decode_case
 
 COPY_BW = 4.18e12  # bytes/s, the device-to-device copy bandwidth measured on this H200 (issue 5)
 
@@ -370,7 +370,8 @@ def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
     before = _compiled_variants()
     preempted = eng.core.scheduler.num_preempted
     t0 = time.perf_counter()
-    res = eng.generate(prompts, params)
+    with GpuSampler(period_s=0.2) as gpu:
+        res = eng.generate(prompts, params)
     dt = time.perf_counter() - t0
     preempted = eng.core.scheduler.num_preempted - preempted
     after = _compiled_variants()
@@ -397,7 +398,8 @@ def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
     return {"model": model, "requests": n, "output_tokens": got, "seconds": round(dt, 2),
             "output_tok_s": round(got / dt, 1), "second_run_output_tok_s": round(got / dt2, 1) if dt2 else None,
             "kv_blocks": blocks, "extra": list(extra), "compiled_mid_run": compiled_mid_run,
-            "preemptions": preempted, "workload": f"fixed {fixed[0]}in/{fixed[1]}out" if fixed else
+            "preemptions": preempted, "gpu": gpu.summary(skip=0.0), "gpu_timeline": gpu.timeline(),
+            "workload": f"fixed {fixed[0]}in/{fixed[1]}out" if fixed else
             "nano-vllm: in,out ~ U[100,1024], temperature 0.6, ignore_eos"}
 
 

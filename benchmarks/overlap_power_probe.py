@@ -19,59 +19,32 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
-import threading
-import time
 from typing import Any, Callable
 
 import torch
 
-from probe_kit import error_text, median_ms, on_streams, report
+from probe_kit import GpuSampler, error_text, median_ms, on_streams, report
 from sm_bandwidth_probe import _stream_plain, bigpage, bigpage_case
 from sm_partition_probe import LAYERS, _gemms
 
 N, ROWS, SECONDS = 48, 1024, 2.5
-QUERY = "clocks.sm,power.draw,clocks_event_reasons.active"
-
-
-def _smi() -> list[str]:
-    out = subprocess.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
-                          "-i", "0"], capture_output=True, text=True, timeout=10).stdout
-    return [f.strip() for f in out.strip().split(",")]
 
 
 def sustained(fn: Callable[[], Any]) -> dict[str, Any]:
-    """fn's median ms (short bursts), then fn back to back for SECONDS with nvidia-smi sampling
-    the GPU meanwhile: ms per call under sustained load, and the median SM clock and power and
-    the clock-event reasons seen after the first quarter (the clock settling)."""
+    """fn's median ms (short bursts), then fn back to back for SECONDS with the GPU sampled
+    meanwhile: ms per call under sustained load, and the SM clock, power and clock-event
+    reasons after the first quarter (the clock settling)."""
     ms = median_ms(fn)
     calls = max(1, int(SECONDS * 1000 / ms))
-    samples: list[tuple[float, list[str]]] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            samples.append((time.time(), _smi()))
-            time.sleep(0.05)
-    t = threading.Thread(target=sample)
     torch.cuda.synchronize()
-    start = time.time()
-    t.start()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(calls):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    end = time.time()
-    stop.set()
-    t.join()
-    kept = [s for ts, s in samples if ts > start + (end - start) / 4]
-    return {"ms": ms, "sustained_ms": round(a.elapsed_time(b) / calls, 3),
-            "sm_mhz": statistics.median(float(s[0]) for s in kept) if kept else None,
-            "watts": statistics.median(float(s[1]) for s in kept) if kept else None,
-            "reasons": sorted({s[2] for s in kept})}
+    with GpuSampler() as gpu:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(calls):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+    return {"ms": ms, "sustained_ms": round(a.elapsed_time(b) / calls, 3), **gpu.summary()}
 
 
 def main() -> None:
@@ -83,7 +56,7 @@ def main() -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
                            "gpu": torch.cuda.get_device_name(0), "sms": sms, "n": N, "rows": ROWS,
-                           "layers": LAYERS, "query": QUERY, "idle": _smi()}
+                           "layers": LAYERS, "query": GpuSampler.QUERY, "idle": GpuSampler.once()}
     green = [GreenContext.create(num_sms=N, device_id=0),
              GreenContext.create(num_sms=sms - N, device_id=0)]  # held for the process: NOTES
     few, rest = green[0].Stream(), green[1].Stream()

@@ -9,6 +9,11 @@ Imported by `gpu_bench.py`, `sm_partition_probe.py`, `tma_attention_probe.py` an
 from __future__ import annotations
 
 import json
+import statistics
+import subprocess
+import threading
+import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -131,6 +136,73 @@ def median_ms(fn: Callable[[], Any], reps: int = 10, inner: int = 1) -> float:
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b) / inner)
     return round(sorted(times)[len(times) // 2], 3)
+
+
+class GpuSampler:
+    """nvidia-smi's SM clock, power and clock-event reasons, sampled on a thread while the GPU
+    works (`with GpuSampler() as s: ...; s.summary()`). Why: on the H200 a sustained GEMM is held
+    at the 700 W power limit with its clock far below the maximum (run 35), so a rate measured
+    in a short burst can overstate what a long run gets; this says whether a run was capped.
+    Reason bit 0x4 is the software power cap (NVML's clock-event reasons)."""
+
+    QUERY = "clocks.sm,power.draw,clocks_event_reasons.active"
+
+    def __init__(self, period_s: float = 0.05) -> None:
+        self.period_s = period_s
+        self.samples: list[tuple[float, list[str]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @classmethod
+    def once(cls) -> list[str]:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={cls.QUERY}", "--format=csv,noheader,nounits",
+                              "-i", "0"], capture_output=True, text=True, timeout=10).stdout
+        return [f.strip() for f in out.strip().split(",")]
+
+    def _run(self) -> None:
+        """Samples until stopped; none at all where nvidia-smi is missing or refuses the query
+        (a CPU machine, an older driver), so the summary is then empty rather than the run lost."""
+        while not self._stop.is_set():
+            try:
+                got = self.once()
+                float(got[0]), float(got[1])
+            except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+                return
+            self.samples.append((time.time(), got))
+            time.sleep(self.period_s)
+
+    def __enter__(self) -> "GpuSampler":
+        self.start = time.time()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.end = time.time()
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self, skip: float = 0.25) -> dict[str, Any]:
+        """Medians of the samples after the first `skip` of the window (the clock settling),
+        and the share of them that showed each reason."""
+        kept = [s for t, s in self.samples if t > self.start + (self.end - self.start) * skip]
+        if not kept:
+            return {}
+        reasons = Counter(s[2] for s in kept)
+        return {"samples": len(kept), "sm_mhz": statistics.median(float(s[0]) for s in kept),
+                "watts": round(statistics.median(float(s[1]) for s in kept), 1),
+                "reasons": {r: round(c / len(kept), 3) for r, c in reasons.most_common()}}
+
+    def timeline(self, parts: int = 10) -> list[tuple[float, float]]:
+        """(median SM MHz, median W) of each of `parts` equal slices of the window: a long run's
+        phases (prefill waves, decode) side by side."""
+        span = (self.end - self.start) / parts
+        out = []
+        for i in range(parts):
+            got = [s for t, s in self.samples if self.start + i * span <= t < self.start + (i + 1) * span]
+            if got:
+                out.append((statistics.median(float(s[0]) for s in got),
+                            round(statistics.median(float(s[1]) for s in got), 1)))
+        return out
 
 
 def error_text(e: Exception, limit: int = 200) -> str:
