@@ -370,7 +370,7 @@ def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
     before = _compiled_variants()
     preempted = eng.core.scheduler.num_preempted
     t0 = time.perf_counter()
-    with GpuSampler(period_s=0.2) as gpu:
+    with GpuSampler(period_s=0.2, enabled=os.environ.get("BENCH_GPU_SAMPLE") != "0") as gpu:
         res = eng.generate(prompts, params)
     dt = time.perf_counter() - t0
     preempted = eng.core.scheduler.num_preempted - preempted

@@ -23,28 +23,11 @@ from typing import Any, Callable
 
 import torch
 
-from probe_kit import GpuSampler, error_text, median_ms, on_streams, report
+from probe_kit import GpuSampler, error_text, on_streams, report, sustained
 from sm_bandwidth_probe import _stream_plain, bigpage, bigpage_case
 from sm_partition_probe import LAYERS, _gemms
 
-N, ROWS, SECONDS = 48, 1024, 2.5
-
-
-def sustained(fn: Callable[[], Any]) -> dict[str, Any]:
-    """fn's median ms (short bursts), then fn back to back for SECONDS with the GPU sampled
-    meanwhile: ms per call under sustained load, and the SM clock, power and clock-event
-    reasons after the first quarter (the clock settling)."""
-    ms = median_ms(fn)
-    calls = max(1, int(SECONDS * 1000 / ms))
-    torch.cuda.synchronize()
-    with GpuSampler() as gpu:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(calls):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-    return {"ms": ms, "sustained_ms": round(a.elapsed_time(b) / calls, 3), **gpu.summary()}
+N, ROWS = 48, 1024
 
 
 def main() -> None:

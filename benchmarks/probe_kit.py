@@ -147,8 +147,8 @@ class GpuSampler:
 
     QUERY = "clocks.sm,power.draw,clocks_event_reasons.active"
 
-    def __init__(self, period_s: float = 0.05) -> None:
-        self.period_s = period_s
+    def __init__(self, period_s: float = 0.05, enabled: bool = True) -> None:
+        self.period_s, self.enabled = period_s, enabled
         self.samples: list[tuple[float, list[str]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -173,13 +173,15 @@ class GpuSampler:
 
     def __enter__(self) -> "GpuSampler":
         self.start = time.time()
-        self._thread.start()
+        if self.enabled:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.end = time.time()
         self._stop.set()
-        self._thread.join()
+        if self.enabled:
+            self._thread.join()
 
     def summary(self, skip: float = 0.25) -> dict[str, Any]:
         """Medians of the samples after the first `skip` of the window (the clock settling),
@@ -203,6 +205,23 @@ class GpuSampler:
                 out.append((statistics.median(float(s[0]) for s in got),
                             round(statistics.median(float(s[1]) for s in got), 1)))
         return out
+
+
+def sustained(fn: Callable[[], Any], seconds: float = 2.5) -> dict[str, Any]:
+    """fn's median ms (short bursts), then fn back to back for `seconds` with the GPU sampled
+    meanwhile: ms per call under sustained load (at the power limit it is longer), and the SM
+    clock, power and clock-event reasons after the first quarter (the clock settling)."""
+    ms = median_ms(fn)
+    calls = max(1, int(seconds * 1000 / ms))
+    torch.cuda.synchronize()
+    with GpuSampler() as gpu:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(calls):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+    return {"ms": ms, "sustained_ms": round(a.elapsed_time(b) / calls, 3), **gpu.summary()}
 
 
 def error_text(e: Exception, limit: int = 200) -> str:
