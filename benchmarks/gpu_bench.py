@@ -711,8 +711,7 @@ def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
 def _decode_noise(eng, prompt: list[int], steps: int) -> float:
     """Largest |logit| difference between an eager engine's own decode steps and a prefill of the
     same tokens (`_last_logits`), over `steps` greedy tokens of `prompt` alone: how far one
-    backend's two bf16 paths disagree, the yardstick for a divergence's logit gap. In fp32 the
-    two paths agree exactly (0.0 on SmolLM2 on CPU)."""
+    backend's two bf16 paths disagree, the yardstick for a divergence's logit gap."""
     model, seen = eng.core.runner.model, []
     plain = model.compute_logits
 
