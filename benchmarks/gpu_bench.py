@@ -575,7 +575,9 @@ def bench_hf_decode(model: str, ctx: int, gen: int) -> dict[str, Any]:
 
 def bench_startup(model: str) -> dict[str, Any]:
     """Process start to ready (engine built, graphs captured), in a fresh interpreter: once with
-    Triton's kernel cache cold, once warm."""
+    Triton's kernel cache cold (a new, empty TRITON_CACHE_DIR, whatever ran before in this
+    process's machine: run 9's "cold" followed other benches and found their kernels cached), then
+    warm (the same directory again)."""
     code = ("import time,sys,logging;t=time.time();"
             "logging.basicConfig(level=logging.INFO,format='%(relativeCreated)d ms %(name)s: %(message)s');"
             "from atom.config.compose import compose;"
@@ -587,9 +589,10 @@ def bench_startup(model: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import torch, transformers; torch.cuda.init()"])
     res["import_torch_transformers_cuda_init_s"] = round(time.perf_counter() - t0, 2)
+    env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton_startup_")}
     for label in ("cold", "warm"):
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         dt = time.perf_counter() - t0
         ok = "READY" in p.stdout
         if not ok:
