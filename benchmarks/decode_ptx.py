@@ -9,7 +9,7 @@ that the real launch does not have, so they are given here as the launch would. 
 from this machine's Triton (3.9 at the sixth session); the GPU host runs 3.6, whose pipelining
 may differ: a finding here is a lead, confirmed on the device.
 
-    python benchmarks/decode_ptx.py [--fp8] [--block-n 128 --warps 4 --stages 2] [--out k.ptx]
+    python benchmarks/decode_ptx.py [--fp8] [--split] [--block-n 128 --warps 4 --stages 2] [--out k.ptx]
 """
 from __future__ import annotations
 
@@ -28,15 +28,16 @@ PATTERNS = ("wgmma.mma_async", "mma.sync", "ldmatrix", "cp.async.cg", "ld.global
             "cvt.rn.f16x2.e4m3x2", "ex2", "bar.sync")
 
 
-def decode_ptx(fp8: bool, block_n: int, warps: int, stages: int) -> str:
+def decode_ptx(fp8: bool, block_n: int, warps: int, stages: int, split: bool = False) -> str:
     kv = "*fp8e4nv" if fp8 else "*bf16"
     sig = {"q_ptr": "*bf16", "kc_ptr": kv, "vc_ptr": kv, "o_ptr": "*bf16", "mid_o_ptr": "*fp32",
            "mid_lse_ptr": "*fp32", "count_ptr": "*i32", "ctx_ptr": "*i32", "bt_ptr": "*i32"}
     sig |= {n: "i32" for n in ("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride",
                                "c_blk_stride", "c_tok_stride", "c_head_stride", "bt_stride")}
     sig |= {"qk_scale": "fp32", "v_scale": "fp32", "window": "i32", "head_dim": "i32",
-            "n_q_heads": "i32"}
-    consts = dict(GROUP=4, G_PAD=16, PAGE=16, BLOCK_N=block_n, HEAD_DIM=128, NUM_SPLITS=1,
+            "n_q_heads": "i32", "n_splits": "i32"}
+    consts = dict(GROUP=4, G_PAD=16, PAGE=16, BLOCK_N=block_n, HEAD_DIM=128, SPLIT=split,
+                  SPLIT_PAD=32,
                   HAS_WINDOW=False, DOT=tl.float16 if fp8 else tl.bfloat16, PREC="tf32",
                   PDL=False, E4M3_PAIRS=fp8)
     sig |= {k: "constexpr" for k in consts}
@@ -56,9 +57,10 @@ def main() -> None:
     ap.add_argument("--block-n", type=int, default=128)
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--stages", type=int, default=2)
+    ap.add_argument("--split", action="store_true", help="the split-KV variant (merge inside)")
     ap.add_argument("--out", default=None, help="write the PTX here")
     a = ap.parse_args()
-    ptx = decode_ptx(a.fp8, a.block_n, a.warps, a.stages)
+    ptx = decode_ptx(a.fp8, a.block_n, a.warps, a.stages, a.split)
     print({p: len(re.findall(re.escape(p), ptx)) for p in PATTERNS})
     if a.out:
         with open(a.out, "w") as f:

@@ -1,4 +1,4 @@
-"""The sampler's kernels compile for sm_90 on this GPU-less machine.
+"""The sampler's and the decode attention's kernels compile for sm_90 on this GPU-less machine.
 
 Why: TRITON_INTERPRET runs a kernel as numpy and skips the compiler's checks, so a kernel can
 pass every CPU test and fail to compile on the H200 (a loop-carried variable that changed type
@@ -34,15 +34,30 @@ compile_sm90(S._sample_chunks_kernel, row | {"best_ptr": "*fp32", "best_i_ptr": 
              dict(CHUNK=S.CHUNK, BLOCK=S.BLOCK), 4)
 compile_sm90(S._sample_pick_kernel, {"best_ptr": "*fp32", "best_i_ptr": "*i32", "out_ptr": "*i64",
                               "chunks": "i32", "vocab": "i32"}, dict(CHUNKS_PAD=16), 1)
+
+import triton.language as tl
+from atom.kernels.triton import paged_decode_attention as A
+ptrs = ("q_ptr", "kc_ptr", "vc_ptr", "o_ptr", "mid_o_ptr", "mid_lse_ptr", "count_ptr", "ctx_ptr", "bt_ptr")
+decode = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("count_ptr", "ctx_ptr", "bt_ptr")
+              else "*bf16") for n in ptrs}
+decode |= {n: "i32" for n in ("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride",
+                              "c_blk_stride", "c_tok_stride", "c_head_stride", "bt_stride", "window",
+                              "head_dim", "n_q_heads", "n_splits")} | {"qk_scale": "fp32", "v_scale": "fp32"}
+for split in (False, True):  # the kernel's two variants: every split count > 1 shares one
+    compile_sm90(A._decode_kernel, decode, dict(
+        GROUP=2, G_PAD=16, PAGE=16, BLOCK_N=64 if split else 128, HEAD_DIM=128, SPLIT=split,
+        SPLIT_PAD=A.MAX_SPLITS, HAS_WINDOW=False, DOT=tl.bfloat16, PREC="tf32", PDL=False,
+        E4M3_PAIRS=False), 4)
 """
 
 
-def test_sampler_kernels_compile_for_sm90():
+def test_kernels_compile_for_sm90():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
     p = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert {line.split()[0] for line in p.stdout.splitlines()} == {
-        "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel"}
+    assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
+        "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
+        "_decode_kernel", "_decode_kernel"])

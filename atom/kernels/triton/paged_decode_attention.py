@@ -2,9 +2,9 @@
 
 One program owns one (sequence, kv head, split): it loads the GROUP query heads that share the kv
 head, so each K/V byte is read from memory once however wide GQA is. Small batches cannot fill
-the 132 SMs with one program per (sequence, kv head), so the context is cut into NUM_SPLITS
-slices. NUM_SPLITS depends only on the batch shape, never on context lengths, and every length is
-read on the device: a captured CUDA graph replays correctly for any contexts.
+the 132 SMs with one program per (sequence, kv head), so the context is cut into n_splits
+slices. The split count depends only on the batch shape, never on context lengths, and every
+length is read on the device: a captured CUDA graph replays correctly for any contexts.
 
 The splits' partial softmax results are merged in the same launch (a second launch per layer was
 ~8% of Qwen3-0.6B's batch-1 decode kernels): each split program writes its partial, then counts
@@ -30,20 +30,23 @@ MAX_SPLITS = 32  # decode_attn_sweep (run E): 32 splits beat 16 at batch 1, 1k-4
 
 @triton.jit
 def _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, seq64, heads_base, o_tok_stride, o_head_stride,
-                  n_q_heads, head_dim, v_scale, GROUP: tl.constexpr, NUM_SPLITS: tl.constexpr,
-                  HEAD_DIM: tl.constexpr):
-    """out = Σ_s exp2(lse_s − m) · o_s / Σ_s exp2(lse_s − m) for each of the GROUP heads. Loads
-    bypass L1 (.cg): the partials were written by programs on other SMs."""
-    s = tl.arange(0, NUM_SPLITS)
+                  n_q_heads, head_dim, v_scale, n_splits, GROUP: tl.constexpr,
+                  SPLIT_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """out = Σ_s exp2(lse_s − m) · o_s / Σ_s exp2(lse_s − m) for each of the GROUP heads, over
+    the n_splits partials (SPLIT_PAD ≥ n_splits lanes, the rest masked). Loads bypass L1 (.cg):
+    the partials were written by programs on other SMs."""
+    s = tl.arange(0, SPLIT_PAD)
+    s_mask = s < n_splits
     d = tl.arange(0, HEAD_DIM)
     for g in tl.static_range(GROUP):  # unrolled: the heads' loads issue together, not in turn
         head = heads_base + g
-        row = (seq64 * n_q_heads + head) * NUM_SPLITS
-        lse = tl.load(mid_lse_ptr + row + s, cache_modifier=".cg")
+        row = (seq64 * n_q_heads + head) * n_splits
+        lse = tl.load(mid_lse_ptr + row + s, mask=s_mask, other=float("-inf"), cache_modifier=".cg")
         m = tl.max(lse, 0)
         m = tl.where(m == float("-inf"), 0.0, m)
         w = tl.exp2(lse - m)
-        part = tl.load(mid_o_ptr + (row + s)[:, None] * HEAD_DIM + d[None, :], cache_modifier=".cg")
+        part = tl.load(mid_o_ptr + (row + s)[:, None] * HEAD_DIM + d[None, :], mask=s_mask[:, None],
+                       other=0.0, cache_modifier=".cg")
         total = tl.sum(w, 0)
         total = tl.where(total == 0.0, 1.0, total)
         out = tl.sum(part * w[:, None], 0) / total * v_scale
@@ -71,13 +74,17 @@ def _load_e4m3_as_f16(ptr, off, row_mask, ROWS: tl.constexpr, HEAD_DIM: tl.const
 
 # The block table's row stride is the batch's widest table outside CUDA graphs: specialised on it,
 # the kernel compiled again mid-serving for each new divisibility (run 9: twice in one workload).
-@triton.jit(do_not_specialize=["bt_stride"])
+# The split count is a runtime value too: as a constexpr, each of its six values (1..32, one per
+# range of batch sizes) was a variant of its own, ~0.8 s of compiling each at a cold start (run 38:
+# 4.8 of the 8.6 s a Qwen3-0.6B start spent compiling). Now there are two: split or not.
+@triton.jit(do_not_specialize=["bt_stride", "n_splits"])
 def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_ptr, ctx_ptr, bt_ptr,
                    q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
                    c_blk_stride, c_tok_stride, c_head_stride, bt_stride,
-                   qk_scale, v_scale, window, head_dim, n_q_heads,
+                   qk_scale, v_scale, window, head_dim, n_q_heads, n_splits,
                    GROUP: tl.constexpr, G_PAD: tl.constexpr, PAGE: tl.constexpr,
-                   BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                   BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, SPLIT: tl.constexpr,
+                   SPLIT_PAD: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
                    PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr):
     seq = tl.program_id(0)
@@ -89,7 +96,7 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
     lo0 = 0
     if HAS_WINDOW:
         lo0 = tl.maximum(ctx - window, 0)
-    per_split = tl.cdiv(tl.cdiv(ctx - lo0, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    per_split = tl.cdiv(tl.cdiv(ctx - lo0, n_splits), BLOCK_N) * BLOCK_N
     lo = lo0 + split * per_split
     hi = tl.minimum(lo + per_split, ctx)
 
@@ -128,12 +135,12 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
     row_mask = g_mask[:, None] & d_mask[None, :]
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         tl.store(o_ptr + seq64 * o_tok_stride + heads[:, None] * o_head_stride + d[None, :],
                  (out * v_scale).to(o_ptr.dtype.element_ty), mask=row_mask)
     else:
-        # mid layout: [B, Hq, NUM_SPLITS, HEAD_DIM] and [B, Hq, NUM_SPLITS]
-        mid_row = (seq64 * n_q_heads + heads) * NUM_SPLITS + split
+        # mid layout: [B, Hq, n_splits, HEAD_DIM] and [B, Hq, n_splits]
+        mid_row = (seq64 * n_q_heads + heads) * n_splits + split
         tl.store(mid_o_ptr + mid_row[:, None] * HEAD_DIM + d[None, :], out, mask=row_mask)
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
         tl.store(mid_lse_ptr + mid_row, lse, mask=g_mask)
@@ -142,10 +149,10 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
         # makes every other split's partials visible to its merge.
         tl.debug_barrier()
         count = count_ptr + seq64 * tl.num_programs(1) + kvh
-        if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == NUM_SPLITS - 1:
+        if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
             _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, seq64, kvh * GROUP, o_tok_stride,
-                          o_head_stride, n_q_heads, head_dim, v_scale, GROUP, NUM_SPLITS,
-                          HEAD_DIM)
+                          o_head_stride, n_q_heads, head_dim, v_scale, n_splits, GROUP,
+                          SPLIT_PAD, HEAD_DIM)
             tl.store(count, 0)
 
 
@@ -199,8 +206,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0),
         scale * k_scale * LOG2E, float(v_scale), int(sliding_window or 0), head_dim, n_q_heads,
-        GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), PAGE=k_cache.shape[1],
-        BLOCK_N=block_n, HEAD_DIM=head_pad, NUM_SPLITS=n_split,
+        n_split, GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), PAGE=k_cache.shape[1],
+        BLOCK_N=block_n, HEAD_DIM=head_pad, SPLIT=n_split > 1,
+        SPLIT_PAD=max(MAX_SPLITS, triton.next_power_of_2(n_split)),
         HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype, k_cache.dtype),
         PREC=dot_precision(q.dtype), E4M3_PAIRS=fp8 and head_dim == head_pad and not interpreted(),
         num_warps=num_warps, num_stages=num_stages, **pdl_args(q.device))
