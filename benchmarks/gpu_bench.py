@@ -575,9 +575,9 @@ def bench_hf_decode(model: str, ctx: int, gen: int) -> dict[str, Any]:
 
 def bench_startup(model: str) -> dict[str, Any]:
     """Process start to ready (engine built, graphs captured), in a fresh interpreter: once with
-    Triton's kernel cache cold (a new, empty TRITON_CACHE_DIR, whatever ran before in this
-    process's machine: run 9's "cold" followed other benches and found their kernels cached), then
-    warm (the same directory again)."""
+    Triton's kernel cache cold (a new, empty TRITON_CACHE_DIR, whatever ran on the machine before:
+    run 9's "cold" start followed other benches and found their kernels cached), then warm (the
+    same directory again)."""
     code = ("import time,sys,logging;t=time.time();"
             "logging.basicConfig(level=logging.INFO,format='%(relativeCreated)d ms %(name)s: %(message)s');"
             "from atom.config.compose import compose;"

@@ -75,7 +75,7 @@ def _load_e4m3_as_f16(ptr, off, row_mask, ROWS: tl.constexpr, HEAD_DIM: tl.const
 # The block table's row stride is the batch's widest table outside CUDA graphs: specialised on it,
 # the kernel compiled again mid-serving for each new divisibility (run 9: twice in one workload).
 # The split count is a runtime value too: as a constexpr, each of its six values (1..32, one per
-# range of batch sizes) was a variant of its own, ~0.8 s of compiling each at a cold start (run 38:
+# range of batch sizes) was a variant of its own, ~0.8 s of compiling each at a cold start (run 39:
 # 4.8 of the 8.6 s a Qwen3-0.6B start spent compiling). Now there are two: split or not.
 @triton.jit(do_not_specialize=["bt_stride", "n_splits"])
 def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_ptr, ctx_ptr, bt_ptr,
