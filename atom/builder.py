@@ -31,8 +31,23 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
         return ScriptedEngineCore(cfg, build_tokenizer(cfg))
     from atom.model_engine.engine_core import EngineCore
 
+    _require_one_device(cfg)
     eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
     return EngineCore(cfg, eos)
+
+
+def _require_one_device(cfg: Config) -> None:
+    """The model engine runs in one process on one device. A tp or dp size above 1 composes (a
+    benchmark config or a synthetic server may name one) but has no worker processes to run on,
+    and until this check it ran the whole model on one device as if it had not been asked for."""
+    from atom.config.errors import ConfigError
+
+    p = cfg.parallel
+    for field, size in (("parallel.tensor_parallel_size", p.tensor_parallel_size),
+                        ("parallel.data_parallel_size", p.data_parallel_size)):
+        if size > 1:
+            raise ConfigError(field, size, "the model engine runs on one device: multi-process "
+                              "parallelism has no worker launcher yet (set 1)")
 
 
 def build_engine(cfg: Config) -> "LLMEngine":
@@ -49,6 +64,8 @@ def build_app(cfg: Config) -> Any:
     from atom.entrypoints.openai.app import create_app
     from atom.model_engine.engine_client import EngineClient
 
+    if cfg.server.engine_source == "model":
+        _require_one_device(cfg)  # here too, so the refusal needs no core process to report it
     client = EngineClient(cfg)
     client.launch()  # the core loads the model while this process loads the tokenizer
     try:

@@ -47,13 +47,13 @@ def run_job(cfg: Config) -> object:
 def _main(node: DictConfig) -> object:
     try:
         cfg = to_config(node)
-    except ConfigError as e:
+        out = _output_dir()
+        cfg.output_dir = cfg.output_dir or str(out)
+        (out / "config.yaml").write_text(to_yaml(cfg))
+        return run_job(cfg)
+    except ConfigError as e:  # from validation, or from a builder refusing before any weights load
         print(f"atom: {e}", file=sys.stderr)
         sys.exit(2)
-    out = _output_dir()
-    cfg.output_dir = cfg.output_dir or str(out)
-    (out / "config.yaml").write_text(to_yaml(cfg))
-    return run_job(cfg)
 
 
 def main() -> None:

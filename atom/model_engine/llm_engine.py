@@ -22,7 +22,7 @@ StreamCallback = Callable[[RequestOutput], None]
 
 class LLMEngine:
     def __init__(self, model: Optional[str] = None, **kwargs: Any) -> None:
-        """`LLMEngine(model=..., kv_cache_dtype="fp8", tensor_parallel_size=8)`: flat engine-arg
+        """`LLMEngine(model=..., kv_cache_dtype="fp8", max_num_seqs=64)`: flat engine-arg
         names (the spec's Config field names) mapped onto the same Config tree as everything else."""
         from atom.config.flags import config_from_kwargs
 

@@ -83,6 +83,18 @@ def test_bad_config_exits_nonzero_with_one_line_and_reads_no_weights():
     assert "loading" not in r.stderr.lower()
 
 
+def test_a_parallel_size_the_server_cannot_run_exits_with_one_line_and_no_core():
+    """tp2 composes, but the server's engine runs on one device: the builder refuses it in the
+    API process, before a core process is spawned or a weight is read."""
+    r = subprocess.run([sys.executable, "-m", "atom.run", "model=tiny_llama", "load=dummy",
+                        "runtime=cpu", "parallel=tp2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    err = [line for line in r.stderr.splitlines() if line.strip()]
+    assert err[-1].startswith("atom: invalid config: parallel.tensor_parallel_size=2: the model "
+                              "engine runs on one device")
+    assert "engine core" not in r.stderr
+
+
 def test_cfg_job_prints_the_resolved_tree():
     r = subprocess.run([sys.executable, "-m", "atom.run", "kv_cache=fp8", "--cfg", "job"],
                        capture_output=True, text=True, timeout=120)

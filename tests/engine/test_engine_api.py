@@ -59,3 +59,19 @@ def test_sharded_checkpoint_loads_like_the_single_file(ckpt, tmp_path):
     a = LLMEngine(model=str(ckpt), device="cpu").generate([[3, 4, 5, 6]], params)
     b = LLMEngine(model=str(sharded), device="cpu").generate([[3, 4, 5, 6]], params)
     assert a[0]["token_ids"] == b[0]["token_ids"]
+
+
+@pytest.mark.parametrize("override,field", [("parallel=tp2", "parallel.tensor_parallel_size"),
+                                            ("parallel=dp2", "parallel.data_parallel_size")])
+def test_a_parallel_size_the_engine_cannot_run_is_refused_before_weights_load(override, field,
+                                                                               monkeypatch):
+    """tp/dp above 1 compose (benchmark configs name them) but the model engine runs on one device:
+    it must say so, naming the field, rather than run the whole model as if tp were 1."""
+    from atom.config.errors import ConfigError
+    from atom.model_engine import engine_core
+
+    monkeypatch.setattr(engine_core.EngineCore, "__init__",
+                        lambda *a, **k: pytest.fail("the core (and its weights) was built"))
+    cfg = atom.compose(["model=tiny_llama", "load=dummy", "runtime=cpu", override])
+    with pytest.raises(ConfigError, match=rf"{field}=2: the model engine runs on one device"):
+        atom.build_engine(cfg)
