@@ -31,15 +31,16 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
         return ScriptedEngineCore(cfg, build_tokenizer(cfg))
     from atom.model_engine.engine_core import EngineCore
 
-    _require_one_device(cfg)
+    _refuse_what_cannot_run(cfg)
     eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
     return EngineCore(cfg, eos)
 
 
-def _require_one_device(cfg: Config) -> None:
-    """The model engine runs in one process on one device. A tp or dp size above 1 composes (a
-    benchmark config or a synthetic server may name one) but has no worker processes to run on,
-    and until this check it ran the whole model on one device as if it had not been asked for."""
+def _refuse_what_cannot_run(cfg: Config) -> None:
+    """Settings that compose (benchmark configs and synthetic servers name them) but that the
+    model engine does not implement: a tp or dp size above 1 (one process, one device: no worker
+    launcher) and speculative decoding (no proposer). Until the eighth session both were ignored,
+    and the engine ran as if they had not been asked for."""
     from atom.config.errors import ConfigError
 
     p = cfg.parallel
@@ -48,6 +49,9 @@ def _require_one_device(cfg: Config) -> None:
         if size > 1:
             raise ConfigError(field, size, "the model engine runs on one device: multi-process "
                               "parallelism has no worker launcher yet (set 1)")
+    if cfg.specdecode.method:
+        raise ConfigError("specdecode.method", cfg.specdecode.method, "speculative decoding has no "
+                          "proposer yet (specdecode=none)")
 
 
 def build_engine(cfg: Config) -> "LLMEngine":
@@ -65,7 +69,7 @@ def build_app(cfg: Config) -> Any:
     from atom.model_engine.engine_client import EngineClient
 
     if cfg.server.engine_source == "model":
-        _require_one_device(cfg)  # here too, so the refusal needs no core process to report it
+        _refuse_what_cannot_run(cfg)  # here too, so no core process is needed to report it
     client = EngineClient(cfg)
     client.launch()  # the core loads the model while this process loads the tokenizer
     try:

@@ -61,17 +61,20 @@ def test_sharded_checkpoint_loads_like_the_single_file(ckpt, tmp_path):
     assert a[0]["token_ids"] == b[0]["token_ids"]
 
 
-@pytest.mark.parametrize("override,field", [("parallel=tp2", "parallel.tensor_parallel_size"),
-                                            ("parallel=dp2", "parallel.data_parallel_size")])
-def test_a_parallel_size_the_engine_cannot_run_is_refused_before_weights_load(override, field,
-                                                                               monkeypatch):
-    """tp/dp above 1 compose (benchmark configs name them) but the model engine runs on one device:
-    it must say so, naming the field, rather than run the whole model as if tp were 1."""
+@pytest.mark.parametrize("override,field,rule", [
+    ("parallel=tp2", "parallel.tensor_parallel_size", "2: the model engine runs on one device"),
+    ("parallel=dp2", "parallel.data_parallel_size", "2: the model engine runs on one device"),
+    ("specdecode=mtp", "specdecode.method", "'mtp': speculative decoding has no proposer yet")])
+def test_a_setting_the_engine_cannot_run_is_refused_before_weights_load(override, field, rule,
+                                                                        monkeypatch):
+    """tp/dp above 1 and speculative decoding compose (benchmark configs name them) but the model
+    engine implements neither: it must say so, naming the field, rather than run as if they had
+    not been asked for."""
     from atom.config.errors import ConfigError
     from atom.model_engine import engine_core
 
     monkeypatch.setattr(engine_core.EngineCore, "__init__",
                         lambda *a, **k: pytest.fail("the core (and its weights) was built"))
     cfg = atom.compose(["model=tiny_llama", "load=dummy", "runtime=cpu", override])
-    with pytest.raises(ConfigError, match=rf"{field}=2: the model engine runs on one device"):
+    with pytest.raises(ConfigError, match=f"{field}={rule}"):
         atom.build_engine(cfg)
