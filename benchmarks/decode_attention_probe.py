@@ -18,12 +18,12 @@ TB/s on the whole GPU. What the H200 said (416 sequences x 1,536 context, result
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any, Callable
 
 import torch
 
-from probe_kit import DecodeCase, decode_case, error_text, gather_sum, median_ms, on_streams, report
+from probe_kit import (DecodeCase, decode_case, error_text, gather_sum, median_ms, on_streams,
+                       probe_meta, report)
 
 SM_COUNTS = (32, 48)
 # (block_n, num_warps, num_stages): the defaults and run 20's best on all SMs
@@ -76,8 +76,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=416)
     ap.add_argument("--ctx", type=int, default=1536)
     args = ap.parse_args()
-    res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
-                           "batch": args.batch, "ctx": args.ctx}
+    res = probe_meta(batch=args.batch, ctx=args.ctx)
     streams = _streams()
     for dtag, dtype in (("bf16", torch.bfloat16), ("fp8", torch.float8_e4m3fn)):
         ref = None

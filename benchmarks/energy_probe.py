@@ -20,13 +20,11 @@ schedule could get from this GPU at these kernels' energy per FLOP and per byte.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 from typing import Any, Callable
 
 import torch
 
-from probe_kit import GpuSampler, decode_case, error_text, report, sustained
+from probe_kit import GpuSampler, decode_case, error_text, nvidia_smi, probe_meta, report, sustained
 from sm_bandwidth_probe import _stream_plain
 from sm_partition_probe import LAYERS, _gemms
 
@@ -43,12 +41,6 @@ def _per_token() -> dict[str, float]:
     return {"kv_bytes": 2 * HK * D * 2 * N_LAYERS * CTX,
             "decode_flop": 2 * (N_LAYERS * _layer_params() + HIDDEN * VOCAB),
             "prefill_flop": 2 * N_LAYERS * _layer_params()}
-
-
-def _limit_watts() -> float:
-    out = subprocess.run(["nvidia-smi", "--query-gpu=power.limit", "--format=csv,noheader,nounits",
-                          "-i", "0"], capture_output=True, text=True, timeout=10).stdout
-    return float(out.strip())
 
 
 def _square(n: int = 8192) -> Callable[[], None]:
@@ -70,9 +62,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.cuda.init()
     idle = float(GpuSampler.once()[1])
-    res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
-                           "gpu": torch.cuda.get_device_name(0), "idle_watts": idle,
-                           "limit_watts": _limit_watts(), "per_token": _per_token()}
+    res = probe_meta(idle_watts=idle, limit_watts=float(nvidia_smi("power.limit")[0]),
+                     per_token=_per_token())
     work: dict[str, tuple[Callable[[], None], float]] = {}
     for rows in (384, 1024, 8192):
         work[f"gemm_{rows}"] = (_gemms(rows), 2 * rows * LAYERS * _layer_params())

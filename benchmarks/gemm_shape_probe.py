@@ -26,7 +26,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from probe_kit import error_text, report
+from probe_kit import error_text, probe_meta, report
 
 SHAPES = {"qkv": (6144, 4096), "o_proj": (4096, 4096), "gate_up": (28672, 4096),
           "down": (4096, 14336)}  # (out features N, in features K)
@@ -140,8 +140,7 @@ def main() -> None:
     if args.table is not None:
         write_table(args.table or None)
         return
-    res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
-                           "gpu": torch.cuda.get_device_name(0), "layers": LAYERS}
+    res = probe_meta(layers=LAYERS)
     bf = dict(device="cuda", dtype=torch.bfloat16)
     for name, (n, k) in SHAPES.items():
         ws = [torch.randn(n, k, **bf) * 0.02 for _ in range(LAYERS)]

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 import triton
 
-from probe_kit import GpuSampler, decode_case
+from probe_kit import GpuSampler, decode_case, probe_meta
 
 COPY_BW = 4.18e12  # bytes/s, the device-to-device copy bandwidth measured on this H200 (issue 5)
 
@@ -831,10 +831,8 @@ def main() -> None:
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    meta = {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
-            "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-            "triton": __import__("triton").__version__, "python": platform.python_version(),
-            "command": " ".join(sys.argv), "extra": RUN_EXTRA}
+    meta = probe_meta(triton=triton.__version__, python=platform.python_version(),
+                      command=" ".join(sys.argv), extra=RUN_EXTRA)
     results: dict[str, Any] = {"meta": meta}
     for name in args.only.split(","):
         t0 = time.perf_counter()

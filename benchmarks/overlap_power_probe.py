@@ -18,12 +18,11 @@ alone on N, each of the three beside the GEMMs, and attention then GEMMs in seri
 from __future__ import annotations
 
 import argparse
-import os
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
-from probe_kit import GpuSampler, error_text, on_streams, report, sustained
+from probe_kit import GpuSampler, error_text, on_streams, probe_meta, report, sustained
 from sm_bandwidth_probe import _stream_plain, bigpage, bigpage_case
 from sm_partition_probe import LAYERS, _gemms
 
@@ -37,9 +36,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
-                           "gpu": torch.cuda.get_device_name(0), "sms": sms, "n": N, "rows": ROWS,
-                           "layers": LAYERS, "query": GpuSampler.QUERY, "idle": GpuSampler.once()}
+    res = probe_meta(sms=sms, n=N, rows=ROWS, layers=LAYERS, query=GpuSampler.QUERY,
+                     idle=GpuSampler.once())
     green = [GreenContext.create(num_sms=N, device_id=0),
              GreenContext.create(num_sms=sms - N, device_id=0)]  # held for the process: NOTES
     few, rest = green[0].Stream(), green[1].Stream()

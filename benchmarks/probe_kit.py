@@ -1,14 +1,14 @@
 """What the GPU benchmark scripts share: a decode-attention case over a random paged cache, its
-paged gather alone (loads, no attention), timing of work issued on other streams, and writing a
-result.
+paged gather alone (loads, no attention), timing of work issued on other streams, sustained runs
+with the GPU's clock and power sampled, and a result's header, report line and JSON file.
 
-Imported by `gpu_bench.py`, `sm_partition_probe.py`, `tma_attention_probe.py` and
-`decode_attention_probe.py`, each run as
+Imported by `gpu_bench.py` and the `*_probe.py` scripts beside it, each run as
 `python3 benchmarks/<script>.py` (so this directory is on sys.path).
 """
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import threading
@@ -120,22 +120,39 @@ def on_streams(*work: tuple[torch.cuda.Stream, Callable[[], Any]]) -> Callable[[
     return run
 
 
+def _ms_per_call(fn: Callable[[], Any], calls: int) -> float:
+    """GPU ms per call of `calls` back-to-back calls, between events on the current stream."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(calls):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / calls
+
+
 def median_ms(fn: Callable[[], Any], reps: int = 10, inner: int = 1) -> float:
     """Median wall ms of one fn call between events on the current stream, synchronised each
     time, after one warm-up call; `inner` calls per timing spread the sync and the streams' joins
     (fn may issue on other streams: on_streams joins them back) over that many calls."""
     fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(inner):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) / inner)
-    return round(sorted(times)[len(times) // 2], 3)
+    times = sorted(_ms_per_call(fn, inner) for _ in range(reps))
+    return round(times[len(times) // 2], 3)
+
+
+def nvidia_smi(query: str) -> list[str]:
+    """The GPU 0 fields `query` names (nvidia-smi --query-gpu), as strings without units."""
+    out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits",
+                          "-i", "0"], capture_output=True, text=True, timeout=10).stdout
+    return [f.strip() for f in out.strip().split(",")]
+
+
+def probe_meta(**fields: Any) -> dict[str, Any]:
+    """What every probe's result starts with: the commit (ATOM_COMMIT, passed from the
+    developer's machine), the GPU and torch, then the probe's own fields."""
+    return {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
+            "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, **fields}
 
 
 class GpuSampler:
@@ -155,9 +172,7 @@ class GpuSampler:
 
     @classmethod
     def once(cls) -> list[str]:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={cls.QUERY}", "--format=csv,noheader,nounits",
-                              "-i", "0"], capture_output=True, text=True, timeout=10).stdout
-        return [f.strip() for f in out.strip().split(",")]
+        return nvidia_smi(cls.QUERY)
 
     def _run(self) -> None:
         """Samples until stopped; none at all where nvidia-smi is missing or refuses the query
@@ -215,13 +230,8 @@ def sustained(fn: Callable[[], Any], seconds: float = 2.5) -> dict[str, Any]:
     calls = max(1, int(seconds * 1000 / ms))
     torch.cuda.synchronize()
     with GpuSampler() as gpu:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(calls):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-    return {"ms": ms, "sustained_ms": round(a.elapsed_time(b) / calls, 3), **gpu.summary()}
+        per_call = _ms_per_call(fn, calls)
+    return {"ms": ms, "sustained_ms": round(per_call, 3), **gpu.summary()}
 
 
 def error_text(e: Exception, limit: int = 200) -> str:

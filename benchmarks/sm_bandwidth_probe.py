@@ -27,7 +27,6 @@ into the engine (128-token heads-outer pages): its decode step's attention was 2
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any, Callable
 
 import torch
@@ -35,7 +34,8 @@ import triton
 import triton.language as tl
 
 from atom.kernels.triton.dot_dtype import dot_dtype
-from probe_kit import decode_case, error_text, median_ms, on_streams, online_softmax_step, report
+from probe_kit import (decode_case, error_text, median_ms, on_streams, online_softmax_step,
+                       probe_meta, report)
 
 BATCH, CTX, HQ, HK, D = 416, 1536, 32, 8, 128
 SM_COUNTS = (32, 48, 64)
@@ -150,8 +150,7 @@ def main() -> None:
     ap.add_argument("--parts", default="streams,bigpage,atom", help="of streams,bigpage,bigpage_fp8,atom")
     args = ap.parse_args()
     parts = args.parts.split(",")
-    res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"), "batch": BATCH,
-                           "ctx": CTX}
+    res = probe_meta(batch=BATCH, ctx=CTX)
     bf16_bytes = 2 * BATCH * CTX * HK * D * 2
     green = [GreenContext.create(num_sms=n, device_id=0) for n in SM_COUNTS]  # held: see NOTES
     streams = {"all": torch.cuda.Stream(), **{str(n): g.Stream() for n, g in zip(SM_COUNTS, green)}}

@@ -27,12 +27,11 @@ kernel that stops overlap on this GPU.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any, Callable
 
 import torch
 
-from probe_kit import decode_case, error_text, median_ms, on_streams, report
+from probe_kit import decode_case, error_text, median_ms, on_streams, probe_meta, report
 from sm_bandwidth_probe import bigpage, bigpage_case
 
 CTX, LAYERS, SPLITS = 1536, 4, (48, 64, 80)
@@ -113,9 +112,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"),
-                           "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-                           "sms": sms, "ctx": CTX, "layers": LAYERS}
+    res = probe_meta(sms=sms, ctx=CTX, layers=LAYERS)
     streams = _split_streams(sms)
     res["gemm_416_ms"] = median_ms(_gemms(416))
     res["gemm_1024_ms"] = median_ms(_gemms(1024))

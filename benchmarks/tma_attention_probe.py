@@ -20,7 +20,6 @@ chain, is what an SM is short of.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any, Callable
 
 import torch
@@ -28,7 +27,7 @@ import triton
 import triton.language as tl
 
 from probe_kit import (decode_case, error_text, gather_sum, median_ms, on_streams,
-                       online_softmax_step, report)
+                       online_softmax_step, probe_meta, report)
 
 LOG2E = 1.4426950408889634
 
@@ -121,8 +120,7 @@ def main() -> None:
     q, kc, vc, meta = case.q, case.kc, case.vc, case.meta
     ctx, tables, scale = meta.context_lens, meta.block_tables, q.shape[-1] ** -0.5
     ref = decode_attention(q, kc, vc, meta, scale)
-    res: dict[str, Any] = {"commit": os.environ.get("ATOM_COMMIT", "unknown"), "batch": batch,
-                           "ctx": ctx_len}
+    res = probe_meta(batch=batch, ctx=ctx_len)
     atom_kernel = lambda: decode_attention(q, kc, vc, meta, scale)  # noqa: E731
     loads_only = lambda: gather_sum(kc, vc, ctx, tables)  # noqa: E731
 
