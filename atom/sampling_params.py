@@ -1,8 +1,12 @@
 """Per-request sampling settings (the spec's `SamplingParams`, plus what OpenAI clients send)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
+
+# torch.Generator.manual_seed takes [-2**63, 2**64); outside it the sampler would raise mid-step.
+_SEED_RANGE = (-(2**63), 2**64 - 1)
 
 
 @dataclass
@@ -24,6 +28,12 @@ class SamplingParams:
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty",
+                     "repetition_penalty"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
+        if self.seed is not None and not _SEED_RANGE[0] <= self.seed <= _SEED_RANGE[1]:
+            raise ValueError(f"seed must be in [{_SEED_RANGE[0]}, {_SEED_RANGE[1]}], got {self.seed}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:

@@ -24,3 +24,6 @@ class ServerConfig:
     # Seconds to wait for the engine core to load and report ready (0 = wait as long as it lives).
     engine_ready_timeout_s: float = 0.0
     stop_profile_timeout_s: Optional[float] = None  # None: ATOM_PROFILER_TIMEOUT, else 300
+    # Seconds the engine core may stay silent (no step, no idle heartbeat) before /health
+    # reports it stalled with a 503; 0 = never. Above the longest step the model may take.
+    core_silence_timeout_s: float = 60.0

@@ -49,8 +49,12 @@ class CoreFailed(msgspec.Struct, tag="failed"):
     message: str
 
 
+class Heartbeat(msgspec.Struct, tag="beat"):
+    """Sent by an idle core, so that silence from the core always means it is stuck."""
+
+
 ToCore = Union[AddRequests, AbortRequests, ControlCall]
-FromCore = Union[CoreReady, StepBatch, ControlReply, CoreFailed]
+FromCore = Union[CoreReady, StepBatch, ControlReply, CoreFailed, Heartbeat]
 
 CONTROL_OPS = ("start_profile", "stop_profile", "shutdown")
 

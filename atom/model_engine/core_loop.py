@@ -18,8 +18,9 @@ import zmq
 
 from atom.config.schema import Config
 from atom.model_engine.core_ipc import (AbortRequests, AddRequests, ControlCall, ControlReply,
-                                        CoreFailed, CoreReady, StepBatch, to_core_decoder)
-from atom.model_engine.messages import EngineStats
+                                        CoreFailed, CoreReady, Heartbeat, StepBatch,
+                                        to_core_decoder)
+from atom.model_engine.messages import EngineStats, StepOutput
 
 log = logging.getLogger("atom.core")
 
@@ -61,23 +62,34 @@ class CoreLoop:
         self._encode = msgspec.msgpack.Encoder().encode
         self._status = _StatusLine(cfg.runtime.throughput_log_interval, cfg.runtime.enable_log_stats)
         self._running = True
+        self._rejected: list[StepOutput] = []  # requests refused since the last StepBatch
+        self._heartbeat_s = min(cfg.server.core_silence_timeout_s / 4, _IDLE_POLL_MS / 1000) \
+            if cfg.server.core_silence_timeout_s > 0 else 0.0
+        self._last_sent = time.monotonic()
 
     def send(self, msg: Any) -> None:
         self._push.send(self._encode(msg), copy=False)
+        self._last_sent = time.monotonic()
 
     def run(self) -> None:
         while self._running:
             busy = self.core.has_unfinished()
-            got = self._drain(0 if busy else _IDLE_POLL_MS)
+            got = self._drain(0 if busy else self._idle_wait_ms())
             if not self._running or os.getppid() != self._parent:
                 break
+            rejected, self._rejected = self._rejected, []
             if self.core.has_unfinished():
                 outputs = self.core.step()
                 stats = self.core.stats()
-                self.send(StepBatch(outputs, stats))
+                self.send(StepBatch(rejected + outputs, stats))
                 self._status.maybe_log(stats)
-            elif got:  # aborts that emptied the engine: publish the freed state
-                self.send(StepBatch([], self.core.stats()))
+            elif got or rejected:  # aborts that emptied the engine: publish the freed state
+                self.send(StepBatch(rejected, self.core.stats()))
+            elif self._heartbeat_s and time.monotonic() - self._last_sent >= self._heartbeat_s:
+                self.send(Heartbeat())  # an idle core still answers: the API side sees a stall
+
+    def _idle_wait_ms(self) -> int:
+        return int(1000 * self._heartbeat_s) if self._heartbeat_s else _IDLE_POLL_MS
 
     def _drain(self, timeout_ms: int) -> bool:
         if not self._pull.poll(timeout_ms):
@@ -87,17 +99,48 @@ class CoreLoop:
                 frame = self._pull.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            self._handle(self._decode(frame.buffer))
+            try:
+                msg = self._decode(frame.buffer)
+            except msgspec.DecodeError as exc:
+                self._reject_undecodable(frame.buffer, str(exc))
+                continue
+            self._handle(msg)
         return True
 
     def _handle(self, msg: Any) -> None:
         if isinstance(msg, AddRequests):
             for req in msg.requests:
-                self.core.add_request(req)
+                self._add(req)
         elif isinstance(msg, AbortRequests):
             self.core.abort_requests(msg.request_ids)
         elif isinstance(msg, ControlCall):
             self._control(msg)
+
+    def _add(self, req: Any) -> None:
+        """A request the core refuses is failed alone, in the next StepBatch."""
+        try:
+            self.core.add_request(req)
+        except Exception as exc:
+            self._reject(req.request_id, str(exc), len(req.prompt_token_ids))
+
+    def _reject(self, request_id: str, why: str, num_prompt_tokens: int = 0) -> None:
+        log.warning("request %s rejected: %s", request_id, why)
+        self._rejected.append(StepOutput(
+            request_id=request_id, new_token_ids=[], finished=True, finish_reason="error",
+            num_prompt_tokens=num_prompt_tokens, error=why, rejected=True))
+
+    def _reject_undecodable(self, buf: Any, why: str) -> None:
+        """Requests whose fields fail the core's own checks (SamplingParams validates on decode)
+        are refused by id, so their callers hear back; anything else is only logged."""
+        try:
+            raw = msgspec.msgpack.decode(buf)
+            ids = [r["request_id"] for r in raw["requests"]] if raw.get("type") == "add" else []
+        except Exception:
+            ids = []
+        if not ids:
+            log.error("dropped an undecodable message: %s", why)
+        for rid in ids:
+            self._reject(str(rid), why)
 
     def _control(self, call: ControlCall) -> None:
         try:

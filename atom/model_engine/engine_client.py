@@ -25,7 +25,8 @@ import zmq
 
 from atom.config.schema import Config
 from atom.model_engine.core_ipc import (AbortRequests, AddRequests, ControlCall, ControlReply,
-                                        CoreFailed, CoreReady, StepBatch, from_core_decoder)
+                                        CoreFailed, CoreReady, Heartbeat, StepBatch,
+                                        from_core_decoder)
 from atom.model_engine.messages import EngineRequest, EngineStats
 from atom.model_engine.output_processor import OutputProcessor
 from atom.sampling_params import SamplingParams
@@ -35,8 +36,21 @@ log = logging.getLogger("atom.engine_client")
 _POLL_MS = 200  # how often the reader thread checks that the core process is alive
 
 
-class EngineCoreDead(RuntimeError):
-    pass
+class EngineError(RuntimeError):
+    """A request could not be served because of the engine, not because of its input."""
+
+
+class EngineCoreDead(EngineError):
+    """The engine core process is gone: nothing more will be served until a restart."""
+
+
+class RequestFailed(EngineError):
+    """The engine failed this one request; the core and the rest go on. `rejected`: refused
+    before it ran, for its own input (a 400), rather than failed inside a step (a 500)."""
+
+    def __init__(self, message: str, rejected: bool = False) -> None:
+        super().__init__(message)
+        self.rejected = rejected
 
 
 class EngineClient:
@@ -51,6 +65,7 @@ class EngineClient:
         self.max_model_len = 0
         self.stats = EngineStats()
         self.dead_reason: Optional[str] = None
+        self.last_heard = time.monotonic()  # when the core last sent anything (reader thread)
         self._lock = threading.Lock()  # guards `processor` between the loop and the reader thread
         self._ctx = zmq.Context()
         self._dir = tempfile.mkdtemp(prefix="atom-ipc-")
@@ -110,6 +125,7 @@ class EngineClient:
             if self._recv_sock.poll(_POLL_MS):
                 msg = decode(self._recv_sock.recv())
                 if isinstance(msg, CoreReady):
+                    self.last_heard = time.monotonic()
                     self.max_model_len = msg.max_model_len
                     log.info("engine core ready (pid %d, max_model_len %d)", msg.pid, msg.max_model_len)
                     return
@@ -167,10 +183,19 @@ class EngineClient:
         """The caller registers the request's collector with the dispatcher first, so no output
         can arrive before someone is there to take it."""
         self._check_alive()
+        # Encoded before any state is registered: a request that cannot cross (an integer past
+        # 64 bits) must leave nothing behind.
+        frame = self._encode(AddRequests([EngineRequest(
+            request_id=request_id, prompt_token_ids=prompt_token_ids, sampling_params=params,
+            arrival_time=arrival_time)]))
         with self._lock:
             self.processor.add_request(request_id, prompt_token_ids, params, arrival_time)
-        self._send(AddRequests([EngineRequest(request_id=request_id, prompt_token_ids=prompt_token_ids,
-                                              sampling_params=params, arrival_time=arrival_time)]))
+        try:
+            self._send_frame(frame)
+        except BaseException:
+            with self._lock:
+                self.processor.states.pop(request_id, None)
+            raise
 
     def abort(self, request_ids: list[str]) -> None:
         if not request_ids:
@@ -195,8 +220,20 @@ class EngineClient:
             self._calls.pop(call_id, None)
 
     def _send(self, msg: Any) -> None:
+        self._send_frame(self._encode(msg))
+
+    def _send_frame(self, frame: bytes) -> None:
         assert self._send_sock is not None
-        self._send_sock.send(self._encode(msg), copy=False)
+        self._send_sock.send(frame, copy=False)
+
+    def silence_s(self) -> float:
+        """Seconds since the core last sent anything: a step, a reply or an idle heartbeat."""
+        return max(0.0, time.monotonic() - self.last_heard)
+
+    @property
+    def stalled(self) -> bool:
+        limit = self.cfg.server.core_silence_timeout_s
+        return limit > 0 and self.alive and self.silence_s() > limit
 
     def _check_alive(self) -> None:
         if not self.alive:
@@ -216,6 +253,9 @@ class EngineClient:
                         return
                     continue
                 msg = decode(self._recv_sock.recv(copy=False).buffer)
+                self.last_heard = time.monotonic()
+                if isinstance(msg, Heartbeat):
+                    continue
                 if isinstance(msg, StepBatch):
                     self._on_step(msg, abort_sock)
                 elif isinstance(msg, ControlReply):

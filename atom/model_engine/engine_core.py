@@ -61,6 +61,12 @@ class EngineCore:
                                   f"{self.max_model_len}")
         if request.request_id in self.seqs:
             raise RequestRejected(f"request id {request.request_id!r} is already running")
+        vocab = self.runner.vocab_size
+        if any(not 0 <= t < vocab for t in request.prompt_token_ids):
+            # An id past the embedding is a device-side assert on a GPU: fatal to every request.
+            bad = next(t for t in request.prompt_token_ids if not 0 <= t < vocab)
+            raise RequestRejected(f"prompt token id {bad} is outside this model's vocabulary "
+                                  f"[0, {vocab})")
         seq = Sequence(request.request_id, request.prompt_token_ids, request.sampling_params,
                        request.arrival_time or time.perf_counter())
         self.seqs[seq.request_id] = seq
@@ -89,9 +95,17 @@ class EngineCore:
         if self._inflight is not None and not self._may_overlap():
             outputs += self._resolve()
         batch = self.scheduler.schedule()
-        launched = self._launch(batch) if batch.seqs else None
+        launched, failure = None, None
+        if batch.seqs:
+            try:
+                launched = self._launch(batch)
+            except Exception as exc:
+                self._raise_if_device_lost(exc)
+                failure = exc
         if self._inflight is not None:
             outputs += self._resolve()
+        if failure is not None:
+            outputs += self._isolate(batch, failure)
         if launched is not None:
             self.scheduler.advance(batch, launched.rows)
             self._inflight = (batch, launched)
@@ -100,6 +114,57 @@ class EngineCore:
             self._stats.num_steps += 1
         self._maybe_log()
         return outputs
+
+    # -- a step that raises ------------------------------------------------------------------
+    def _isolate(self, batch: ScheduledBatch, failure: Exception) -> list[StepOutput]:
+        """A step raised before it ran: run its sequences again in halves, each half resolved at
+        once, until every failure is pinned on one sequence, which alone is failed. One bad
+        request costs about 2·log2(batch) extra steps; the rest of the batch gets its tokens
+        from these smaller steps. Called with no step in flight, so no token is pending."""
+        log.warning("engine step of %d sequences raised %s: %s; isolating the request behind it",
+                    len(batch.seqs), type(failure).__name__, failure)
+        outputs: list[StepOutput] = []
+        parts = [list(zip(batch.seqs, batch.num_new_tokens))]
+        while parts:
+            part = [(s, n) for s, n in parts.pop() if s.status is SequenceStatus.RUNNING]
+            if not part:
+                continue
+            sub = ScheduledBatch([s for s, _ in part], [n for _, n in part])
+            try:
+                launched = self._launch(sub)
+            except Exception as exc:
+                self._raise_if_device_lost(exc)
+                if len(part) == 1:
+                    outputs.append(self._fail(part[0][0], exc))
+                else:
+                    mid = len(part) // 2
+                    parts += [part[mid:], part[:mid]]
+                continue
+            self.scheduler.advance(sub, launched.rows)
+            self._inflight = (sub, launched)
+            outputs += self._resolve()
+        return outputs
+
+    def _fail(self, seq: Sequence, exc: Exception) -> StepOutput:
+        log.error("request %s failed in the engine: %s: %s", seq.request_id, type(exc).__name__, exc)
+        self.scheduler.fail(seq)
+        self._forget(seq)
+        return StepOutput(request_id=seq.request_id, new_token_ids=[], finished=True,
+                          finish_reason="error", num_prompt_tokens=seq.num_prompt_tokens,
+                          error=f"{type(exc).__name__}: {exc}")
+
+    def _raise_if_device_lost(self, exc: Exception) -> None:
+        """Only a fault that leaves the device unusable may end the core: a CUDA error is sticky,
+        so a device that still synchronises can run the other requests."""
+        device = self.runner.device
+        if device.type != "cuda":
+            return
+        import torch
+
+        try:
+            torch.cuda.synchronize(device)
+        except Exception:
+            raise exc
 
     def _may_overlap(self) -> bool:
         return self.async_scheduling and not self._penalized

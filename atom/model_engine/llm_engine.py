@@ -109,6 +109,7 @@ class LLMEngine:
             "latency": out.latency, "finish_reason": out.finish_reason,
             "num_tokens_input": out.num_prompt_tokens, "num_tokens_output": out.num_output_tokens,
             "ttft": out.ttft, "tpot": out.tpot, "num_cached_tokens": out.num_cached_tokens,
+            "error": out.error,
         }
 
     def is_finished(self) -> bool:

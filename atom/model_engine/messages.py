@@ -30,10 +30,12 @@ class StepOutput(msgspec.Struct, kw_only=True, array_like=True):
     request_id: str
     new_token_ids: list[int]
     finished: bool = False
-    finish_reason: Optional[str] = None  # stop | length | abort
+    finish_reason: Optional[str] = None  # stop | length | abort | error
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
     logprobs: Optional[list[TokenLogprob]] = None
+    error: Optional[str] = None  # why the engine failed this request (finish_reason "error")
+    rejected: bool = False  # refused before it ran (its own input), not failed in a step
 
 
 class EngineStats(msgspec.Struct, kw_only=True):

@@ -32,6 +32,8 @@ class RequestOutput:
     finish_time: Optional[float]
     num_cached_tokens: int = 0
     logprobs: Optional[list[TokenLogprob]] = None
+    error: Optional[str] = None  # the engine failed this request (finish_reason "error")
+    rejected: bool = False  # ... refusing it before it ran
 
     @property
     def ttft(self) -> float:
@@ -131,8 +133,10 @@ class OutputProcessor:
                 reason = "stop"
             if st.quiet and not finished:
                 continue
-            results.append(self._emit(st, st.output_token_ids if st.quiet else new_ids, finished,
-                                      reason, o.logprobs, now))
+            out = self._emit(st, st.output_token_ids if st.quiet else new_ids, finished, reason,
+                             o.logprobs, now)
+            out.error, out.rejected = o.error, o.rejected
+            results.append(out)
             if finished:
                 self.states.pop(o.request_id, None)
         return results, to_abort

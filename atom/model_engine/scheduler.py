@@ -66,6 +66,10 @@ class Scheduler:
             self._finish(s, "abort")
         return gone
 
+    def fail(self, seq: Sequence) -> None:
+        """Finish a sequence the engine could not run (its step raised); frees its blocks."""
+        self._finish(seq, "error")
+
     def _finish(self, seq: Sequence, reason: str) -> None:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason

@@ -198,7 +198,8 @@ class ModelRunner:
         src = self._pending_sources(seqs, seq_of_tok[pending])
         params = [seqs[i].params for i in rows]
         temps = np.fromiter((p.temperature for p in params), dtype=np.float32, count=len(rows))
-        top_ks = np.fromiter((p.top_k if p.top_k > 0 else self.vocab_size for p in params),
+        top_ks = np.fromiter((min(p.top_k, self.vocab_size) if p.top_k > 0 else self.vocab_size
+                              for p in params),
                              dtype=np.int64, count=len(rows))
         top_ps = np.fromiter((p.top_p for p in params), dtype=np.float32, count=len(rows))
         (ids_d, pos_d, cu_d, ctx_d, tables_d, slots_d, idx_d, pend_d, src_d, temps_d, ks_d,

@@ -66,7 +66,8 @@ def create_app(cfg: Config, client: Any, *, tokenizer: Any = None,
     tokenizer = tokenizer if tokenizer is not None else client.tokenizer
     watchdog = SilenceWatchdog(cfg.server.silence_log_threshold_s)
     name = served_model_name(cfg)
-    metrics = AtomMetricsExporter(lambda: client.stats, watchdog.longest_silence, name)
+    metrics = AtomMetricsExporter(lambda: client.stats, watchdog.longest_silence, name,
+                                  client.silence_s)
     ctx = ServerContext(cfg, client, tokenizer, watchdog, metrics, model_name=name,
                         aliases=model_aliases(cfg))
     # Tool calls and reasoning (cfg.format): template, format and dialect resolved once here.
@@ -93,10 +94,14 @@ def create_app(cfg: Config, client: Any, *, tokenizer: Any = None,
         return ModelList([ModelCard(name, ctx.created, root=cfg.model.path or cfg.model.name,
                                     max_model_len=ctx.max_model_len or None)])
 
-    @get("/health", summary="200 while the engine core runs, 503 once it is gone")
+    @get("/health", summary="200 while the engine core runs and answers; 503 once it is gone or "
+                            "silent past server.core_silence_timeout_s")
     async def health() -> Response:
         if not client.alive:
-            raise engine_unavailable(client.dead_reason or "the engine core is not running")
+            raise engine_unavailable("the engine core is not running")
+        if client.stalled:
+            raise OpenAIError(503, f"the engine core has not answered for {client.silence_s():.1f} s",
+                              code="engine_stalled")
         return json_response(HealthResponse())
 
     @get("/metrics", summary="Prometheus metrics (atom:*)", include_in_schema=False)

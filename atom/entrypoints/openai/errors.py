@@ -14,6 +14,7 @@ from litestar.exceptions import HTTPException, ValidationException
 
 from atom.entrypoints.openai.protocol import ErrorInfo, ErrorResponse
 from atom.entrypoints.openai.sse import encode_json
+from atom.model_engine.engine_client import EngineError, RequestFailed
 
 log = logging.getLogger("atom.server")
 
@@ -45,6 +46,16 @@ def bad_request(message: str, param: Optional[str] = None, code: Optional[str] =
 
 def engine_unavailable(message: str = "the engine core is not running") -> OpenAIError:
     return OpenAIError(503, message, code="engine_dead")
+
+
+def engine_error(exc: EngineError) -> OpenAIError:
+    """A request the engine could not finish: 400 when the core refused its input, 500 when it
+    alone failed in a step, 503 when the core is gone."""
+    if isinstance(exc, RequestFailed) and exc.rejected:
+        return bad_request(str(exc), None, "rejected_by_engine")
+    if isinstance(exc, RequestFailed):
+        return OpenAIError(500, f"the engine failed this request: {exc}", code="request_failed")
+    return engine_unavailable(str(exc))
 
 
 def error_response(err: OpenAIError) -> Response:

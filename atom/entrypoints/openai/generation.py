@@ -9,10 +9,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from atom.entrypoints.openai.errors import engine_unavailable
+from atom.entrypoints.openai.errors import engine_error, engine_unavailable
 from atom.entrypoints.openai.protocol import PromptTokensDetails, UsageInfo
 from atom.entrypoints.openai.streaming_dispatch import StreamOutputCollector
-from atom.model_engine.engine_client import EngineCoreDead
+from atom.model_engine.engine_client import EngineCoreDead, EngineError
 from atom.model_engine.messages import TokenLogprob
 from atom.model_engine.output_processor import RequestOutput
 from atom.sampling_params import SamplingParams
@@ -69,7 +69,7 @@ class Generation:
         return all(s.finished for s in self.states)
 
     async def next(self) -> list[tuple[int, RequestOutput]]:
-        """The next chunk of every choice that advanced; raises EngineCoreDead if the core died."""
+        """The next chunk of every choice that advanced; raises an EngineError if the engine failed it."""
         items = await self._collector.get()
         for index, out in items:
             st = self.states[index]
@@ -147,10 +147,11 @@ async def run_unless_disconnected(gen: Generation, receive) -> bool:
 
 async def complete_or_abort(gen: Generation, receive) -> bool:
     """The whole non-streaming path of every endpoint: run to the end, abort on disconnect,
-    turn a dead engine core into a 503, and always release the generation."""
+    turn a dead engine core into a 503 (a request the engine failed alone into a 500), and
+    always release the generation."""
     try:
         return await run_unless_disconnected(gen, receive)
-    except EngineCoreDead as exc:
-        raise engine_unavailable(str(exc)) from exc
+    except EngineError as exc:
+        raise engine_error(exc) from exc
     finally:
         gen.close()

@@ -59,7 +59,7 @@ class _EngineStatsCollector(Collector):
 
 class AtomMetricsExporter:
     def __init__(self, stats: Callable[[], EngineStats], longest_silence: Callable[[], float],
-                 model_name: str) -> None:
+                 model_name: str, core_silence: Callable[[], float] = lambda: 0.0) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r, labels = self.registry, ["model_name"]
         self._model = model_name
@@ -69,6 +69,11 @@ class AtomMetricsExporter:
                         "excluded); non-zero and growing means a client is receiving nothing",
                         registry=r)
         silence.set_function(longest_silence)
+        core_age = Gauge("atom:engine_core_silence_seconds",
+                         "Seconds since the engine core last answered (a step, a reply or its idle "
+                         "heartbeat); growing past a step's length means the core is stuck",
+                         registry=r)
+        core_age.set_function(core_silence)
         self.ttft = Histogram("atom:time_to_first_token_seconds", "Time to first token",
                               labels, buckets=_TTFT_BUCKETS, registry=r).labels(model_name)
         self.tpot = Histogram("atom:time_per_output_token_seconds", "Time per output token after the first",

@@ -24,7 +24,7 @@ from atom.entrypoints.openai.sse import DONE_FRAME, data_frame
 from atom.entrypoints.openai.streaming_dispatch import client_stream
 from atom.entrypoints.openai.validation import (check_model, fit_max_tokens, refuse_unimplemented,
                                                 sampling_params)
-from atom.model_engine.engine_client import EngineCoreDead
+from atom.model_engine.engine_client import EngineError
 from atom.model_engine.messages import TokenLogprob
 
 
@@ -110,7 +110,7 @@ class OpenAIServingChat:
             if req.stream_options is not None and req.stream_options.include_usage:
                 yield data_frame(ChatCompletionChunk(rid, created, model, [], usage=gen.usage(prompt_tokens)))
             yield DONE_FRAME
-        except EngineCoreDead as exc:
+        except EngineError as exc:
             yield error_frame(exc)
             yield DONE_FRAME
         finally:

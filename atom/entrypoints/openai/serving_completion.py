@@ -7,15 +7,15 @@ from litestar import Request, Response
 from litestar.response import Stream
 
 from atom.entrypoints.openai.context import ServerContext
-from atom.entrypoints.openai.errors import bad_request, engine_unavailable
+from atom.entrypoints.openai.errors import bad_request, engine_error, engine_unavailable
 from atom.entrypoints.openai.generation import Generation, complete_or_abort
 from atom.entrypoints.openai.protocol import (CompletionChoice, CompletionLogprobs, CompletionRequest,
-                                              CompletionResponse, ErrorInfo, ErrorResponse)
+                                              CompletionResponse)
 from atom.entrypoints.openai.sse import DONE_FRAME, data_frame, encode_json
 from atom.entrypoints.openai.streaming_dispatch import client_stream
 from atom.entrypoints.openai.validation import (check_model, fit_max_tokens, refuse_unimplemented,
                                                 sampling_params)
-from atom.model_engine.engine_client import EngineCoreDead
+from atom.model_engine.engine_client import EngineError
 from atom.model_engine.messages import TokenLogprob
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -25,10 +25,9 @@ def json_response(obj: object, status: int = 200) -> Response:
     return Response(encode_json(obj), status_code=status, media_type="application/json")
 
 
-def error_frame(exc: BaseException) -> bytes:
+def error_frame(exc: EngineError) -> bytes:
     """How a stream that cannot finish says so: the SDKs raise on a `data: {"error": ...}` event."""
-    return data_frame(ErrorResponse(ErrorInfo(f"engine failure: {exc}", "service_unavailable_error",
-                                              None, "engine_dead")))
+    return data_frame(engine_error(exc).body())
 
 
 class OpenAIServingCompletion:
@@ -118,7 +117,7 @@ class OpenAIServingCompletion:
             if req.stream_options is not None and req.stream_options.include_usage:
                 yield data_frame(CompletionResponse(rid, created, model, [], gen.usage(prompt_tokens)))
             yield DONE_FRAME
-        except EngineCoreDead as exc:
+        except EngineError as exc:
             yield error_frame(exc)
             yield DONE_FRAME
         finally:

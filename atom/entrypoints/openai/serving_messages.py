@@ -21,7 +21,7 @@ from litestar.params import JSONBody
 from litestar.response import Stream
 from msgspec import Struct
 
-from atom.entrypoints.openai.errors import bad_request, engine_unavailable
+from atom.entrypoints.openai.errors import bad_request, engine_error, engine_unavailable
 from atom.entrypoints.openai.generation import Generation, complete_or_abort
 from atom.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
 from atom.entrypoints.openai.serving_completion import SSE_HEADERS, json_response
@@ -31,7 +31,7 @@ from atom.entrypoints.openai.tool_parser.chat_io import ChatIO
 from atom.entrypoints.openai.tool_parser.events import (
     ContentDelta, Event, ReasoningDelta, ToolCallArgs, ToolCallStart)
 from atom.entrypoints.openai.validation import check_model, fit_max_tokens, sampling_params
-from atom.model_engine.engine_client import EngineCoreDead
+from atom.model_engine.engine_client import EngineError
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "abort": "end_turn"}
 
@@ -286,9 +286,11 @@ class ServingMessages:
                     "usage": {"output_tokens": usage.completion_tokens}}),
                 ("message_stop", {"type": "message_stop"})]
             yield frames(tail)
-        except EngineCoreDead as exc:
-            yield event_frame("error", {"type": "error", "error": {
-                "type": "api_error", "message": str(exc)}})
+        except EngineError as exc:
+            err = engine_error(exc)
+            kind = {400: "invalid_request_error", 503: "overloaded_error"}.get(err.status, "api_error")
+            yield event_frame("error", {"type": "error", "error": {"type": kind,
+                                                                   "message": err.message}})
         finally:
             gen.close()
 

@@ -17,14 +17,11 @@ import logging
 import time
 from typing import AsyncIterator, Callable, Optional
 
+from atom.model_engine.engine_client import RequestFailed
 from atom.model_engine.messages import EngineStats
 from atom.model_engine.output_processor import RequestOutput
 
 log = logging.getLogger("atom.server")
-
-
-class EngineDeadError(RuntimeError):
-    """The engine core went away while this request was in flight."""
 
 
 def merge_into(pending: RequestOutput, new: RequestOutput) -> None:
@@ -119,7 +116,10 @@ class StreamBatchDispatcher:
                 continue
             if out.finished:
                 del routes[out.request_id]
-            route[0].put(route[1], out)
+            if out.error is not None:
+                route[0].fail(RequestFailed(out.error, out.rejected))
+            else:
+                route[0].put(route[1], out)
         if stats is not None and self._on_stats is not None:
             self._on_stats(stats)
 
