@@ -92,6 +92,32 @@ def test_tiny_profile_without_dir_is_400(tiny):
     assert r.status_code == 400 and "torch-profiler-dir" in r.json()["error"]["message"]
 
 
+def test_tiny_out_of_vocabulary_request_fails_alone(tiny):
+    """Token ids past the model's vocabulary (tiny_llama has 512) are refused with a 400 (by the
+    API process, and by the core if they got there), while four greedy streams beside it get
+    exactly the lone request's text."""
+    client = openai.OpenAI(base_url=tiny.base_url + "/v1", api_key="none", max_retries=0, timeout=60)
+    lone = client.completions.create(model="tiny_llama", prompt="The capital of France is",
+                                     temperature=0, max_tokens=12).choices[0].text
+
+    async def together() -> tuple[list[str], httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as http:
+            bad = http.post(tiny.base_url + "/v1/completions",
+                            json={"prompt": [5, 512 + 7, 9], "max_tokens": 4})
+            texts, refused = await asyncio.gather(
+                async_greedy(tiny.base_url, "tiny_llama", 4, max_tokens=12), bad)
+            return texts, refused
+
+    texts, refused = asyncio.run(together())
+    assert refused.status_code == 400, refused.text
+    assert "512" in refused.json()["error"]["message"]
+    assert texts == [lone] * 5
+    assert httpx.get(tiny.base_url + "/health", timeout=10).status_code == 200
+    assert wait_for(lambda: metric(tiny.base_url, "atom:num_requests_running") == 0)
+    assert wait_for(lambda: metric(tiny.base_url, "atom:kv_cache_free_blocks")
+                    == metric(tiny.base_url, "atom:kv_cache_total_blocks"))
+
+
 def test_tiny_dead_engine_fails_streams_and_health(tiny):
     """Runs last in this module: it kills the engine core."""
     client = openai.OpenAI(base_url=tiny.base_url + "/v1", api_key="none", max_retries=0, timeout=60)
