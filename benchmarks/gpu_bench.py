@@ -73,9 +73,7 @@ def bytes_per_decode_step(eng, ctx: int) -> tuple[float, float]:
             w += p.shape[1] * p.element_size()
         else:
             w += p.numel() * p.element_size()
-    lay = runner.layout
-    kv = ctx * lay.num_layers * 2 * lay.num_kv_heads * lay.head_dim * torch.empty(
-        (), dtype=lay.dtype).element_size()
+    kv = ctx * runner.kv_spec.bytes_per_block / runner.kv_spec.block_size
     return float(w), float(kv)
 
 

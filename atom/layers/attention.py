@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from atom.layers.attention_op import paged_attention
+from atom.layers.kv_spec import FullAttentionSpec
 from atom.runner.forward_context import backend, current
 
 
@@ -24,6 +25,9 @@ class PagedAttention(nn.Module):
         super().__init__()
         self.num_heads, self.head_dim, self.num_kv_heads = num_heads, head_dim, num_kv_heads
         self.scale, self.layer_idx, self.sliding_window = scale, layer_idx, sliding_window
+
+    def kv_spec(self, dtype: torch.dtype) -> FullAttentionSpec:
+        return FullAttentionSpec(self.num_kv_heads, self.head_dim, dtype)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
                 cos_sin_cache: torch.Tensor, is_neox: bool,

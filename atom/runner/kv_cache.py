@@ -1,4 +1,9 @@
-"""KV-cache sizing and allocation: one tensor for all layers, sliced per layer.
+"""KV-cache sizing and allocation, from the specs the model's attention layers declare.
+
+Each attention layer says what it keeps per token (atom/layers/kv_spec.py): full attention keeps
+K and V pages of its KV heads; MLA keeps one latent vector. The runner sizes the block pool
+from the sum over layers and allocates one tensor per group of layers with the same spec, sliced
+per layer, so a block id means the same token slots in every layer.
 
 bf16 means "the model's activation dtype" (bfloat16 on GPU; float32 on CPU, where the torch
 reference runs in float32 so the transformers oracle can be matched); fp8 stores e4m3 with a
@@ -13,29 +18,41 @@ import torch
 
 from atom.config.errors import ConfigError
 from atom.config.schema import Config
+from atom.layers.kv_spec import FullAttentionSpec, LayerKVSpec
 
 log = logging.getLogger("atom.runner")
 
 
-@dataclass
-class KVLayout:
-    num_layers: int
-    num_kv_heads: int  # on this rank
-    head_dim: int
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """Every layer's spec and the block size: what the pool is sized and allocated from."""
+
+    layers: tuple[LayerKVSpec, ...]
     block_size: int
-    dtype: torch.dtype
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
 
     @property
     def bytes_per_block(self) -> int:
-        elem = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim * elem
+        return self.block_size * sum(s.bytes_per_token for s in self.layers)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.layers[0].dtype
+
+    def max_kv_heads(self) -> int:
+        """KV heads of the widest full-attention layer (the decode kernel's split counters)."""
+        return max((s.num_kv_heads for s in self.layers if isinstance(s, FullAttentionSpec)),
+                   default=1)
 
 
 def kv_dtype(cfg: Config, model_dtype: torch.dtype) -> torch.dtype:
     return torch.float8_e4m3fn if cfg.kv_cache.dtype == "fp8" else model_dtype
 
 
-def num_blocks_for(cfg: Config, layout: KVLayout, device: torch.device, free_bytes: int | None,
+def num_blocks_for(cfg: Config, spec: KVCacheSpec, device: torch.device, free_bytes: int | None,
                    max_model_len: int) -> int:
     """kv_cache.num_blocks when set; else what the memory budget holds. A GPU budget that cannot
     hold one sequence of max_model_len is refused here, at start-up: served, every long enough
@@ -43,21 +60,30 @@ def num_blocks_for(cfg: Config, layout: KVLayout, device: torch.device, free_byt
     if cfg.kv_cache.num_blocks is not None:
         return cfg.kv_cache.num_blocks
     if device.type == "cpu" or free_bytes is None:
-        return max(1, cfg.kv_cache.cpu_cache_bytes // layout.bytes_per_block)
-    blocks = max(0, free_bytes // layout.bytes_per_block)
-    if blocks * layout.block_size < max_model_len:
+        return max(1, cfg.kv_cache.cpu_cache_bytes // spec.bytes_per_block)
+    blocks = max(0, free_bytes // spec.bytes_per_block)
+    if blocks * spec.block_size < max_model_len:
         raise ConfigError("kv_cache.gpu_memory_utilization", cfg.kv_cache.gpu_memory_utilization,
                           f"after the weights and a profiling forward it leaves room for "
-                          f"{blocks * layout.block_size} tokens of KV cache, fewer than one "
+                          f"{blocks * spec.block_size} tokens of KV cache, fewer than one "
                           f"sequence of model.max_model_len={max_model_len}: raise it, lower "
                           f"model.max_model_len, or set kv_cache.num_blocks")
     return blocks
 
 
-def allocate(layout: KVLayout, num_blocks: int, device: torch.device):
-    """(caches, scales): per-layer (k_cache, v_cache) views into one allocation, and scales."""
-    full = torch.zeros(layout.num_layers, 2, num_blocks, layout.block_size, layout.num_kv_heads,
-                       layout.head_dim, dtype=layout.dtype, device=device)
-    caches = [(full[i, 0], full[i, 1]) for i in range(layout.num_layers)]
-    scales = [(1.0, 1.0) for _ in range(layout.num_layers)]
-    return full, caches, scales
+def allocate(spec: KVCacheSpec, num_blocks: int, device: torch.device):
+    """(buffers, caches, scales): one zeroed tensor per group of layers sharing a spec, each
+    layer's cache as a tuple of views into it ((k, v) for full attention, (latent,) for MLA),
+    and each layer's (k_scale, v_scale)."""
+    groups: dict[LayerKVSpec, list[int]] = {}
+    for i, s in enumerate(spec.layers):
+        groups.setdefault(s, []).append(i)
+    buffers, caches = [], [None] * spec.num_layers
+    for s, layers in groups.items():
+        full = torch.zeros(len(layers), *s.page_shape(num_blocks, spec.block_size), dtype=s.dtype,
+                           device=device)
+        buffers.append(full)
+        for j, i in enumerate(layers):
+            caches[i] = s.views(full[j])
+    scales = [(1.0, 1.0) for _ in range(spec.num_layers)]
+    return buffers, caches, scales

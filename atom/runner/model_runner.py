@@ -17,15 +17,13 @@ from atom.loader.model_loader import build_model
 from atom.model_engine.scheduler import ScheduledBatch
 from atom.model_engine.sequence import PENDING_TOKEN
 from atom.models.hf_config import load_hf_config
-from atom.models.llama import head_dim_of
 from atom.runner import forward_context
 from atom.runner.annotation import annotate
 from atom.runner.compile import compile_forward, compiles
 from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
-from atom.runner.distributed import tp_size
 from atom.runner.forward_context import ForwardContext
 from atom.runner.host_staging import HostStager
-from atom.runner.kv_cache import KVLayout, allocate, kv_dtype, num_blocks_for
+from atom.runner.kv_cache import KVCacheSpec, allocate, kv_dtype, num_blocks_for
 from atom.runner.launched_step import LaunchedStep
 from atom.runner.profiler import StepProfiler
 
@@ -56,6 +54,13 @@ def resolve_dtype(cfg: Config, device: torch.device) -> torch.dtype:
     if cfg.model.dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return _DTYPES[cfg.model.dtype]
+
+
+def model_kv_spec(model: torch.nn.Module, dtype: torch.dtype, block_size: int) -> KVCacheSpec:
+    """The KV spec of every attention layer of the model, in layer order."""
+    layers = sorted((m for m in model.modules() if hasattr(m, "kv_spec")),
+                    key=lambda m: m.layer_idx)
+    return KVCacheSpec(tuple(m.kv_spec(dtype) for m in layers), block_size)
 
 
 def _eos_ids(hf: Any, tokenizer_eos: Optional[int]) -> set[int]:
@@ -95,18 +100,19 @@ class ModelRunner:
         self.vocab_size = int(self.hf.vocab_size)
         self.eos_token_ids = _eos_ids(self.hf, eos_token_id)
         self.block_size = cfg.kv_cache.block_size
-        self.layout = KVLayout(self.hf.num_hidden_layers, self.hf.num_key_value_heads // tp_size(),
-                               head_dim_of(self.hf), self.block_size, kv_dtype(cfg, self.dtype))
+        self.kv_spec = model_kv_spec(self.model, kv_dtype(cfg, self.dtype), self.block_size)
         # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
         # every step and every captured graph.
-        self.split_counters = torch.zeros(cfg.scheduler.max_num_seqs * self.layout.num_kv_heads,
+        self.split_counters = torch.zeros(cfg.scheduler.max_num_seqs * self.kv_spec.max_kv_heads(),
                                           dtype=torch.int32, device=self.device)
-        self.num_blocks = num_blocks_for(cfg, self.layout, self.device, self._free_kv_bytes(),
+        self.num_blocks = num_blocks_for(cfg, self.kv_spec, self.device, self._free_kv_bytes(),
                                          self.max_model_len)
-        self.kv_full, self.kv_caches, self.kv_scales = allocate(self.layout, self.num_blocks, self.device)
+        self.kv_buffers, self.kv_caches, self.kv_scales = allocate(self.kv_spec, self.num_blocks,
+                                                                   self.device)
         log.info("KV cache: %d blocks x %d tokens = %d tokens (%s, %.2f GiB); kernels=%s",
                  self.num_blocks, self.block_size, self.num_blocks * self.block_size,
-                 self.layout.dtype, self.num_blocks * self.layout.bytes_per_block / 2**30, backend_name)
+                 self.kv_spec.dtype, self.num_blocks * self.kv_spec.bytes_per_block / 2**30,
+                 backend_name)
         self.profiler = StepProfiler(cfg.profiler.torch_profiler_dir)
         self.stager = HostStager(self.device)
         self._last_tokens: Optional[torch.Tensor] = None  # the previous step's sampled tokens
@@ -146,10 +152,8 @@ class ModelRunner:
         """Inputs are made outside inference mode, like every later step's: a compiled forward
         guards on it, and inference tensors here would cost a recompile later."""
         n = min(self.cfg.scheduler.max_num_batched_tokens, self.max_model_len)
-        layout = KVLayout(self.layout.num_layers, self.layout.num_kv_heads, self.layout.head_dim,
-                          self.block_size, self.layout.dtype)
         blocks = (n + self.block_size - 1) // self.block_size
-        _, caches, scales = allocate(layout, blocks, self.device)
+        _, caches, scales = allocate(self.kv_spec, blocks, self.device)
         ids = torch.zeros(n, dtype=torch.long, device=self.device)
         pos = torch.arange(n, device=self.device)
         meta = AttentionMetadata(

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 import torch
 
 from atom.kernels.metadata import AttentionMetadata, leading_decodes
-from atom.models.llama import head_dim_of
 from atom.runner import forward_context
 from atom.runner.forward_context import ForwardContext
-from atom.runner.kv_cache import KVLayout, allocate
+from atom.runner.kv_cache import allocate
+from atom.runner.model_runner import model_kv_spec
 
 BLOCK, BLOCKS_PER_SEQ = 16, 4
 
@@ -28,11 +28,10 @@ class SteppedBatch:
     device: torch.device = field(init=False)
 
     def __post_init__(self) -> None:
-        hf, weight = self.model.hf_config, self.model.lm_head.weight
+        weight = self.model.lm_head.weight
         self.device = weight.device
-        layout = KVLayout(hf.num_hidden_layers, hf.num_key_value_heads, head_dim_of(hf), BLOCK,
-                          weight.dtype)
-        _, self.caches, self.scales = allocate(layout, self.num_seqs * BLOCKS_PER_SEQ, self.device)
+        spec = model_kv_spec(self.model, weight.dtype, BLOCK)
+        _, self.caches, self.scales = allocate(spec, self.num_seqs * BLOCKS_PER_SEQ, self.device)
         self.lens = [0] * self.num_seqs
 
     def step(self, forward, new_tokens: dict[int, list[int]]) -> torch.Tensor:

@@ -6,9 +6,10 @@ import torch
 
 from atom.config.compose import compose
 from atom.config.errors import ConfigError
-from atom.runner.kv_cache import KVLayout, num_blocks_for
+from atom.layers.kv_spec import FullAttentionSpec
+from atom.runner.kv_cache import KVCacheSpec, num_blocks_for
 
-LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=16, block_size=16, dtype=torch.bfloat16)
+LAYOUT = KVCacheSpec((FullAttentionSpec(2, 16, torch.bfloat16),) * 2, block_size=16)
 CUDA = torch.device("cuda")  # only its type is read: no GPU needed
 
 
@@ -37,3 +38,23 @@ def test_explicit_block_count_and_cpu_budget_are_taken_as_given():
     cpu = _cfg()
     assert num_blocks_for(cpu, LAYOUT, torch.device("cpu"), None, 4096) == max(
         1, cpu.kv_cache.cpu_cache_bytes // LAYOUT.bytes_per_block)
+
+
+def test_pool_from_mixed_layer_specs():
+    """Full-attention and MLA layers in one pool: a block is the same token slots in every layer,
+    its bytes the sum over layers, and each layer's cache a view of its group's one tensor."""
+    from atom.layers.kv_spec import MLASpec
+    from atom.runner.kv_cache import allocate
+
+    full, mla = FullAttentionSpec(2, 16, torch.float32), MLASpec(576, torch.float32)
+    spec = KVCacheSpec((full, mla, full, mla), block_size=4)
+    assert spec.bytes_per_block == 4 * 2 * (2 * 2 * 16 * 4 + 576 * 4)
+    buffers, caches, scales = allocate(spec, 3, torch.device("cpu"))
+    assert len(buffers) == 2 and len(caches) == len(scales) == 4
+    k, v = caches[0]
+    assert k.shape == v.shape == (3, 4, 2, 16)
+    (latent,) = caches[1]
+    assert latent.shape == (3, 4, 576)
+    latent[1, 2].fill_(7.0)
+    assert caches[3][0].sum() == 0 and buffers[1][0, 1, 2, 0] == 7.0  # layer 1 is group row 0
+    assert spec.max_kv_heads() == 2
