@@ -29,11 +29,27 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
         from atom.model_engine.scripted_core import ScriptedEngineCore
 
         return ScriptedEngineCore(cfg, build_tokenizer(cfg))
+    from atom.executor.uniproc import UniprocExecutor
     from atom.model_engine.engine_core import EngineCore
+    from atom.runner.model_runner import ModelRunner
 
     _refuse_what_cannot_run(cfg)
-    eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
-    return EngineCore(cfg, eos)
+    runner = ModelRunner(cfg, _tokenizer_eos(cfg, tokenizer))
+    return EngineCore(cfg, UniprocExecutor(runner))
+
+
+def _tokenizer_eos(cfg: Config, tokenizer: Any) -> Any:
+    """The tokenizer's EOS id (the runner adds the model config's own): from the tokenizer the
+    caller has, else one loaded for it; a model without a loadable tokenizer runs on ids."""
+    if tokenizer is None:
+        try:
+            tokenizer = build_tokenizer(cfg)
+        except Exception as e:
+            import logging
+
+            logging.getLogger("atom.engine").info("no tokenizer EOS for %s: %s", cfg.model.name, e)
+            return None
+    return getattr(tokenizer, "eos_token_id", None)
 
 
 def _refuse_what_cannot_run(cfg: Config) -> None:

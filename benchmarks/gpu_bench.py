@@ -60,7 +60,7 @@ def bytes_per_decode_step(eng, ctx: int) -> tuple[float, float]:
     """(weight bytes, KV bytes) one decode step of one sequence must read: every parameter once
     (tied tensors once; an untied input embedding contributes one row), and ctx tokens of K and V
     in every layer."""
-    runner = eng.core.runner
+    runner = eng.core.executor.runner
     model = runner.model
     seen, w = set(), 0
     emb = model.model.embed_tokens.weight
@@ -110,7 +110,7 @@ def bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...] = (),
 def _bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...]) -> dict[str, Any]:
     eng = engine(model, *extra)
     rng = random.Random(0)
-    vocab = eng.core.runner.hf.vocab_size
+    vocab = eng.core.executor.runner.hf.vocab_size
     prompt = [rng.randrange(100, vocab - 100) for _ in range(ctx)]
     eng.generate([prompt[:64]], _sp(max_tokens=16, temperature=0, ignore_eos=True))  # warm-up
     best = None
@@ -120,7 +120,7 @@ def _bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...]) -> dic
         best = max(best or 0.0, tps)
         head = out["token_ids"][:24]
     w, kv = bytes_per_decode_step(eng, ctx + gen // 2)
-    graphs = eng.core.runner.graphs is not None
+    graphs = eng.core.executor.runner.graphs is not None
     replay_ms = _replay_ms(eng) if graphs else None
     if os.environ.get("BENCH_PROFILE_HOST") == "1":
         import cProfile
@@ -142,7 +142,7 @@ def _bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...]) -> dic
 def _replay_ms(eng) -> float:
     """GPU time of one captured bs=1 decode forward (model + logits), replayed back to back: the
     floor under a decode step, everything above it being host work."""
-    graph, _ = eng.core.runner.graphs.graphs[1]
+    graph, _ = eng.core.executor.runner.graphs.graphs[1]
     for _ in range(5):
         graph.replay()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -157,7 +157,7 @@ def _replay_ms(eng) -> float:
 def _graph_kernel_table(eng, bs: int, reps: int = 20) -> list[dict[str, Any]]:
     """Per-kernel GPU time inside one replay of the captured bs-sized decode graph (CUPTI sees the
     graph's kernels), largest first: where a decode step's device time goes."""
-    graph, _ = eng.core.runner.graphs.graphs[bs]
+    graph, _ = eng.core.executor.runner.graphs.graphs[bs]
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
@@ -350,7 +350,7 @@ def _compiled_variants() -> dict[str, int]:
 def _workload(eng, n: int, fixed: tuple[int, int] | None) -> tuple[list[list[int]], list[int]]:
     """n prompts and output lengths: `fixed` (in, out) lengths with seeded ids below the vocabulary
     (the same ids as before for real vocabularies), else the nano-vllm workload."""
-    vocab = eng.core.runner.hf.vocab_size
+    vocab = eng.core.executor.runner.hf.vocab_size
     if fixed is None:
         return nano_vllm_workload(n, vocab=vocab)
     rng = random.Random(0)
@@ -391,7 +391,7 @@ def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     got = sum(len(r["token_ids"]) for r in res)
-    blocks = eng.core.runner.num_blocks
+    blocks = eng.core.executor.runner.num_blocks
     free(eng)
     return {"model": model, "requests": n, "output_tokens": got, "seconds": round(dt, 2),
             "output_tok_s": round(got / dt, 1), "second_run_output_tok_s": round(got / dt2, 1) if dt2 else None,
@@ -696,7 +696,7 @@ def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
     from atom.runner import forward_context
     from atom.runner.forward_context import ForwardContext
 
-    r = eng.core.runner
+    r = eng.core.executor.runner
     n, dev = len(tokens), r.device
     blocks = -(-n // r.block_size)
     i32 = dict(dtype=torch.int32, device=dev)
@@ -713,7 +713,7 @@ def _decode_noise(eng, prompt: list[int], steps: int) -> float:
     """Largest |logit| difference between an eager engine's own decode steps and a prefill of the
     same tokens (`_last_logits`), over `steps` greedy tokens of `prompt` alone: how far one
     backend's two bf16 paths disagree, the yardstick for a divergence's logit gap."""
-    model, seen = eng.core.runner.model, []
+    model, seen = eng.core.executor.runner.model, []
     plain = model.compute_logits
 
     def keep(h: torch.Tensor) -> torch.Tensor:

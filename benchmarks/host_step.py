@@ -29,8 +29,8 @@ def main() -> None:
     eng = atom.build_engine(atom.compose([
         "model=tiny_llama", "load=dummy", "runtime=cpu", "kv_cache.num_blocks=40000",
         "load.progress_bar=false", "scheduler.async_scheduling=true"]))
-    vocab = eng.core.runner.vocab_size
-    eng.core.runner.forward = lambda ids, pos, meta, idx: torch.zeros(idx.shape[0], vocab)
+    vocab = eng.core.executor.runner.vocab_size
+    eng.core.executor.runner.forward = lambda ids, pos, meta, idx: torch.zeros(idx.shape[0], vocab)
     prompts, outs = Workload(num_seqs=args.seqs).make(vocab)
     params = [SamplingParams(temperature=0.6, max_tokens=n, ignore_eos=True) for n in outs]
     prof = cProfile.Profile() if args.profile else None

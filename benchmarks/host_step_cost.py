@@ -56,9 +56,9 @@ def main() -> None:
                 ms[name] += (time.perf_counter() - t0) * 1e3
         return wrapper
     core.scheduler.schedule = timed("schedule", core.scheduler.schedule)
-    core.runner.prepare = timed("prepare", core.runner.prepare)
-    core.runner._sampling_batch = timed("sampling_batch", core.runner._sampling_batch)
-    core.runner.forward = timed("forward (CPU, not host work on a GPU)", core.runner.forward)
+    core.executor.runner.prepare = timed("prepare", core.executor.runner.prepare)
+    core.executor.runner._sampling_batch = timed("sampling_batch", core.executor.runner._sampling_batch)
+    core.executor.runner.forward = timed("forward (CPU, not host work on a GPU)", core.executor.runner.forward)
     core._resolve = timed("resolve", core._resolve)
     eng.processor.process = timed("output processing", eng.processor.process)
     from atom.runner import model_runner

@@ -6,25 +6,23 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Optional
 
 from atom.config.schema import Config
+from atom.model_engine.executor_protocol import Executor, LaunchedStepProtocol
 from atom.model_engine.messages import EngineRequest, EngineStats, StepOutput
 from atom.model_engine.scheduler import ScheduledBatch, Scheduler
 from atom.model_engine.sequence import Sequence, SequenceStatus
 
-if TYPE_CHECKING:
-    from atom.runner.launched_step import LaunchedStep
-
 log = logging.getLogger("atom.engine")
 
 
-def async_scheduling_enabled(cfg: Config, device: Any) -> bool:
+def async_scheduling_enabled(cfg: Config, device_type: str) -> bool:
     """`scheduler.async_scheduling`: None (auto) overlaps on a GPU only; on CPU the "device" is
     the host itself, so there is nothing to overlap and the extra step of a stopped sequence
     would be pure waste."""
     flag = cfg.scheduler.async_scheduling
-    return device.type == "cuda" if flag is None else bool(flag)
+    return device_type == "cuda" if flag is None else bool(flag)
 
 
 class RequestRejected(ValueError):
@@ -32,22 +30,22 @@ class RequestRejected(ValueError):
 
 
 class EngineCore:
-    def __init__(self, cfg: Config, eos_token_id: Optional[int] = None) -> None:
-        from atom.runner.model_runner import ModelRunner
+    """Scheduling and request bookkeeping over an executor that runs the steps (built and handed
+    in by the builder)."""
 
-        if eos_token_id is None:
-            eos_token_id = _tokenizer_eos(cfg)
+    def __init__(self, cfg: Config, executor: Executor) -> None:
         self.cfg = cfg
-        self.runner = ModelRunner(cfg, eos_token_id)
-        self.max_model_len = self.runner.max_model_len
-        self.scheduler = Scheduler(cfg, self.runner.num_blocks, self.runner.eos_token_ids,
+        self.executor = executor
+        self.max_model_len = executor.max_model_len
+        self.scheduler = Scheduler(cfg, executor.num_blocks, executor.eos_token_ids,
                                    self.max_model_len)
         self.seqs: dict[str, Sequence] = {}
         self._penalized: set[str] = set()  # live requests whose sampling reads host token lists
         self._pending: list[StepOutput] = []
-        self.async_scheduling = async_scheduling_enabled(cfg, self.runner.device)
-        self._inflight: Optional[tuple[ScheduledBatch, LaunchedStep]] = None
-        self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks)
+        self._gone: list[str] = []  # requests the executor may forget, told with the next step
+        self.async_scheduling = async_scheduling_enabled(cfg, executor.device_type)
+        self._inflight: Optional[tuple[ScheduledBatch, LaunchedStepProtocol]] = None
+        self._stats = EngineStats(kv_blocks_total=executor.num_blocks)
         self._last_log = time.perf_counter()
         self._tokens_since_log = 0
 
@@ -61,7 +59,7 @@ class EngineCore:
                                   f"{self.max_model_len}")
         if request.request_id in self.seqs:
             raise RequestRejected(f"request id {request.request_id!r} is already running")
-        vocab = self.runner.vocab_size
+        vocab = self.executor.vocab_size
         if any(not 0 <= t < vocab for t in request.prompt_token_ids):
             # An id past the embedding is a device-side assert on a GPU: fatal to every request.
             bad = next(t for t in request.prompt_token_ids if not 0 <= t < vocab)
@@ -154,32 +152,25 @@ class EngineCore:
                           error=f"{type(exc).__name__}: {exc}")
 
     def _raise_if_device_lost(self, exc: Exception) -> None:
-        """Only a fault that leaves the device unusable may end the core: a CUDA error is sticky,
-        so a device that still synchronises can run the other requests."""
-        device = self.runner.device
-        if device.type != "cuda":
-            return
-        import torch
-
-        try:
-            torch.cuda.synchronize(device)
-        except Exception:
+        """Only a fault that leaves the device unusable may end the core."""
+        if not self.executor.device_usable():
             raise exc
 
     def _may_overlap(self) -> bool:
-        return self.async_scheduling and not self._penalized
+        """Whether the next step may be scheduled before the one in flight resolves: not when
+        sampling reads host token lists (penalties), nor after a verify step (the next step's
+        positions depend on how many drafts it kept)."""
+        return (self.async_scheduling and not self._penalized
+                and not (self._inflight is not None and self._inflight[0].drafts))
 
     def _forget(self, seq: Sequence) -> None:
-        self.seqs.pop(seq.request_id, None)
+        if self.seqs.pop(seq.request_id, None) is not None and seq.announced:
+            self._gone.append(seq.request_id)
         self._penalized.discard(seq.request_id)
 
-    def _launch(self, batch: ScheduledBatch) -> LaunchedStep:
-        if not self.runner.profiler.active:
-            return self.runner.launch(batch)
-        import torch
-
-        with torch.profiler.record_function(self._step_label(batch)):
-            return self.runner.launch(batch)
+    def _launch(self, batch: ScheduledBatch) -> LaunchedStepProtocol:
+        gone, self._gone = self._gone, []
+        return self.executor.execute(batch.output(gone))
 
     def _resolve(self) -> list[StepOutput]:
         assert self._inflight is not None
@@ -194,17 +185,13 @@ class EngineCore:
             outputs.append(StepOutput(
                 request_id=seq.request_id, new_token_ids=new, finished=finished,
                 finish_reason=seq.finish_reason, num_prompt_tokens=seq.num_prompt_tokens,
-                num_cached_tokens=seq.num_cached_tokens, logprobs=[lp] if lp is not None else None))
+                num_cached_tokens=seq.num_cached_tokens,
+                logprobs=lp[:len(new)] if lp is not None else None))
             if finished:
                 self._forget(seq)
             self._stats.generation_tokens_total += len(new)
             self._tokens_since_log += len(new)
         return outputs
-
-    @staticmethod
-    def _step_label(batch) -> str:
-        kind = "decode" if all(n == 1 for n in batch.num_new_tokens) else "prefill"
-        return f"{kind}[bs={len(batch.seqs)} tok={batch.total_tokens}]"
 
     # -- observability --------------------------------------------------------------------------
     def stats(self) -> EngineStats:
@@ -227,20 +214,10 @@ class EngineCore:
         self._last_log, self._tokens_since_log = now, 0
 
     def start_profile(self) -> None:
-        self.runner.profiler.start()
+        self.executor.start_profile()
 
     def stop_profile(self) -> None:
-        self.runner.profiler.stop()
+        self.executor.stop_profile()
 
     def shutdown(self) -> None:
-        self.runner.profiler.stop()
-
-
-def _tokenizer_eos(cfg: Config) -> Optional[int]:
-    from atom.builder import build_tokenizer
-
-    try:
-        return getattr(build_tokenizer(cfg), "eos_token_id", None)
-    except Exception as e:  # a model without a loadable tokenizer still runs on token ids
-        log.info("no tokenizer EOS for %s: %s", cfg.model.name, e)
-        return None
+        self.executor.shutdown()

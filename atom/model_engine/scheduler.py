@@ -16,6 +16,7 @@ from typing import Optional
 
 from atom.config.schema import Config
 from atom.model_engine.block_manager import BlockManager
+from atom.model_engine.scheduler_output import NewRequest, ScheduledRequest, SchedulerOutput
 from atom.model_engine.sequence import PENDING_TOKEN, Sequence, SequenceStatus
 
 
@@ -23,6 +24,7 @@ from atom.model_engine.sequence import PENDING_TOKEN, Sequence, SequenceStatus
 class ScheduledBatch:
     seqs: list[Sequence] = field(default_factory=list)
     num_new_tokens: list[int] = field(default_factory=list)  # tokens each sequence computes now
+    drafts: dict[int, list[int]] = field(default_factory=dict)  # batch index → drafts it verifies
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -30,6 +32,23 @@ class ScheduledBatch:
     @property
     def total_tokens(self) -> int:
         return sum(self.num_new_tokens)
+
+    def output(self, finished_ids: list[str]) -> SchedulerOutput:
+        """The batch as the executor sees it: no live Sequence crosses (scheduler_output.py)."""
+        new, reqs = [], []
+        for i, (seq, n) in enumerate(zip(self.seqs, self.num_new_tokens)):
+            if not seq.announced:
+                new.append(NewRequest(seq.request_id, seq.params, seq.num_prompt_tokens))
+                seq.announced = True
+            start, tokens = seq.num_computed_tokens, seq.token_ids
+            drafts = self.drafts.get(i)
+            if drafts:
+                ids, sampled = tokens[start:] + drafts, 1 + len(drafts)
+            else:
+                ids, sampled = tokens[start:start + n], int(start + n == len(tokens))
+            reqs.append(ScheduledRequest(seq.request_id, start, ids, seq.block_table, sampled,
+                                         tokens if seq.params.uses_penalties else None))
+        return SchedulerOutput(new, reqs, finished_ids)
 
 
 _RESERVE_CAP_TOKENS = 4096  # an EOS-ended request's reservation counts at most this many outputs
@@ -110,6 +129,8 @@ class Scheduler:
                 i += 1  # its pending token is its last: it finishes when that step resolves
                 continue
             n = min(len(tokens) - seq.num_computed_tokens, budget)
+            drafts = self._take_drafts(seq, n, budget)
+            n += len(drafts)
             need = seq.num_computed_tokens + n
             while need > len(seq.block_table) * room and not self.blocks.try_allocate(seq, need):
                 victim = self.running[-1]
@@ -119,11 +140,23 @@ class Scheduler:
                     break
             if seq.status != SequenceStatus.RUNNING:
                 break
+            if drafts:
+                batch.drafts[len(batch.seqs)] = drafts
             batch.seqs.append(seq)
             batch.num_new_tokens.append(n)
             budget -= n
             i += 1
         return preempted
+
+    def _take_drafts(self, seq: Sequence, n: int, budget: int) -> list[int]:
+        """The drafts a decoding sequence verifies this step: those its proposer left, cut to
+        what the step's budget and the sequence's length limit hold (the one token after the
+        last kept draft must still fit)."""
+        drafts, seq.spec_token_ids = seq.spec_token_ids, []
+        if not drafts or n != 1 or seq.token_ids[-1] == PENDING_TOKEN:
+            return []
+        room = min(budget - 1, seq.stop_len - len(seq.token_ids) - 1)
+        return drafts[:max(0, room)]
 
     def _may_admit(self) -> bool:
         """The delay factor holds new prompts back briefly so they batch together."""
@@ -190,12 +223,15 @@ class Scheduler:
             seq.num_computed_tokens += batch.num_new_tokens[i]
             if i in rows:
                 seq.token_ids.append(PENDING_TOKEN)
-            self.blocks.commit_full_blocks(seq)
+            if i not in batch.drafts:  # a verify step's blocks are committed once it resolves
+                self.blocks.commit_full_blocks(seq)
 
     def resolve(self, batch: ScheduledBatch,
                  sampled: dict[int, list[int]]) -> list[tuple[int, Sequence]]:
-        """When a step's tokens are on the host: replace the pending tokens, finish sequences
-        that stopped. Returns (batch index, sequence) of those that got a token."""
+        """When a step's tokens are on the host: replace each pending token with the first kept
+        token and append the rest (accepted drafts and the token after them), stopping at the
+        first that ends the sequence; a verify step's rejected drafts leave the KV cache's
+        valid length. Returns (batch index, sequence) of those that got a token."""
         touched = []
         for i, tokens in sampled.items():
             seq = batch.seqs[i]
@@ -204,6 +240,15 @@ class Scheduler:
             assert seq.token_ids[-1] == PENDING_TOKEN, seq
             seq.token_ids[-1] = tokens[0]
             reason = self._stop_reason(seq, tokens[0])
+            for tok in tokens[1:]:
+                if reason is not None:
+                    break
+                seq.token_ids.append(tok)
+                reason = self._stop_reason(seq, tok)
+            drafts = batch.drafts.get(i)
+            if drafts:
+                seq.num_computed_tokens -= len(drafts) - (len(tokens) - 1)
+                self.blocks.commit_full_blocks(seq)
             if reason is not None:
                 self._finish(seq, reason)
             touched.append((i, seq))

@@ -20,8 +20,8 @@ class SequenceStatus(Enum):
 class Sequence:
     __slots__ = ("request_id", "token_ids", "num_prompt_tokens", "params", "arrival_time", "status",
                  "num_computed_tokens", "num_cached_tokens", "block_table", "num_hashed_blocks",
-                 "block_hashes", "finish_reason", "num_emitted", "generator", "num_preemptions",
-                 "stop_len")
+                 "block_hashes", "finish_reason", "num_emitted", "num_preemptions", "stop_len",
+                 "spec_token_ids", "announced")
 
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                  arrival_time: float = 0.0) -> None:
@@ -38,11 +38,14 @@ class Sequence:
         self.num_hashed_blocks = 0  # leading blocks already registered in the prefix cache
         self.finish_reason: Optional[str] = None
         self.num_emitted = 0  # output tokens already reported to the client
-        self.generator = None  # per-request RNG when params.seed is set (runner-owned)
         self.num_preemptions = 0
         # Token count at which it stops by length (max_tokens; the scheduler also caps it at
         # max_model_len): one int compare per step instead of two property chains.
         self.stop_len = self.num_prompt_tokens + params.max_tokens
+        # Draft tokens to verify at its next step (a proposer's guess of what follows), consumed
+        # when scheduled; empty = a plain one-token decode.
+        self.spec_token_ids: list[int] = []
+        self.announced = False  # the executor has been told of this request (SchedulerOutput)
 
     @property
     def num_tokens(self) -> int:

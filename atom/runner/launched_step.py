@@ -19,15 +19,34 @@ def _to_host(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
 
 
+def accept_drafts(sampled: list[int], drafts: list[int]) -> list[int]:
+    """The tokens a verify step keeps: position j's sample is the target's own token after the
+    j-th input, and draft j stands only if it equals the sample before it. Exact-match
+    verification: every kept token is a sample of the target, so the output distribution is the
+    target's (rejection sampling keeps more drafts at temperature > 0)."""
+    kept = [sampled[0]]
+    for j, d in enumerate(drafts):
+        if sampled[j] != d:
+            break
+        kept.append(sampled[j + 1])
+    return kept
+
+
 class LaunchedStep:
     def __init__(self, rows: list[int], tokens: Optional[torch.Tensor],
                  logprob_ks: Optional[list[Optional[int]]] = None,
                  chosen: Optional[torch.Tensor] = None,
-                 top: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> None:
-        """rows: the batch index of each sampled row; tokens: [R] on the device (None when no
-        row samples); logprob_ks: per row, how many alternatives it asked for (None = none)."""
+                 top: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+                 counts: Optional[list[int]] = None,
+                 drafts: Optional[dict[int, list[int]]] = None) -> None:
+        """rows: the batch index of each sampling row; counts: positions each row sampled (None =
+        one each); tokens: [positions] on the device (None when no row samples); logprob_ks: per
+        row, how many alternatives it asked for (None = none); drafts: per verifying row, the
+        draft tokens its positions check."""
         self.rows = rows
         self.tokens = tokens
+        self.counts = counts
+        self.drafts = drafts or {}
         self.logprob_ks = logprob_ks
         self._host = [_to_host(t) for t in (tokens, chosen, *(top or ())) if t is not None]
         self._event: Optional[torch.cuda.Event] = None
@@ -35,22 +54,39 @@ class LaunchedStep:
             self._event = torch.cuda.Event()
             self._event.record()
 
-    def result(self) -> tuple[dict[int, list[int]], dict[int, TokenLogprob]]:
-        """(batch index → sampled tokens, batch index → logprob record); waits for this step."""
+    def result(self) -> tuple[dict[int, list[int]], dict[int, list[TokenLogprob]]]:
+        """(batch index → the tokens it keeps, batch index → their logprob records); waits for
+        this step."""
         if self.tokens is None:
             return {}, {}
         if self._event is not None:
             self._event.synchronize()
         host = self._host
         token_list = host[0].tolist()
-        sampled = {row: [tok] for row, tok in zip(self.rows, token_list)}
-        logprobs: dict[int, TokenLogprob] = {}
+        spans = self._spans(token_list)
+        sampled = {row: token_list[p:p + n] for row, p, n in spans}
+        logprobs: dict[int, list[TokenLogprob]] = {}
         if self.logprob_ks is not None:
             chosen = host[1].tolist()
             top_vals, top_ids = (host[2].tolist(), host[3].tolist()) if len(host) > 2 else ([], [])
-            for r, (row, k) in enumerate(zip(self.rows, self.logprob_ks)):
+            for (row, p, n), k in zip(spans, self.logprob_ks):
                 if k is None:
                     continue
-                alts = list(zip(top_ids[r][:k], top_vals[r][:k])) if top_vals else []
-                logprobs[row] = TokenLogprob(token_list[r], float(chosen[r]), alts)
+                logprobs[row] = [TokenLogprob(token_list[q], float(chosen[q]),
+                                              list(zip(top_ids[q][:k], top_vals[q][:k]))
+                                              if top_vals else [])
+                                 for q in range(p, p + n)]
         return sampled, logprobs
+
+    def _spans(self, token_list: list[int]) -> list[tuple[int, int, int]]:
+        """(row, first position, positions kept) per sampling row; a verifying row keeps its
+        accepted drafts' positions and the one after them."""
+        if self.counts is None:
+            return [(row, r, 1) for r, row in enumerate(self.rows)]
+        spans, p = [], 0
+        for row, m in zip(self.rows, self.counts):
+            d = self.drafts.get(row)
+            n = len(accept_drafts(token_list[p:p + m], d)) if d else m
+            spans.append((row, p, n))
+            p += m
+        return spans

@@ -14,8 +14,9 @@ from atom.kernels.backend import get_backend, resolve_backend_name
 from atom.kernels.metadata import AttentionMetadata, leading_decodes
 from atom.layers.sampler import PenaltyBatch, SamplingBatch, compute_logprobs, sample
 from atom.loader.model_loader import build_model
-from atom.model_engine.scheduler import ScheduledBatch
+from atom.model_engine.scheduler_output import ScheduledRequest, SchedulerOutput
 from atom.model_engine.sequence import PENDING_TOKEN
+from atom.sampling_params import SamplingParams
 from atom.models.hf_config import load_hf_config
 from atom.runner import forward_context
 from atom.runner.annotation import annotate
@@ -38,8 +39,18 @@ class StepInputs:
     positions: torch.Tensor
     meta: AttentionMetadata
     rows: list[int]  # batch indices that sample a token this step
-    logits_idx: torch.Tensor  # [len(rows)] the token index of each sampling row
+    counts: Optional[list[int]]  # positions each of those samples; None = one each
+    logits_idx: torch.Tensor  # [positions] the token index of each sampled position
     sampling: SamplingBatch
+
+
+@dataclass
+class RunnerRequest:
+    """A request's state on the runner's side, kept from its first step to its last."""
+
+    params: SamplingParams
+    num_prompt_tokens: int
+    generator: Optional[torch.Generator] = None
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -116,7 +127,8 @@ class ModelRunner:
         self.profiler = StepProfiler(cfg.profiler.torch_profiler_dir)
         self.stager = HostStager(self.device)
         self._last_tokens: Optional[torch.Tensor] = None  # the previous step's sampled tokens
-        self._last_row_of: dict[int, int] = {}  # id(seq) → its row in _last_tokens
+        self._last_row_of: dict[str, int] = {}  # request id → its row in _last_tokens
+        self._requests: dict[str, RunnerRequest] = {}  # what a step does not resend
         self.graphs = self._capture_graphs()
 
     def _capture_graphs(self):
@@ -171,41 +183,49 @@ class ModelRunner:
         torch.cuda.synchronize()
 
     # -- one step ---------------------------------------------------------------------------
-    def prepare(self, batch: ScheduledBatch) -> StepInputs:
+    def _track(self, out: SchedulerOutput) -> None:
+        for rid in out.finished_ids:
+            self._requests.pop(rid, None)
+        for new in out.new_requests:
+            self._requests[new.request_id] = RunnerRequest(new.sampling_params,
+                                                           new.num_prompt_tokens)
+
+    def prepare(self, out: SchedulerOutput) -> StepInputs:
         """Host lists → device tensors for one step, in one pinned copy (host_staging.py). Built
         with numpy: at 256 decoding sequences with 2k-token contexts the nested-list
         torch.tensor of the block tables alone cost more than the GPU forward of a small model.
         A token still being sampled by the previous step (PENDING_TOKEN) is read from that
         step's device output instead (async scheduling)."""
+        self._track(out)
         bs = self.block_size
-        seqs = batch.seqs
-        q_lens = list(batch.num_new_tokens)
-        starts, rows, tables = self._scan(seqs, q_lens)
+        reqs = out.requests
+        q_lens = [len(r.token_ids) for r in reqs]
+        starts, rows, counts, tables = self._scan(reqs)
         ctx = [st + n for st, n in zip(starts, q_lens)]
-        cu = np.zeros(len(seqs) + 1, dtype=np.int32)
+        cu = np.zeros(len(reqs) + 1, dtype=np.int32)
         np.cumsum(q_lens, out=cu[1:])
-        if cu[-1] == len(seqs):  # decode: one token per sequence, fully vectorised
+        if cu[-1] == len(reqs):  # decode: one token per sequence, fully vectorised
             pos = np.asarray(starts, dtype=np.int64)
-            ids = np.fromiter((s.token_ids[st] for s, st in zip(seqs, starts)), dtype=np.int64,
-                              count=len(seqs))
-            seq_of_tok = np.arange(len(seqs))
+            ids = np.fromiter((r.token_ids[0] for r in reqs), dtype=np.int64, count=len(reqs))
+            seq_of_tok = np.arange(len(reqs))
         else:
             pos = np.concatenate([np.arange(st, st + n, dtype=np.int64)
                                   for st, n in zip(starts, q_lens)])
-            ids = np.fromiter(itertools.chain.from_iterable(
-                s.token_ids[st:st + n] for s, st, n in zip(seqs, starts, q_lens)), dtype=np.int64,
-                count=int(cu[-1]))
-            seq_of_tok = np.repeat(np.arange(len(seqs)), q_lens)
+            ids = np.fromiter(itertools.chain.from_iterable(r.token_ids for r in reqs),
+                              dtype=np.int64, count=int(cu[-1]))
+            seq_of_tok = np.repeat(np.arange(len(reqs)), q_lens)
         slots = tables[seq_of_tok, pos // bs].astype(np.int64) * bs + pos % bs
-        logits_idx = cu[1:][rows].astype(np.int64) - 1
+        logits_idx = _sampled_positions(cu, rows, counts)
         pending = np.flatnonzero(ids == PENDING_TOKEN)
-        src = self._pending_sources(seqs, seq_of_tok[pending])
-        params = [seqs[i].params for i in rows]
-        temps = np.fromiter((p.temperature for p in params), dtype=np.float32, count=len(rows))
+        src = self._pending_sources(reqs, seq_of_tok[pending])
+        states = [self._requests[reqs[i].request_id] for i in rows]
+        if counts is not None:
+            states = [st for st, m in zip(states, counts) for _ in range(m)]
+        params = [st.params for st in states]
+        temps = np.fromiter((p.temperature for p in params), dtype=np.float32, count=len(params))
         top_ks = np.fromiter((min(p.top_k, self.vocab_size) if p.top_k > 0 else self.vocab_size
-                              for p in params),
-                             dtype=np.int64, count=len(rows))
-        top_ps = np.fromiter((p.top_p for p in params), dtype=np.float32, count=len(rows))
+                              for p in params), dtype=np.int64, count=len(params))
+        top_ps = np.fromiter((p.top_p for p in params), dtype=np.float32, count=len(params))
         (ids_d, pos_d, cu_d, ctx_d, tables_d, slots_d, idx_d, pend_d, src_d, temps_d, ks_d,
          ps_d) = self.stager.stage(ids, pos, cu, np.asarray(ctx, dtype=np.int32), tables, slots,
                                    logits_idx, pending.astype(np.int64), src, temps, top_ks, top_ps)
@@ -219,31 +239,35 @@ class ModelRunner:
             q_lens_cpu=q_lens, context_lens_cpu=ctx,
             num_decode_seqs=leading_decodes(q_lens),
             split_counters=self.split_counters)
-        sampling = self._sampling_batch(batch, rows, temps_d, ks_d, ps_d)
-        return StepInputs(ids_d, pos_d, meta, rows, idx_d, sampling)
+        histories = [reqs[i].history for i in rows]
+        if counts is not None:
+            histories = [h for h, m in zip(histories, counts) for _ in range(m)]
+        sampling = self._sampling_batch(states, histories, temps_d, ks_d, ps_d)
+        return StepInputs(ids_d, pos_d, meta, rows, counts, idx_d, sampling)
 
     @staticmethod
-    def _scan(seqs: list, q_lens: list[int]) -> tuple[list[int], list[int], np.ndarray]:
-        """One pass over the batch: each sequence's start, the rows that sample (this step
-        reaches their last known token), and the block tables padded with -1 (filled row by
-        row: 2.6x faster than one fancy-indexed scatter at 256 sequences)."""
-        starts, rows, width = [], [], 0
-        for i, (s, n) in enumerate(zip(seqs, q_lens)):
-            st = s.num_computed_tokens
-            starts.append(st)
-            if st + n == len(s.token_ids):
+    def _scan(reqs: list[ScheduledRequest]
+              ) -> tuple[list[int], list[int], Optional[list[int]], np.ndarray]:
+        """One pass over the batch: each request's start, the rows that sample and how many
+        positions each (None when every one samples one), and the block tables padded with -1
+        (filled row by row: 2.6x faster than one fancy-indexed scatter at 256 sequences)."""
+        starts, rows, counts, width = [], [], [], 0
+        for i, r in enumerate(reqs):
+            starts.append(r.start)
+            if r.num_sampled:
                 rows.append(i)
-            width = max(width, len(s.block_table))
-        tables = np.full((len(seqs), width), -1, dtype=np.int32)
-        for i, s in enumerate(seqs):
-            tables[i, :len(s.block_table)] = s.block_table
-        return starts, rows, tables
+                counts.append(r.num_sampled)
+            width = max(width, len(r.block_table))
+        tables = np.full((len(reqs), width), -1, dtype=np.int32)
+        for i, r in enumerate(reqs):
+            tables[i, :len(r.block_table)] = r.block_table
+        return starts, rows, (counts if any(m > 1 for m in counts) else None), tables
 
-    def _pending_sources(self, seqs: list, seq_rows: np.ndarray) -> np.ndarray:
+    def _pending_sources(self, reqs: list[ScheduledRequest], seq_rows: np.ndarray) -> np.ndarray:
         """Where each pending token sits in the previous step's sampled-token tensor."""
         try:
-            return np.fromiter((self._last_row_of[id(seqs[r])] for r in seq_rows), dtype=np.int64,
-                               count=seq_rows.size)
+            return np.fromiter((self._last_row_of[reqs[r].request_id] for r in seq_rows),
+                               dtype=np.int64, count=seq_rows.size)
         except KeyError:
             raise RuntimeError("a pending token does not come from the previous step: the engine "
                                "must resolve a step before scheduling twice past it") from None
@@ -262,16 +286,19 @@ class ModelRunner:
             hidden = self.forward_fn(input_ids, positions)
             return self.model.compute_logits(hidden.index_select(0, logits_idx))
 
-    def _sampling_batch(self, batch: ScheduledBatch, rows: list[int], temps: torch.Tensor,
-                        top_ks: torch.Tensor, top_ps: torch.Tensor) -> SamplingBatch:
-        seqs = [batch.seqs[i] for i in rows]
-        params = [s.params for s in seqs]
+    def _sampling_batch(self, states: list[RunnerRequest], histories: list[Optional[list[int]]],
+                        temps: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor
+                        ) -> SamplingBatch:
+        """One entry per sampled position (a request verifying drafts has several)."""
+        params = [st.params for st in states]
         gens = []
-        for s in seqs:
-            if s.params.seed is not None and s.params.temperature > 0 and s.generator is None:
-                s.generator = torch.Generator(device=self.device).manual_seed(s.params.seed)
-            gens.append(s.generator if s.params.seed is not None else None)
-        penalties = self._penalties(seqs) if any(p.uses_penalties for p in params) else None
+        for st in states:
+            p = st.params
+            if p.seed is not None and p.temperature > 0 and st.generator is None:
+                st.generator = torch.Generator(device=self.device).manual_seed(p.seed)
+            gens.append(st.generator if p.seed is not None else None)
+        penalties = (self._penalties(states, histories)
+                     if any(p.uses_penalties for p in params) else None)
         return SamplingBatch(
             temperatures=temps,
             top_ks=top_ks if any(0 < p.top_k < self.vocab_size for p in params) else None,
@@ -280,32 +307,36 @@ class ModelRunner:
             penalties=penalties,
             max_logprobs=max((p.logprobs for p in params if p.logprobs is not None), default=-1))
 
-    def _penalties(self, seqs) -> PenaltyBatch:
-        """Built from host token lists, so the engine resolves every step before one that
-        needs penalties (see EngineCore.step)."""
+    def _penalties(self, states: list[RunnerRequest],
+                   histories: list[Optional[list[int]]]) -> PenaltyBatch:
+        """Built from the host token lists the scheduler sends with penalized requests (it
+        resolves every step before one that needs them: see EngineCore.step)."""
         dev, vocab = self.device, self.vocab_size
-        counts = torch.zeros(len(seqs), vocab, device=dev)
-        seen = torch.zeros(len(seqs), vocab, dtype=torch.bool, device=dev)
-        for r, s in enumerate(seqs):
-            out = torch.tensor(s.output_token_ids, dtype=torch.long, device=dev)
+        counts = torch.zeros(len(states), vocab, device=dev)
+        seen = torch.zeros(len(states), vocab, dtype=torch.bool, device=dev)
+        for r, (st, hist) in enumerate(zip(states, histories)):
+            if hist is None:
+                continue
+            out = torch.tensor(hist[st.num_prompt_tokens:], dtype=torch.long, device=dev)
             if out.numel():
                 counts[r] = torch.bincount(out, minlength=vocab)[:vocab].float()
-            seen[r, torch.tensor(s.token_ids, dtype=torch.long, device=dev)] = True
-        f = lambda attr: torch.tensor([getattr(s.params, attr) for s in seqs], device=dev)
+            seen[r, torch.tensor(hist, dtype=torch.long, device=dev)] = True
+        f = lambda attr: torch.tensor([getattr(st.params, attr) for st in states], device=dev)
         return PenaltyBatch(counts, seen, f("presence_penalty"), f("frequency_penalty"),
                             f("repetition_penalty"))
 
-    def launch(self, batch: ScheduledBatch) -> LaunchedStep:
+    def launch(self, out: SchedulerOutput) -> LaunchedStep:
         """Queue one step (inputs, forward, sampling) on the device without waiting for it."""
-        inputs = self.prepare(batch)
+        inputs = self.prepare(out)
         with annotate(self.profiler.active, inputs.meta.q_lens_cpu or [],
                       inputs.meta.context_lens_cpu or []):
-            step = self._launch(batch, inputs)
+            step = self._launch(out, inputs)
         self._last_tokens = step.tokens
-        self._last_row_of = {id(batch.seqs[row]): r for r, row in enumerate(step.rows)}
+        self._last_row_of = ({} if step.counts is not None else
+                             {out.requests[row].request_id: r for r, row in enumerate(step.rows)})
         return step
 
-    def _launch(self, batch: ScheduledBatch, inputs: StepInputs) -> LaunchedStep:
+    def _launch(self, out: SchedulerOutput, inputs: StepInputs) -> LaunchedStep:
         if not inputs.rows:
             first = torch.zeros(1, dtype=torch.long, device=self.device)
             self.forward(inputs.input_ids, inputs.positions, inputs.meta, first)
@@ -313,9 +344,22 @@ class ModelRunner:
         logits = self.forward(inputs.input_ids, inputs.positions, inputs.meta, inputs.logits_idx)
         sb = inputs.sampling
         tokens = sample(logits, sb)
+        drafts = ({row: out.requests[row].token_ids[-(m - 1):]
+                   for row, m in zip(inputs.rows, inputs.counts) if m > 1}
+                  if inputs.counts is not None else None)
         if sb.max_logprobs < 0:
-            return LaunchedStep(inputs.rows, tokens)
+            return LaunchedStep(inputs.rows, tokens, counts=inputs.counts, drafts=drafts)
         chosen, top = compute_logprobs(logits, tokens, sb.max_logprobs)
-        ks = [batch.seqs[row].params.logprobs for row in inputs.rows]
+        ks = [self._requests[out.requests[row].request_id].params.logprobs for row in inputs.rows]
         return LaunchedStep(inputs.rows, tokens, ks, chosen,
-                            None if top is None else (top.values, top.indices))
+                            None if top is None else (top.values, top.indices),
+                            counts=inputs.counts, drafts=drafts)
+
+
+def _sampled_positions(cu: np.ndarray, rows: list[int], counts: Optional[list[int]]) -> np.ndarray:
+    """Token index of every sampled position: each sampling row's last `count` tokens."""
+    ends = cu[1:][rows].astype(np.int64)
+    if counts is None:
+        return ends - 1
+    m = np.asarray(counts, dtype=np.int64)
+    return np.repeat(ends - m, m) + (np.arange(int(m.sum())) - np.repeat(np.cumsum(m) - m, m))

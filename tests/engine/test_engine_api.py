@@ -39,7 +39,7 @@ def test_add_request_step_and_stream_callback(ckpt):
 @pytest.mark.parametrize("kind", ["zero", "xavier", "empty"])
 def test_dummy_weights_run_without_a_checkpoint(kind):
     engine = atom.build_engine(atom.compose(["model=tiny_llama", f"load.dummy={kind}", "runtime=cpu"]))
-    w = engine.core.runner.model.model.layers[0].mlp.down_proj.weight
+    w = engine.core.executor.runner.model.model.layers[0].mlp.down_proj.weight
     if kind == "zero":
         assert torch.count_nonzero(w) == 0
     if kind == "xavier":

@@ -71,8 +71,8 @@ def test_last_position_logits_match(checkpoints, arch):
         core.add_request(EngineRequest(request_id=str(i), prompt_token_ids=p,
                                        sampling_params=SamplingParams(temperature=0, max_tokens=1)))
     batch = core.scheduler.schedule()
-    inputs = core.runner.prepare(batch)
-    ours = core.runner.forward(inputs.input_ids, inputs.positions, inputs.meta, inputs.logits_idx)
+    inputs = core.executor.runner.prepare(batch.output([]))
+    ours = core.executor.runner.forward(inputs.input_ids, inputs.positions, inputs.meta, inputs.logits_idx)
     assert len(inputs.rows) == 3
     with torch.no_grad():
         for r, p in enumerate(prompts):

@@ -95,7 +95,7 @@ def test_token_ids_outside_the_vocabulary_are_refused_before_they_run(ckpt):
     """An id past the embedding would be a device-side assert on a GPU (fatal to every request),
     so the core refuses it at admission."""
     engine = _engine(ckpt, False)
-    vocab = engine.core.runner.vocab_size
+    vocab = engine.core.executor.runner.vocab_size
     for bad in ([1, vocab, 2], [-1], [2**40]):
         with pytest.raises(RequestRejected, match="vocabulary"):
             engine.add_request(bad, SamplingParams(max_tokens=2))

@@ -1,0 +1,1 @@
+"""Executors: what runs a step's SchedulerOutput on the model's devices (one process today)."""

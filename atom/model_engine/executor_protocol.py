@@ -1,0 +1,33 @@
+"""What the engine core needs of an executor: run a step, say whether the device survived a
+failure, and what it was built with. The builder hands the core one (atom/executor/)."""
+from __future__ import annotations
+
+from typing import Protocol
+
+from atom.model_engine.scheduler_output import SchedulerOutput
+
+
+class LaunchedStepProtocol(Protocol):
+    def result(self) -> tuple[dict[int, list[int]], dict]:
+        """(batch index → tokens kept, batch index → their logprob records); waits for it."""
+
+    @property
+    def rows(self) -> list[int]: ...
+
+
+class Executor(Protocol):
+    num_blocks: int
+    max_model_len: int
+    vocab_size: int
+    eos_token_ids: set[int]
+    device_type: str  # "cuda" | "cpu": decides what async scheduling defaults to
+
+    def execute(self, out: SchedulerOutput) -> LaunchedStepProtocol: ...
+
+    def device_usable(self) -> bool: ...
+
+    def start_profile(self) -> None: ...
+
+    def stop_profile(self) -> None: ...
+
+    def shutdown(self) -> None: ...
