@@ -92,11 +92,20 @@ class ReasoningSplitter:
         self._buf = buf[safe:]
         return out
 
-    def finish(self) -> list[ReasoningPiece]:
+    def flush(self) -> list[ReasoningPiece]:
+        """Release the held marker prefix in the current channel: what follows cannot complete
+        it (a tool-call region starts there), so it is text of the channel it was written in."""
         out: list[ReasoningPiece] = []
         self._emit(out, self._buf)
         self._buf = ""
         return out
+
+    def leave(self) -> None:
+        """A tool call started: the channel ends there, as it would at its end marker."""
+        self._inside = False
+
+    def finish(self) -> list[ReasoningPiece]:
+        return self.flush()
 
     def _emit(self, out: list[ReasoningPiece], text: str) -> None:
         if not text:

@@ -32,4 +32,16 @@ class ToolCallArgs:
     arguments: str
 
 
+@dataclass(frozen=True, slots=True)
+class RegionOpened:
+    """Internal to the response reader (never sent): a tool-call region starts here, so the
+    reasoning stage releases the marker prefix it holds (the region's bytes cannot complete it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallFound:
+    """Internal to the response reader (never sent): the region is a call, whether or not the
+    request's policy lets it out, so the reasoning channel ends at its opener."""
+
+
 Event = Union[ContentDelta, ReasoningDelta, ToolCallStart, ToolCallArgs]
