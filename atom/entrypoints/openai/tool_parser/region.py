@@ -9,7 +9,7 @@ reader's.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
 
@@ -17,16 +17,14 @@ from typing import Any, ClassVar, Optional
 class ParsedCall:
     """One call as the format read it.
 
-    `raw_keys` names arguments whose values are the model's raw text (tag formats) and still need
-    the declared schema to get their JSON type; the rest are typed already. `raw_arguments` is
-    set instead when the model's arguments are not JSON at all: the client gets that text as
+    String values still meet the declared schema (values.py) before they go out. `raw_arguments`
+    is set instead when the model's arguments are not JSON at all: the client gets that text as
     written rather than arguments the reader made up.
     """
 
     name: str
     arguments: dict[str, Any]
     complete: bool
-    raw_keys: frozenset[str] = field(default_factory=frozenset)
     id: Optional[str] = None
     raw_arguments: Optional[str] = None
 
