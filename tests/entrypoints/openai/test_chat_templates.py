@@ -142,7 +142,8 @@ def test_output_begins_inside_the_channel_per_request(encoders, name, messages, 
     assert _begins_inside(encoders[name], messages, **kwargs) is inside
 
 
-@pytest.mark.parametrize("name", ["llama-cpp-deepseek-r1", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B",
+@pytest.mark.parametrize("name", ["llama-cpp-deepseek-r1",
+                                  "deepseek-ai-DeepSeek-R1-Distill-Llama-8B",
                                   "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"])
 def test_r1_answer_starts_inside_the_block_its_prompt_opened(encoders, name):
     enc = encoders[name]

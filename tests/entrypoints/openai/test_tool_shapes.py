@@ -26,8 +26,8 @@ from atom.entrypoints.openai.tool_parser.events import (  # noqa: E402
 from atom.entrypoints.openai.tool_parser.policy import ToolPolicy  # noqa: E402
 from atom.entrypoints.openai.tool_parser.registry import FORMATS  # noqa: E402
 from atom.entrypoints.openai.tool_parser.response import ResponseReader, read_response  # noqa: E402
-from atom.entrypoints.openai.tool_parser.values import typed_arguments  # noqa: E402
 from atom.entrypoints.openai.tool_parser.region import ParsedCall  # noqa: E402
+from atom.entrypoints.openai.tool_parser.values import typed_arguments  # noqa: E402
 
 NAMES = sorted(FORMATS)
 CHUNKS = (1, 2, 3, 7, 64, None)
@@ -164,7 +164,7 @@ def test_a_stray_backtick_does_not_hide_the_next_lines_call(fmt):
 # --- 2. an announced name is a promise ----------------------------------------------------------
 
 _CLOSER = {"hermes": "}}", "llama3_json": "}}", "qwen": "</function>", "glm": "</tool_call>",
-           "minimax": "</invoke>", "dsml": f"</｜DSML｜invoke>", "kimi": "}<|tool_call_end|>",
+           "minimax": "</invoke>", "dsml": "</｜DSML｜invoke>", "kimi": "}<|tool_call_end|>",
            "deepseek_v3": "}\n```", "kimi_k3": k3.CALL_CLOSE}
 
 
@@ -208,7 +208,8 @@ def _qwen(params, wrapped=True):
 
 def test_qwen_parameter_tag_inside_a_value_is_text():
     text = _qwen([("content", "Use <parameter=NAME> tags.")])
-    assert parsed(read("qwen", text)[2]) == [("write_file", {"content": "Use <parameter=NAME> tags."})]
+    assert parsed(read("qwen", text)[2]) == \
+        [("write_file", {"content": "Use <parameter=NAME> tags."})]
     doc = "write <parameter=path>\nother.txt\n and then the value's own closer"
     text = _qwen([("path", "a.txt"), ("content", doc)])
     assert parsed(read("qwen", text)[2]) == [("write_file", {"path": "a.txt", "content": doc})]
@@ -251,7 +252,8 @@ def test_kimi_ids_are_trimmed_and_stray_tokens_never_leak():
 # --- 7, 9. values against the schema ------------------------------------------------------------
 
 TYPED = {"type": "object", "properties": {
-    "maybe": {"type": ["string", "null"]}, "opt": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+    "maybe": {"type": ["string", "null"]},
+    "opt": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
     "flag": {"type": "boolean"}, "count": {"type": "integer"}, "obj": {"type": "object"},
     "ratio": {"type": "float"}, "tags": {"type": "array"}, "name": {"type": "string"},
     "bad": {"type": "integer"}}}
@@ -313,7 +315,7 @@ def mixed_answer(draw, fmt):
 
 
 @pytest.mark.parametrize("fmt", NAMES)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_mixed_answers_read_alike_in_both_modes(fmt, data):
     text, inside, cuts = data.draw(mixed_answer(fmt))

@@ -3,7 +3,8 @@
 
 Two entry shapes: V3.1 writes `NAME<｜tool▁sep｜>{JSON}`; V3 and R1 write
 `function<｜tool▁sep｜>NAME\\n```json\\n{JSON}\\n```` . Either way the entry ends at
-`<｜tool▁call▁end｜>`, and the region (like Kimi-K2's) is the whole section, read entry by entry.
+`<｜tool▁call▁end｜>`, and the region (like Kimi-K2's) is the whole section, read entry by
+entry.
 """
 from __future__ import annotations
 
