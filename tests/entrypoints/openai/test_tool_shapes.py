@@ -241,6 +241,22 @@ def test_kimi_entries_stand_on_their_own(section, calls):
     assert (content, got) == ("Checking.Done.", calls)
 
 
+@pytest.mark.parametrize("fmt,text,raw", [
+    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": "city=Paris"}\n</tool_call>',
+     "city=Paris"),
+    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": [1, 2]}\n</tool_call>',
+     "[1, 2]"),
+    ("llama3_json", '{"name": "get_weather", "parameters": "Paris"}', "Paris"),
+    ("kimi", f"{SB}{B}functions.get_weather:0{A}city=Paris{E}{SE}", "city=Paris"),
+    ("deepseek_v3", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather"
+     "\n```json\n{city: Paris}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "{city: Paris}"),
+    ("kimi_k3", f'{k3.CALL_OPEN} tool="get_weather"{k3.SEP}{k3.JSON_OPEN}{k3.SEP}{{city: Paris}}'
+     f"{k3.JSON_CLOSE}{k3.CALL_CLOSE}", "{city: Paris}"),
+])
+def test_arguments_that_are_no_json_object_keep_their_raw_text(fmt, text, raw):
+    assert read(fmt, text)[2] == [("get_weather", raw)]
+
+
 def test_kimi_ids_are_trimmed_and_stray_tokens_never_leak():
     text = f"{SB}{B} functions.get_weather:0  {A}{PARIS}{E}{SE}Done.{E}{A}"
     channel = ReasoningChannel(THINK, False)
