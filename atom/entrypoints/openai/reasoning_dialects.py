@@ -60,7 +60,8 @@ def generation_part(prompt: str, without: Optional[str], dialect: ReasoningDiale
     template refused to render that), and a marker the boundary cuts, whole."""
     if without is None:
         return prompt[-_PROMPT_TAIL:]
-    shared = len(os.path.commonprefix([prompt, without]))
+    shared = len(without) if prompt.startswith(without) else \
+        len(os.path.commonprefix([prompt, without]))
     start = shared
     for marker in dialect.markers:
         p = prompt.find(marker, max(0, shared - len(marker) + 1))

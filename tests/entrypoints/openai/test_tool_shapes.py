@@ -323,8 +323,11 @@ def mixed_answer(draw, fmt):
     bits = _BITS + [d.start, d.end] + list(FORMATS[fmt].START_MARKERS)
     parts = []
     for _ in range(draw(st.integers(1, 6))):
-        if draw(st.integers(0, 4)) == 0:
+        kind = draw(st.integers(0, 6))
+        if kind == 0:
             parts.append(block(fmt, [draw(st.sampled_from([CALL, BIG]))]))
+        elif kind == 1:
+            parts.append(_broken(fmt, draw(st.sampled_from([CALL, BIG]))))
         else:
             parts.append("".join(draw(st.lists(st.sampled_from(bits), max_size=8))))
     return "".join(parts), draw(st.booleans()), draw(st.lists(st.integers(1, 400), max_size=6))
