@@ -241,6 +241,14 @@ def test_kimi_entries_stand_on_their_own(section, calls):
     assert (content, got) == ("Checking.Done.", calls)
 
 
+def test_deepseek_v3_entries_stand_on_their_own():
+    cb, sep, ce = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
+    good = f"{cb}function{sep}get_weather\n```json\n{PARIS}\n```{ce}"
+    section = f"<｜tool▁calls▁begin｜>Calling. {cb}function{sep}0\n```json\n{{}}\n```{ce}\n" \
+              f"{good}<｜tool▁calls▁end｜>Done."
+    assert read("deepseek_v3", section) == ("Done.", "", [("get_weather", PARIS)])
+
+
 @pytest.mark.parametrize("fmt,text,raw", [
     ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": "city=Paris"}\n</tool_call>',
      "city=Paris"),

@@ -131,7 +131,6 @@ class ToolCallStream:
         out: list[Event] = []
         while self._region is not None:
             region, self._region = self._region, None
-            self._announce(out, region, at_end=True)
             parsed = self._fmt.parse_region(region.text, at_end=True)
             if parsed is None or (not parsed.calls and parsed.end is None):
                 if not region.announced:
@@ -187,7 +186,7 @@ class ToolCallStream:
         """Name early, and close the region once its format says so; True when it closed."""
         region = self._region
         assert region is not None
-        self._announce(out, region, at_end=False)
+        self._announce(out, region)
         if not self._triggered(region):
             return False
         parsed = self._fmt.parse_region(region.text, at_end=False)
@@ -218,13 +217,11 @@ class ToolCallStream:
             return True
         return any(c in window for c in self._closers)
 
-    def _announce(self, out: list[Event], region: Region, at_end: bool) -> None:
-        """Read the head once, when it is whole (or the text ended before it was)."""
-        if region.head_done or (region.size < Region.HEAD and not at_end):
+    def _announce(self, out: list[Event], region: Region) -> None:
+        """Read the head once, when it is whole; a shorter region is named when it closes."""
+        if region.head_done or region.size < Region.HEAD:
             return
         region.head_done = True
-        if region.size < Region.HEAD:
-            return
         parsed = self._fmt.parse_region(region.head, at_end=False)
         if parsed is None:
             return
