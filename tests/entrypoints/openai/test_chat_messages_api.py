@@ -100,3 +100,15 @@ def test_events_for_one_delta_coalesce():
                            ToolCallArgs(0, "{}"), ContentDelta("b")])
     assert delta.content == "ab" and len(delta.tool_calls) == 1
     assert delta.tool_calls[0].function.arguments == "{}"
+
+
+def test_arguments_that_are_no_json_object_become_text_not_a_tool_use():
+    """An announced call that failed keeps its raw text (OpenAI's `arguments` can carry it);
+    an Anthropic `input` must be an object, so the text goes out as text."""
+    writer = BlockWriter(withhold_thinking=False)
+    frames = writer.events([ToolCallStart(0, "c0", "get_weather"), ToolCallArgs(0, "city=Paris"),
+                            ToolCallStart(1, "c1", "get_weather"), ToolCallArgs(1, '{"a": 1}')])
+    frames += writer.close()
+    assert [b["type"] for b in writer.blocks] == ["text", "tool_use"]
+    assert writer.blocks[0]["text"] == "city=Paris" and writer.blocks[1]["input"] == {"a": 1}
+    assert writer.stop_reason("stop") == "tool_use"
