@@ -45,3 +45,5 @@ class CallFound:
 
 
 Event = Union[ContentDelta, ReasoningDelta, ToolCallStart, ToolCallArgs]
+# What the tool-call reader hands the response reader: the events, and its two internal marks.
+StreamEvent = Union[Event, RegionOpened, CallFound]

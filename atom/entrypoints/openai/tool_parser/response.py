@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from atom.entrypoints.openai.reasoning import ReasoningChannel, ReasoningPiece
 from atom.entrypoints.openai.tool_parser.events import (
-    CallFound, ContentDelta, Event, ReasoningDelta, RegionOpened)
+    CallFound, ContentDelta, Event, ReasoningDelta, RegionOpened, StreamEvent)
 from atom.entrypoints.openai.tool_parser.policy import ToolPolicy
 from atom.entrypoints.openai.tool_parser.region import ToolFormat
 from atom.entrypoints.openai.tool_parser.stream import ToolCallStream, new_call_id
@@ -42,7 +42,7 @@ class ResponseReader:
             return _pieces(self._reasoning.finish())
         return self._route(self._tools.finish()) + _pieces(self._reasoning.finish())
 
-    def _route(self, events: list) -> list[Event]:
+    def _route(self, events: list[StreamEvent]) -> list[Event]:
         out: list[Event] = []
         for e in events:
             if isinstance(e, ContentDelta):

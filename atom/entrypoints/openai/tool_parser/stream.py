@@ -26,7 +26,7 @@ from typing import Callable, Optional
 from atom.entrypoints.openai.marker_scanner import MarkerScanner
 from atom.entrypoints.openai.tool_parser.code_spans import CodeSpans
 from atom.entrypoints.openai.tool_parser.events import (
-    CallFound, ContentDelta, Event, RegionOpened, ToolCallArgs, ToolCallStart)
+    CallFound, ContentDelta, RegionOpened, StreamEvent, ToolCallArgs, ToolCallStart)
 from atom.entrypoints.openai.tool_parser.policy import ToolPolicy
 from atom.entrypoints.openai.tool_parser.region import ParsedCall, RegionParse, ToolFormat
 from atom.entrypoints.openai.tool_parser.values import typed_arguments
@@ -118,8 +118,8 @@ class ToolCallStream:
     def longest_marker(self) -> int:
         return self._scanner.longest
 
-    def feed(self, text: str) -> list[Event]:
-        out: list[Event] = []
+    def feed(self, text: str) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
         if self._region is not None:
             self._region.append(text)
         else:
@@ -127,8 +127,8 @@ class ToolCallStream:
         self._run(out)
         return out
 
-    def finish(self) -> list[Event]:
-        out: list[Event] = []
+    def finish(self) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
         while self._region is not None:
             region, self._region = self._region, None
             parsed = self._fmt.parse_region(region.text, at_end=True)
@@ -148,7 +148,7 @@ class ToolCallStream:
         self._pending = ""
         return out
 
-    def _release_opener(self, out: list[Event], text: str) -> None:
+    def _release_opener(self, out: list[StreamEvent], text: str) -> None:
         """Not a call: its opener is content, and the rest is read again as ordinary text, so
         a quoted opener loses nothing and framing after it is still dropped."""
         hit = self._scanner.find(text)
@@ -157,11 +157,11 @@ class ToolCallStream:
         self._pending = text[opener:]
         self._run(out)
 
-    def _run(self, out: list[Event]) -> None:
+    def _run(self, out: list[StreamEvent]) -> None:
         while self._scan_outside(out) if self._region is None else self._step_region(out):
             pass
 
-    def _scan_outside(self, out: list[Event]) -> bool:
+    def _scan_outside(self, out: list[StreamEvent]) -> bool:
         """Release what cannot begin a marker; True once a region opened."""
         buf = self._pending
         while (hit := self._scanner.find(buf)) is not None:
@@ -182,7 +182,7 @@ class ToolCallStream:
         self._pending = buf[safe:]
         return False
 
-    def _step_region(self, out: list[Event]) -> bool:
+    def _step_region(self, out: list[StreamEvent]) -> bool:
         """Name early, and close the region once its format says so; True when it closed."""
         region = self._region
         assert region is not None
@@ -217,7 +217,7 @@ class ToolCallStream:
             return True
         return any(c in window for c in self._closers)
 
-    def _announce(self, out: list[Event], region: Region) -> None:
+    def _announce(self, out: list[StreamEvent], region: Region) -> None:
         """Read the head once, when it is whole; a shorter region is named when it closes."""
         if region.head_done or region.size < Region.HEAD:
             return
@@ -246,12 +246,12 @@ class ToolCallStream:
             return min(ends)
         return len(text) if at_end else None
 
-    def _keep_promise(self, out: list[Event], region: Region, end: int) -> None:
+    def _keep_promise(self, out: list[StreamEvent], region: Region, end: int) -> None:
         self._markup(region.text[:end])
         for i in range(len(region.announced)):
             self._promised_args(out, region, i, end)
 
-    def _promised_args(self, out: list[Event], region: Region, i: int, end: int) -> None:
+    def _promised_args(self, out: list[StreamEvent], region: Region, i: int, end: int) -> None:
         """An announced call the region's final parse does not deliver: what the head read of it
         if the head held it whole, else the raw text of the region."""
         call = region.head_calls[i]
@@ -261,7 +261,8 @@ class ToolCallStream:
         else:
             out.append(ToolCallArgs(index, self._fmt.raw_arguments(region.text[:end])))
 
-    def _dispatch(self, out: list[Event], region: Region, parsed: RegionParse, end: int) -> None:
+    def _dispatch(self, out: list[StreamEvent], region: Region, parsed: RegionParse,
+                  end: int) -> None:
         self._content(out, region.text[:parsed.start])
         self._markup(region.text[parsed.start:end])
         if self._marks and parsed.calls and not region.announced:
@@ -292,7 +293,7 @@ class ToolCallStream:
         self._next_index += 1
         return self._next_index - 1
 
-    def _content(self, out: list[Event], text: str) -> None:
+    def _content(self, out: list[StreamEvent], text: str) -> None:
         if not text:
             return
         self._code.feed(text)
@@ -309,7 +310,7 @@ class ToolCallStream:
 
 
 def read_whole(fmt: type[ToolFormat], text: str, policy: Optional[ToolPolicy] = None,
-               new_id: Callable[[], str] = new_call_id) -> list[Event]:
+               new_id: Callable[[], str] = new_call_id) -> list[StreamEvent]:
     """The non-streaming read: the streaming engine over a single chunk."""
     reader = ToolCallStream(fmt, policy, new_id)
     return reader.feed(text) + reader.finish()
