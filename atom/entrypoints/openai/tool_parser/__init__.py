@@ -31,7 +31,8 @@ Per request:
 Events (tool_parser.events): ContentDelta(text), ReasoningDelta(text),
 ToolCallStart(index, id, name) once the region's head (256 bytes) names a declared tool (or with
 its arguments, for a shorter call), and
-ToolCallArgs(index, arguments) with the whole arguments object as valid JSON once the call closed.
+ToolCallArgs(index, arguments) with the whole arguments object as JSON once the call closed (or,
+where the model wrote no JSON object, its raw text).
 A ToolCallStart always precedes the ToolCallArgs of its index; finish_reason is "tool_calls" when
 any ToolCallArgs was emitted.
 """

@@ -26,7 +26,8 @@ class ToolCallStart:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallArgs:
-    """The whole arguments object of call `index`, valid JSON, sent once its region closed."""
+    """The whole arguments of call `index`, sent once its region closed: a JSON object, or the
+    model's raw text where it wrote none (never arguments the reader made up)."""
 
     index: int
     arguments: str

@@ -9,7 +9,8 @@ Where a byte is and how long it waits:
   inside a region, before the  held; once the region's first `Region.HEAD` bytes are in and
   head is whole                `parse_region(head, at_end=False)` names a declared tool, the name
                                goes out (`ToolCallStart`);
-  inside, the argument values  held until the region closes, then sent whole as valid JSON;
+  inside, the argument values  held until the region closes, then sent whole as JSON (raw
+                               text where the model wrote no JSON object);
   after the region closed      released as it arrives.
 A start marker is not a promise: a region that parses to no call is released verbatim. A name
 that went out is one: a region whose call was announced and then fails to parse is still that
