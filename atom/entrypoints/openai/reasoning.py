@@ -32,17 +32,20 @@ class ReasoningChannel:
     begins_inside: bool
 
     @classmethod
-    def for_request(cls, dialect: ReasoningDialect, prompt: Optional[str],
-                    thinking_off: Optional[bool] = None) -> "ReasoningChannel":
-        """Decide from the rendered prompt whether the output starts inside the channel.
+    def for_request(cls, dialect: ReasoningDialect, generation: Optional[str],
+                    thinking_off: Optional[bool] = None,
+                    opens_by_default: bool = False) -> "ReasoningChannel":
+        """Decide from the request's generation prompt (`reasoning_dialects.generation_part`)
+        whether the output starts inside the channel.
 
-        Per request, not per model: a request that switched thinking off renders a prompt that
-        does not open the channel, and the model-level `implicit_open` applies only when the
-        prompt is silent and the request did not ask for no thinking.
+        Per request, not per model: a request that switched thinking off renders a generation
+        prompt that closes the channel. Only where it is silent does the model's default apply
+        (`implicit_open`, or `opens_by_default`: the template's own generation prompt opens the
+        channel), and not for a request that asked for no thinking.
         """
-        state = dialect.prompt_state(prompt) if prompt is not None else None
+        state = dialect.prompt_state(generation) if generation is not None else None
         if state is None:
-            state = dialect.implicit_open and thinking_off is not True
+            state = (dialect.implicit_open or opens_by_default) and thinking_off is not True
         return cls(dialect, bool(state))
 
     def stream(self) -> "ReasoningSplitter":
@@ -92,11 +95,20 @@ class ReasoningSplitter:
         self._buf = buf[safe:]
         return out
 
-    def finish(self) -> list[ReasoningPiece]:
+    def flush(self) -> list[ReasoningPiece]:
+        """Release the held marker prefix in the current channel: what follows cannot complete
+        it (a tool-call region starts there), so it is text of the channel it was written in."""
         out: list[ReasoningPiece] = []
         self._emit(out, self._buf)
         self._buf = ""
         return out
+
+    def leave(self) -> None:
+        """A tool call started: the channel ends there, as it would at its end marker."""
+        self._inside = False
+
+    def finish(self) -> list[ReasoningPiece]:
+        return self.flush()
 
     def _emit(self, out: list[ReasoningPiece], text: str) -> None:
         if not text:

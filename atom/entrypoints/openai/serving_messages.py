@@ -158,10 +158,16 @@ class BlockWriter:
 
     def _tool_use(self, out: list[tuple[str, dict[str, Any]]], e: ToolCallArgs) -> None:
         call_id, name = self.names[e.index]
+        try:
+            value = json.loads(e.arguments)
+        except json.JSONDecodeError:
+            value = None
+        if not isinstance(value, dict):  # raw text the model wrote: no tool_use input can hold it
+            out.extend(self.events([ContentDelta(e.arguments)]))
+            return
         self._close(out)
         self.used_tools = True
-        self.blocks.append({"type": "tool_use", "id": call_id, "name": name,
-                            "input": json.loads(e.arguments)})
+        self.blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": value})
         out.append(("content_block_start", {"type": "content_block_start",
                                             "index": len(self.blocks) - 1,
                                             "content_block": {"type": "tool_use", "id": call_id,

@@ -73,19 +73,24 @@ def test_withheld_thinking_leaves_an_empty_text_block():
     assert writer.stop_reason("length") == "max_tokens"
 
 
+LONG_CITY = "Paris" + ", France" * 40
+LONG_CALL = CALL_TEXT.replace("Paris", LONG_CITY)
+
+
 def test_openai_deltas_merge_into_whole_calls():
-    """The name goes out early, the arguments later; the non-streaming message holds one call."""
+    """The name goes out early (once the region's head is whole), the arguments later; the
+    non-streaming message holds one call."""
     reader = OpenAIChatReader(_reader())
-    head = CALL_TEXT[:CALL_TEXT.index("Paris")]
+    head = LONG_CALL[:LONG_CALL.rindex(", France")]
     first = reader.feed(head)
     assert first.tool_calls[0].function.name == "get_weather"
     assert first.tool_calls[0].function.arguments == ""
-    merged = merge_deltas(first, merge_deltas(reader.feed(CALL_TEXT[len(head):]),
+    merged = merge_deltas(first, merge_deltas(reader.feed(LONG_CALL[len(head):]),
                                               reader.finish()))
     assert merged.reasoning_content == "hmm" and merged.content == "Checking.\n"
     (call,) = merged.tool_calls
     assert (call.index, call.function.name, json.loads(call.function.arguments)) == \
-        (0, "get_weather", {"city": "Paris"})
+        (0, "get_weather", {"city": LONG_CITY})
     assert call.id and call.type == "function" and reader.finish_reason == "tool_calls"
 
 
@@ -95,3 +100,15 @@ def test_events_for_one_delta_coalesce():
                            ToolCallArgs(0, "{}"), ContentDelta("b")])
     assert delta.content == "ab" and len(delta.tool_calls) == 1
     assert delta.tool_calls[0].function.arguments == "{}"
+
+
+def test_arguments_that_are_no_json_object_become_text_not_a_tool_use():
+    """An announced call that failed keeps its raw text (OpenAI's `arguments` can carry it);
+    an Anthropic `input` must be an object, so the text goes out as text."""
+    writer = BlockWriter(withhold_thinking=False)
+    frames = writer.events([ToolCallStart(0, "c0", "get_weather"), ToolCallArgs(0, "city=Paris"),
+                            ToolCallStart(1, "c1", "get_weather"), ToolCallArgs(1, '{"a": 1}')])
+    frames += writer.close()
+    assert [b["type"] for b in writer.blocks] == ["text", "tool_use"]
+    assert writer.blocks[0]["text"] == "city=Paris" and writer.blocks[1]["input"] == {"a": 1}
+    assert writer.stop_reason("stop") == "tool_use"

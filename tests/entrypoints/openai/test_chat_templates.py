@@ -16,6 +16,7 @@ from atom.entrypoints.openai.chat_encoders import (  # noqa: E402
     JinjaChatEncoder, TemplateRenderError, apply_chat_template, find_thinking_switch,
     load_chat_encoder)
 from atom.entrypoints.openai.reasoning import ReasoningChannel  # noqa: E402
+from atom.entrypoints.openai.tool_parser.chat_io import ChatIO  # noqa: E402
 from atom.entrypoints.openai.reasoning_dialects import DIALECTS  # noqa: E402
 from atom.entrypoints.openai.tool_parser.events import ToolCallArgs, ToolCallStart  # noqa: E402
 from atom.entrypoints.openai.tool_parser.policy import ToolPolicy  # noqa: E402
@@ -35,8 +36,9 @@ EXPECTED = {
     "deepseek-ai-DeepSeek-V3.2": ("dsml", "think", "enable_thinking"),
     "deepseek-ai-DeepSeek-V4": ("dsml", "think", "enable_thinking"),
     "deepseek-ai-DeepSeek-V3.1": ("deepseek_v3", "think", "enable_thinking"),
-    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": ("deepseek_v3", "deepseek_r1", "enable_thinking"),
-    "llama-cpp-deepseek-r1": ("deepseek_v3", "deepseek_r1", None),
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": ("deepseek_v3", "think", "enable_thinking"),
+    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B": (None, "think", None),
+    "llama-cpp-deepseek-r1": ("deepseek_v3", "think", None),
     "moonshotai-Kimi-K2": ("kimi", "think", None),
     "Kimi-K2-Instruct": ("kimi", "think", None),
     "Kimi-K3": ("kimi_k3", "kimi_k3", "thinking"),
@@ -48,6 +50,9 @@ EXPECTED = {
     "meta-llama-Llama-3.2-3B-Instruct": ("llama3_json", "think", None),
     "meta-llama-Llama-3.3-70B-Instruct": ("llama3_json", "think", None),
 }
+# The templates whose own generation prompt opens the channel (measured at startup).
+OPENS_BY_DEFAULT = {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "llama-cpp-deepseek-r1",
+                    "Kimi-K3", "MiniMax-M2", "GLM-4.7-Flash", "Qwen3.5-4B"}
 SPECIAL = {"bos_token": "<s>", "eos_token": "</s>"}
 TOOLS = [{"type": "function", "function": {
     "name": "lookup", "description": "Look a word up.",
@@ -69,6 +74,7 @@ def test_auto_resolves_each_family(encoders, name):
     assert (resolved.tool_format.NAME if resolved.tool_format else None) == fmt
     assert resolved.dialect.name == dialect
     assert (resolved.thinking_switch.kwarg if resolved.thinking_switch else None) == switch
+    assert resolved.opens_by_default is (name in OPENS_BY_DEFAULT)
 
 
 @pytest.mark.parametrize("name", sorted(n for n, e in EXPECTED.items() if e[0]))
@@ -100,23 +106,74 @@ def test_the_templates_own_reply_reads_back_as_the_call(encoders, name):
     assert names == ["lookup"] and args == [{"word": "sesquipedalian", "limit": 2}], reply
 
 
-@pytest.mark.parametrize("name,kwargs,inside", [
-    ("Qwen-Qwen3-0.6B", {}, False),                       # the model writes <think> itself
-    ("Qwen-Qwen3-0.6B", {"enable_thinking": False}, False),
-    ("Kimi-K3", {}, True),
-    ("Kimi-K3", {"thinking": False}, False),
-    ("MiniMax-M2", {}, True),
-    ("GLM-4.7-Flash", {}, True),
-    ("GLM-4.7-Flash", {"enable_thinking": False}, False),
-    ("deepseek-ai-DeepSeek-V3.1", {}, False),
-    ("deepseek-ai-DeepSeek-V3.1", {"thinking": True}, True),
-    ("llama-cpp-deepseek-r1", {}, True),
+def _begins_inside(enc, messages, **kwargs):
+    """What the server decides for one request: ChatIO renders, finds the generation prompt
+    by rendering again without it, and the channel reads that."""
+    io = ChatIO(enc, resolve_model_formats(enc), tokenizer=None)
+    prompt = io.render_text(messages, None, True, kwargs)
+    generation = io.generation_text(messages, None, True, kwargs, prompt)
+    return ReasoningChannel.for_request(io.formats.dialect, generation, io.thinking_off(kwargs),
+                                        io.formats.opens_by_default).begins_inside
+
+
+HI = [{"role": "user", "content": "hi"}]
+AFTER_TOOL = [{"role": "user", "content": "weather?"}, {"role": "tool", "content": "Sunny"}]
+
+
+@pytest.mark.parametrize("name,messages,kwargs,inside", [
+    ("Qwen-Qwen3-0.6B", HI, {}, False),                       # the model writes <think> itself
+    ("Qwen-Qwen3-0.6B", HI, {"enable_thinking": False}, False),
+    ("Qwen3.5-4B", HI, {}, True),
+    ("Qwen3.5-4B", HI, {"enable_thinking": False}, False),
+    ("Kimi-K3", HI, {}, True),
+    ("Kimi-K3", HI, {"thinking": False}, False),
+    ("MiniMax-M2", HI, {}, True),
+    ("GLM-4.7-Flash", HI, {}, True),
+    ("GLM-4.7-Flash", HI, {"enable_thinking": False}, False),
+    ("deepseek-ai-DeepSeek-V3.1", HI, {}, False),
+    ("deepseek-ai-DeepSeek-V3.1", HI, {"thinking": True}, True),
+    ("llama-cpp-deepseek-r1", HI, {}, True),
+    ("deepseek-ai-DeepSeek-R1-Distill-Llama-8B", HI, {}, True),
+    ("deepseek-ai-DeepSeek-R1-Distill-Llama-8B", AFTER_TOOL, {}, True),  # silent: the default
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", HI, {}, False),     # renders <think>\n</think>
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", HI, {"enable_thinking": True}, True),
 ])
-def test_output_begins_inside_the_channel_per_request(encoders, name, kwargs, inside):
+def test_output_begins_inside_the_channel_per_request(encoders, name, messages, kwargs, inside):
+    assert _begins_inside(encoders[name], messages, **kwargs) is inside
+
+
+@pytest.mark.parametrize("name", ["llama-cpp-deepseek-r1",
+                                  "deepseek-ai-DeepSeek-R1-Distill-Llama-8B",
+                                  "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"])
+def test_r1_answer_starts_inside_the_block_its_prompt_opened(encoders, name):
     enc = encoders[name]
-    prompt = apply_chat_template(enc, [{"role": "user", "content": "hi"}], **kwargs)
-    dialect = resolve_model_formats(enc).dialect
-    assert ReasoningChannel.for_request(dialect, prompt).begins_inside is inside
+    io = ChatIO(enc, resolve_model_formats(enc), tokenizer=None)
+    kwargs = {"enable_thinking": True} if io.formats.thinking_switch else {}
+    prompt = io.render_text(HI, None, True, kwargs)
+    channel = ReasoningChannel.for_request(io.formats.dialect,
+                                           io.generation_text(HI, None, True, kwargs, prompt))
+    assert channel.split("plan</think>answer") == ("plan", "answer")
+
+
+def _every_template():
+    return sorted(p.stem for p in llama_cpp_templates.template_dir().glob("*.jinja"))
+
+
+def test_a_user_message_quoting_the_marker_never_opens_the_channel():
+    """For every template of the pinned set: the decision is the generation prompt's, so a user
+    message that ends quoting `<think>` (or K3's opener) reads exactly like one that does not."""
+    decided = 0
+    for name in _every_template():
+        enc = JinjaChatEncoder(llama_cpp_templates.read_template(name), SPECIAL)
+        try:
+            plain = _begins_inside(enc, [{"role": "user", "content": "what is this tag?"}])
+        except TemplateRenderError:
+            continue
+        dialect = resolve_model_formats(enc).dialect
+        quoting = [{"role": "user", "content": "what is this tag? " + dialect.start}]
+        assert _begins_inside(enc, quoting) is plain, name
+        decided += 1
+    assert decided >= 60
 
 
 def test_rendering_has_hf_semantics():

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from atom.entrypoints.openai.reasoning import ReasoningChannel
 from atom.entrypoints.openai.reasoning_dialects import (
-    DEEPSEEK_R1, DIALECTS, KIMI_K3, NONE, THINK, resolve_dialect)
+    DEEPSEEK_R1, DIALECTS, KIMI_K3, NONE, THINK, generation_part, resolve_dialect)
 
 CHUNKS = (1, 2, 3, 7, 64, None)
 
@@ -80,23 +80,39 @@ def test_none_dialect_is_identity():
     assert channel.split("<think>x</think>y") == ("", "<think>x</think>y")
 
 
-@pytest.mark.parametrize("prompt,thinking_off,inside", [
+@pytest.mark.parametrize("generation,thinking_off,inside", [
     ("<｜Assistant｜><think>\n", None, True),
     ("<｜Assistant｜><think>\n</think>", True, False),
-    ("<｜Assistant｜>", None, True),      # R1: closes a block it never opens
+    ("<｜Assistant｜>", None, True),      # configured R1: a silent generation prompt opens
     ("<｜Assistant｜>", True, False),     # ...unless this request switched thinking off
     (None, None, True),
 ])
-def test_begins_inside_is_per_request(prompt, thinking_off, inside):
-    assert ReasoningChannel.for_request(DEEPSEEK_R1, prompt, thinking_off).begins_inside is inside
+def test_begins_inside_is_per_request(generation, thinking_off, inside):
+    assert ReasoningChannel.for_request(DEEPSEEK_R1, generation,
+                                        thinking_off).begins_inside is inside
 
 
-def test_think_dialect_reads_the_prompt_tail():
+def test_think_dialect_reads_the_generation_prompt():
     assert ReasoningChannel.for_request(THINK, "<|im_start|>assistant\n<think>\n").begins_inside
     assert not ReasoningChannel.for_request(
         THINK, "<|im_start|>assistant\n<think>\n\n</think>\n\n").begins_inside
-    assert not ReasoningChannel.for_request(THINK, "user asks about <think>" + "x" * 100
-                                            + "<|im_start|>assistant\n").begins_inside
+    assert not ReasoningChannel.for_request(THINK, "<|im_start|>assistant\n").begins_inside
+    assert ReasoningChannel.for_request(THINK, "", opens_by_default=True).begins_inside
+    assert not ReasoningChannel.for_request(THINK, "", True, opens_by_default=True).begins_inside
+
+
+def test_generation_part_is_what_the_template_added():
+    """A user message that ends quoting `<think>` is not the generation prompt opening it."""
+    base = "<|im_start|>user\nwhat is <think>?<|im_end|>\n"
+    assert generation_part(base + "<|im_start|>assistant\n", base, THINK) == \
+        "<|im_start|>assistant\n"
+    assert THINK.prompt_state(generation_part("q <think>\nA", "q <think>", THINK)) is None
+    assert THINK.prompt_state(generation_part(base + "<|im_start|>assistant\n", base,
+                                              THINK)) is None
+    assert THINK.prompt_state(generation_part(base + "<think>\n", base, THINK)) is True
+    # a marker the boundary cuts is whole again
+    assert THINK.prompt_state(generation_part("ab<think>", "ab<th", THINK)) is True
+    assert generation_part("x" * 100 + "<think>", None, THINK).endswith("<think>")
 
 
 def test_resolve_dialect_by_name_and_unknown():

@@ -50,6 +50,17 @@ CASES = {
 }
 
 
+# Issue 16's shapes on the real server: name -> (template, script, (content, reasoning, calls)).
+# Qwen3.5's prompt opens the think block and the model calls before closing it; R1's template
+# ends its generation prompt with `<think>\n`, so the answer starts inside the block.
+SHAPES = {
+    "call_in_open_think": ("Qwen3.5-4B", "Paris weather." + tool_wire.call_block("qwen", [CALL])[0]
+                           + "\nDone.", ("\nDone.", "Paris weather.", [CALL])),
+    "r1_prompt_opened": ("llama-cpp-deepseek-r1", "The plan.</think>The answer.",
+                         ("The answer.", "The plan.", [])),
+}
+
+
 def script(fmt: str) -> tuple[str, tool_wire.Answer]:
     _, reasoning, gap = CASES[fmt]
     ans = tool_wire.answer(fmt, [gap + "Let me check.\n", [CALL], "\nDone."])
@@ -85,20 +96,21 @@ class LoopbackServer:
 def servers():
     templates = llama_cpp_templates.template_dir()
 
-    def config(fmt):
+    def config(template, text):
         from atom.entrypoints.openai_server import config_from_argv
 
-        text, _ = script(fmt)
         return config_from_argv([
             "--model", "tiny_llama", "--load-dummy", "--engine-source", "scripted",
             f"server.script_text={_fmt(text)}", "server.script_tokens_per_s=0",
-            f"format.chat_template={templates / (CASES[fmt][0] + '.jinja')}",
+            f"format.chat_template={templates / (template + '.jinja')}",
             "kv_cache.num_blocks=256", "--no-enable-log-stats"])
 
-    configs = {fmt: config(fmt) for fmt in CASES}  # Hydra composes one at a time
+    # Hydra composes one at a time
+    configs = {fmt: config(CASES[fmt][0], script(fmt)[0]) for fmt in CASES}
+    configs.update({name: config(t, text) for name, (t, text, _) in SHAPES.items()})
     from transformers import AutoTokenizer  # noqa: F401  (lazy imports are not thread-safe)
-    with ThreadPoolExecutor(len(CASES)) as pool:
-        futures = {fmt: pool.submit(LoopbackServer, configs[fmt]) for fmt in CASES}
+    with ThreadPoolExecutor(len(configs)) as pool:
+        futures = {name: pool.submit(LoopbackServer, cfg) for name, cfg in configs.items()}
         try:
             yield {fmt: fut.result() for fmt, fut in futures.items()}
         finally:
@@ -109,6 +121,42 @@ def servers():
 
 def _expected_reasoning(fmt):
     return "Paris weather." if CASES[fmt][1] else None
+
+
+def _openai_both(srv):
+    """(whole, streamed) as (content, reasoning, calls with their arguments string, reason)."""
+    client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="x", max_retries=0, timeout=60)
+    kw = dict(model="tiny_llama", messages=[{"role": "user", "content": "Weather in Paris?"}],
+              tools=TOOLS, max_tokens=600)
+    whole = client.chat.completions.create(**kw).choices[0]
+    msg = whole.message
+    first = (msg.content or "", getattr(msg, "reasoning_content", None) or "",
+             [(c.function.name, c.function.arguments) for c in msg.tool_calls or []],
+             whole.finish_reason)
+    content, reasoning, acc, reasons = "", "", {}, []
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        reasoning += getattr(delta, "reasoning_content", None) or ""
+        for tc in delta.tool_calls or []:
+            slot = acc.setdefault(tc.index, {"name": None, "arguments": ""})
+            slot["name"] = slot["name"] or (tc.function.name if tc.function else None)
+            slot["arguments"] += (tc.function.arguments or "") if tc.function else ""
+        if chunk.choices[0].finish_reason:
+            reasons.append(chunk.choices[0].finish_reason)
+    calls = [(s["name"], s["arguments"]) for _, s in sorted(acc.items())]
+    assert len(reasons) == 1
+    return first, (content, reasoning, calls, reasons[0])
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_issue16_shapes_read_alike_streamed_and_not(servers, name):
+    whole, streamed = _openai_both(servers[name])
+    assert whole == streamed
+    content, reasoning, calls = SHAPES[name][2]
+    assert (whole[0], whole[1], [(n, json.loads(a)) for n, a in whole[2]]) == \
+        (content, reasoning, calls)
+    assert whole[3] == ("tool_calls" if calls else "stop")
 
 
 @pytest.mark.parametrize("fmt", sorted(CASES))

@@ -13,10 +13,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "templates"))
 import tool_wire  # noqa: E402
 
+from atom.entrypoints.openai.reasoning import ReasoningChannel  # noqa: E402
+from atom.entrypoints.openai.reasoning_dialects import KIMI_K3, THINK  # noqa: E402
 from atom.entrypoints.openai.tool_parser.events import ToolCallArgs, ToolCallStart  # noqa: E402
 from atom.entrypoints.openai.tool_parser.policy import ToolPolicy  # noqa: E402
 from atom.entrypoints.openai.tool_parser.registry import FORMATS  # noqa: E402
-from atom.entrypoints.openai.tool_parser.stream import ToolCallStream, read_whole  # noqa: E402
+from atom.entrypoints.openai.tool_parser.response import ResponseReader, read_response  # noqa: E402
+from atom.entrypoints.openai.tool_parser.stream import ToolCallStream  # noqa: E402
 
 NAMES = sorted(FORMATS)
 POLICY = ToolPolicy({"write_file": {"properties": {"path": {"type": "string"},
@@ -67,7 +70,9 @@ def test_early_name_is_declared_and_in_head(fmt):
 
 # --- property 6: linear cost -------------------------------------------------------------------
 
-_UNIT = "if (a < b) then x; "
+_UNITS = {"prose_with_lt": "if (a < b) then x; ",
+          "region_never_closes": "if (a < b) then x; ",
+          "thinking_with_code": "if (a `<` b) ``` then x;\n```y`` </thi "}
 _TOKEN = 4  # characters per token
 
 
@@ -76,14 +81,24 @@ def _opener(fmt: str) -> str:
     return next(m for m in cls.START_MARKERS if cls.opens_region(m))
 
 
-def _answer(fmt: str, tokens: int, region: bool) -> str:
-    body = (_UNIT * (tokens * _TOKEN // len(_UNIT) + 1))[:tokens * _TOKEN]
-    return _opener(fmt) + body if region else body
+def _channel(fmt: str) -> ReasoningChannel:
+    return ReasoningChannel(KIMI_K3 if fmt == "kimi_k3" else THINK, False)
+
+
+def _answer(fmt: str, tokens: int, kind: str) -> str:
+    unit = _UNITS[kind]
+    body = (unit * (tokens * _TOKEN // len(unit) + 1))[:tokens * _TOKEN]
+    if kind == "region_never_closes":
+        return _opener(fmt) + body
+    if kind == "thinking_with_code":
+        return _channel(fmt).dialect.start + body
+    return body
 
 
 def _read_time(fmt: str, text: str, chunk: int = _TOKEN) -> float:
-    """CPU time of this thread: other processes on a shared box do not count against it."""
-    reader = ToolCallStream(FORMATS[fmt], POLICY)
+    """CPU time of this thread through the whole reader (tool regions, code spans, reasoning):
+    other processes on a shared box do not count against it."""
+    reader = ResponseReader(_channel(fmt), FORMATS[fmt], POLICY)
     t0 = time.thread_time()
     for i in range(0, len(text), chunk):
         reader.feed(text[i:i + chunk])
@@ -91,11 +106,11 @@ def _read_time(fmt: str, text: str, chunk: int = _TOKEN) -> float:
     return time.thread_time() - t0
 
 
-def _growth(fmt: str, region: bool) -> list[float]:
+def _growth(fmt: str, kind: str) -> list[float]:
     """Per-doubling growth, each size timed best-of-three with the sizes interleaved so that
     load on the shared box hits them alike; GC paused so a collection lands on no one size."""
     sizes = (2000, 4000, 8000, 16000)
-    texts = [_answer(fmt, n, region) for n in sizes]
+    texts = [_answer(fmt, n, kind) for n in sizes]
     best = [float("inf")] * len(sizes)
     gc.disable()
     try:
@@ -108,13 +123,13 @@ def _growth(fmt: str, region: bool) -> list[float]:
 
 
 @pytest.mark.parametrize("fmt", NAMES)
-@pytest.mark.parametrize("region", [False, True], ids=["prose_with_lt", "region_never_closes"])
-def test_cost_is_linear(fmt, region):
+@pytest.mark.parametrize("kind", sorted(_UNITS))
+def test_cost_is_linear(fmt, kind):
     """Token-at-a-time reads of 2k/4k/8k/16k tokens grow ~2x per doubling: at most 2.5x on
     average and 3x at any one step, where a quadratic reader grows 4x."""
     attempts = []
     for _ in range(3):  # a load spike can fake one bad step; a quadratic reader fails all three
-        growth = _growth(fmt, region)
+        growth = _growth(fmt, kind)
         attempts.append(growth)
         if math.prod(growth) ** (1 / len(growth)) <= 2.5 and max(growth) <= 3.0:
             return
@@ -122,10 +137,11 @@ def test_cost_is_linear(fmt, region):
 
 
 @pytest.mark.parametrize("fmt", NAMES)
-def test_250kb_answer_reads_well_under_a_second(fmt):
-    text = _answer(fmt, 250_000 // _TOKEN, region=True)
+@pytest.mark.parametrize("kind", ["region_never_closes", "thinking_with_code"])
+def test_250kb_answer_reads_well_under_a_second(fmt, kind):
+    text = _answer(fmt, 250_000 // _TOKEN, kind)
     t0 = time.perf_counter()
-    read_whole(FORMATS[fmt], text, POLICY)
+    read_response(_channel(fmt), FORMATS[fmt], text, POLICY)
     whole = time.perf_counter() - t0
     streamed = statistics.median(_read_time(fmt, text, chunk=64) for _ in range(3))
     assert whole < 0.25 and streamed < 1.0, (whole, streamed)

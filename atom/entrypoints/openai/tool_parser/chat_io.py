@@ -1,9 +1,11 @@
 """The OpenAI server's hookup: a chat renderer and a reader factory built from `cfg.format`.
 
 `create_app` takes both (`chat_renderer`, `chat_reader_factory`). The renderer renders with the
-model's template through chat_encoders and remembers each request's prompt text, because whether
-the output begins inside the reasoning channel is read from that prompt; the reader factory then
-builds a `ResponseReader` per choice and turns its events into `DeltaMessage`s.
+model's template through chat_encoders and remembers each request's generation prompt (what the
+template added for the assistant's turn, found by rendering the conversation a second time
+without it), because whether the output begins inside the reasoning channel is read from that;
+the reader factory then builds a `ResponseReader` per choice and turns its events into
+`DeltaMessage`s.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any, Optional
 from atom.entrypoints.openai.chat_encoders import (
     ChatEncoder, JinjaChatEncoder, TemplateRenderError, apply_chat_template, load_chat_encoder)
 from atom.entrypoints.openai.reasoning import ReasoningChannel
+from atom.entrypoints.openai.reasoning_dialects import generation_part
 from atom.entrypoints.openai.tool_parser.events import (
     ContentDelta, Event, ReasoningDelta, ToolCallArgs, ToolCallStart)
 from atom.entrypoints.openai.tool_parser.policy import ToolPolicy
@@ -85,13 +88,27 @@ class ChatIO:
         except TemplateRenderError as exc:
             raise bad_request(f"the chat template rejected these messages: {exc}", "messages",
                               "invalid_messages") from exc
-        self._remember(id(req), text, self.thinking_off(kwargs))
+        generation = self.generation_text(conversation, req.tools, req.add_generation_prompt,
+                                          kwargs, text)
+        self._remember(id(req), generation, self.thinking_off(kwargs))
         return list(self._tok.encode(text, add_special_tokens=False))
 
     def render_text(self, conversation: list[dict[str, Any]], tools: Any,
                     add_generation_prompt: bool, kwargs: dict[str, Any]) -> str:
         return apply_chat_template(self.encoder, conversation, tools, add_generation_prompt,
                                    **kwargs)
+
+    def generation_text(self, conversation: list[dict[str, Any]], tools: Any,
+                        add_generation_prompt: bool, kwargs: dict[str, Any], prompt: str) -> str:
+        """The part of `prompt` the template wrote for the assistant's turn ('' when the request
+        continues its last message: nothing was added)."""
+        if not add_generation_prompt:
+            return ""
+        try:
+            without: Optional[str] = self.render_text(conversation, tools, False, kwargs)
+        except TemplateRenderError:
+            without = None
+        return generation_part(prompt, without, self.formats.dialect)
 
     def thinking_off(self, kwargs: dict[str, Any]) -> Optional[bool]:
         switch = self.formats.thinking_switch
@@ -104,16 +121,14 @@ class ChatIO:
 
     def response_reader(self, req: Any) -> ResponseReader:
         """The events-level reader for one choice of a request this object rendered."""
-        prompt, off = self._prompts.get(id(req), (None, None))
-        channel = ReasoningChannel.for_request(self.formats.dialect, prompt, off)
+        generation, off = self._prompts.get(id(req), (None, None))
+        channel = ReasoningChannel.for_request(self.formats.dialect, generation, off,
+                                               self.formats.opens_by_default)
         policy = ToolPolicy.from_request(req.tools, req.tool_choice)
         return ResponseReader(channel, self.formats.tool_format, policy)
 
-    def channel(self, prompt: Optional[str], thinking_off: Optional[bool]) -> ReasoningChannel:
-        return ReasoningChannel.for_request(self.formats.dialect, prompt, thinking_off)
-
-    def _remember(self, key: int, prompt: str, off: Optional[bool]) -> None:
-        self._prompts[key] = (prompt, off)
+    def _remember(self, key: int, generation: str, off: Optional[bool]) -> None:
+        self._prompts[key] = (generation, off)
         self._prompts.move_to_end(key)
         while len(self._prompts) > _REMEMBERED:
             self._prompts.popitem(last=False)

@@ -35,7 +35,7 @@ class GlmFormat(ToolFormat):
         if read is None:
             return None
         args, end = read
-        call = ParsedCall(name, args, end is not None, raw_keys=frozenset(args))
+        call = ParsedCall(name, args, end is not None)
         return RegionParse((call,), 0, end)
 
 

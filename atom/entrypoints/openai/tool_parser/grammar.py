@@ -7,10 +7,11 @@ the bytes so far could still become a longer literal.
 from __future__ import annotations
 
 import html
+import json
 import re
 from typing import Callable, Optional
 
-from atom.entrypoints.openai.tool_parser.partial_json import skip_ws
+from atom.entrypoints.openai.tool_parser.partial_json import read_json, skip_ws
 from atom.entrypoints.openai.tool_parser.region import ParsedCall, RegionParse
 
 _NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
@@ -18,7 +19,8 @@ _ATTR = re.compile(r'\s*([A-Za-z_][\w\-]*)\s*=\s*"([^"]*)"')
 
 
 def valid_name(name: str) -> bool:
-    return bool(_NAME.fullmatch(name))
+    """A tool name; digits alone are a call index the model wrote where the name belongs."""
+    return bool(_NAME.fullmatch(name)) and not name.isdigit()
 
 
 def could_become(rest: str, literals: tuple[str, ...]) -> bool:
@@ -98,26 +100,54 @@ def trim_one_newline(value: str) -> str:
 
 
 def read_section(region: str, pos: int, closers: tuple[str, ...], call_begin: str,
-                 entry: Callable[[str, int, bool], Optional[tuple[ParsedCall, int]]],
-                 at_end: bool) -> Optional[RegionParse]:
+                 entry: Callable[[str, int, bool], Optional[tuple[Optional[ParsedCall], int]]],
+                 at_end: bool) -> RegionParse:
     """The entry loop of a section-shaped region (Kimi-K2, DeepSeek-V3): entries each opened by
-    `call_begin` until one of `closers`. `entry` reads one entry after its opener and returns the
-    call and where it ended, or None while it is not legible yet."""
+    `call_begin` until one of `closers`.
+
+    `entry` reads one entry after its opener and returns the call (None: the entry does not
+    read as one) and where it ended, or None while it is not legible yet. Each entry stands on
+    its own: text between entries (stray tokens, a word) is markup, and a bad entry costs that
+    entry, not the section.
+    """
     calls: list[ParsedCall] = []
     while True:
-        p = skip_ws(region, pos)
-        closer = next((c for c in closers if region.startswith(c, p)), None)
-        if closer is not None:
-            return RegionParse(tuple(calls), 0, p + len(closer))
-        if not region.startswith(call_begin, p):
-            rest = region[p:]
-            if rest and not could_become(rest, closers + (call_begin,)):
-                return None
-            return RegionParse(tuple(calls)) if calls else None
-        read = entry(region, p + len(call_begin), at_end)
-        if read is None:
-            return RegionParse(tuple(calls)) if calls else None
-        call, pos = read
-        calls.append(call)
-        if not call.complete:
+        hit = earliest(region, pos, closers + (call_begin,))
+        if hit is None:
             return RegionParse(tuple(calls))
+        if hit[1] != call_begin:
+            return RegionParse(tuple(calls), 0, hit[0] + len(hit[1]))
+        read = entry(region, hit[0] + len(call_begin), at_end)
+        if read is None:
+            return RegionParse(tuple(calls))
+        call, pos = read
+        if call is not None:
+            calls.append(call)
+            if not call.complete:
+                return RegionParse(tuple(calls))
+
+
+def skip_entry(region: str, stop: Optional[tuple[int, str]], end_token: str,
+               at_end: bool) -> Optional[tuple[Optional[ParsedCall], int]]:
+    """A section entry that is no call: it ends at its own end token or where the next entry
+    or the section's closer begins; None while neither has arrived."""
+    if stop is None:
+        return (None, len(region)) if at_end else None
+    return None, stop[0] + len(end_token) if stop[1] == end_token else stop[0]
+
+
+def json_arguments(body: str, complete: bool) -> tuple[dict, Optional[str]]:
+    """(arguments, None) for a JSON object, or ({}, the text) when the model's arguments are not
+    one: the client gets what was written, never an invented `{}`. A body cut off by the end of
+    the text is completed (a truncated call still carries valid JSON)."""
+    text = body.strip()
+    if complete:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            return {}, text
+        return (value, None) if isinstance(value, dict) else ({}, text)
+    read = read_json(text)
+    if read is None or not isinstance(read.value, dict):
+        return {}, text
+    return read.value, None

@@ -9,7 +9,7 @@ import json
 import re
 from typing import Optional
 
-from atom.entrypoints.openai.tool_parser.grammar import close_after, valid_name
+from atom.entrypoints.openai.tool_parser.grammar import close_after, json_arguments, valid_name
 from atom.entrypoints.openai.tool_parser.partial_json import read_json, skip_ws
 from atom.entrypoints.openai.tool_parser.region import ParsedCall, RegionParse, ToolFormat
 
@@ -56,13 +56,11 @@ def json_call(region: str, pos: int, at_end: bool,
     if not isinstance(name, str) or not valid_name(name):
         return None, None
     args = next((obj[k] for k in arg_keys if k in obj), {})
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            args = {"arguments": args}
-    if not isinstance(args, dict):
-        args = {}
-    call = ParsedCall(name, dict(args), read.complete)
+    raw: Optional[str] = None
+    if isinstance(args, str):  # arguments written as a JSON string
+        args, raw = json_arguments(args, complete=read.complete)
+    elif not isinstance(args, dict):
+        args, raw = {}, json.dumps(args, ensure_ascii=False)
+    call = ParsedCall(name, dict(args), read.complete, raw_arguments=raw)
     return call, (read.end if read.complete else None)
 

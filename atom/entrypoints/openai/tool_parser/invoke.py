@@ -94,46 +94,35 @@ def _json_body(text: str, pos: int, syn: InvokeSyntax, name: str,
 def _param_body(text: str, pos: int, syn: InvokeSyntax,
                 name: str) -> Optional[tuple[ParsedCall, Optional[int]]]:
     args: dict[str, Any] = {}
-    raw: set[str] = set()
     while True:
         p = skip_ws(text, pos)
         if text.startswith(syn.invoke_close, p):
-            return ParsedCall(name, args, True, frozenset(raw)), p + len(syn.invoke_close)
+            return ParsedCall(name, args, True), p + len(syn.invoke_close)
         if not text.startswith(syn.param, p):
             rest = text[p:]
             if rest and not could_become(rest, (syn.param, syn.invoke_close)):
                 return None
-            return ParsedCall(name, args, False, frozenset(raw)), None
+            return ParsedCall(name, args, False), None
         gt = text.find(">", p + len(syn.param))
         if gt < 0:
-            return ParsedCall(name, args, False, frozenset(raw)), None
+            return ParsedCall(name, args, False), None
         attrs = read_attrs(text[p + len(syn.param):gt])
         key = attrs.get("name")
         if key is None:
             return None
         hit = earliest(text, gt + 1, (syn.param_close, syn.invoke_close))
         value = text[gt + 1:hit[0]] if hit else text[gt + 1:]
-        typed = _typed(value, attrs.get("string"))
-        if typed is _RAW:
-            args[key] = value
-            raw.add(key)
-        else:
-            args[key] = typed
+        args[key] = _typed(value, attrs.get("string"))
         if hit is None:
-            return ParsedCall(name, args, False, frozenset(raw)), None
+            return ParsedCall(name, args, False), None
         pos = hit[0] + (len(syn.param_close) if hit[1] == syn.param_close else 0)
 
 
-_RAW = object()
-
-
 def _typed(value: str, string_attr: Optional[str]) -> Any:
-    """DSML says per value whether it is a string; otherwise the schema decides later."""
-    if string_attr == "true":
-        return value
+    """DSML says per value whether it is JSON; a string meets the schema later (values.py)."""
     if string_attr == "false":
         try:
             return json.loads(value)
         except json.JSONDecodeError:
             return value
-    return _RAW
+    return value

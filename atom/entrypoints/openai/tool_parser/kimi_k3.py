@@ -13,8 +13,8 @@ from typing import Any, Optional
 
 from atom.entrypoints.openai import kimi_k3_tokens as k3
 from atom.entrypoints.openai.tool_parser.grammar import (
-    close_after, could_become, earliest, quoted_attr, read_attrs, valid_name)
-from atom.entrypoints.openai.tool_parser.partial_json import read_json, skip_ws
+    close_after, could_become, earliest, json_arguments, quoted_attr, read_attrs, valid_name)
+from atom.entrypoints.openai.tool_parser.partial_json import skip_ws
 from atom.entrypoints.openai.tool_parser.region import ParsedCall, RegionParse, ToolFormat
 
 
@@ -56,14 +56,16 @@ def _call(region: str, pos: int, at_end: bool) -> Optional[tuple[ParsedCall, Opt
         return (ParsedCall(name, {}, False), None) if at_end or _attrs_so_far(region, named[1]) \
             else None
     args: dict[str, Any] = {}
+    raw: list[str] = []
     pos = sep + len(k3.SEP)
     while True:
         if region.startswith(k3.CALL_CLOSE, pos):
-            return ParsedCall(name, args, True), pos + len(k3.CALL_CLOSE)
+            return ParsedCall(name, args, True, raw_arguments=raw[0] if raw else None), \
+                pos + len(k3.CALL_CLOSE)
         if region.startswith(k3.ARGUMENT_OPEN, pos):
             done = _argument(region, pos + len(k3.ARGUMENT_OPEN), args)
         elif region.startswith(k3.JSON_OPEN, pos):
-            done = _json(region, pos + len(k3.JSON_OPEN), args)
+            done = _json(region, pos + len(k3.JSON_OPEN), args, raw)
         else:
             rest = region[pos:]
             if rest and not could_become(rest, (k3.CALL_CLOSE, k3.ARGUMENT_OPEN, k3.JSON_OPEN)):
@@ -95,15 +97,17 @@ def _argument(region: str, pos: int, args: dict[str, Any]) -> Optional[int]:
     return hit[0] + (len(k3.ARGUMENT_CLOSE) if hit[1] == k3.ARGUMENT_CLOSE else 0)
 
 
-def _json(region: str, pos: int, args: dict[str, Any]) -> Optional[int]:
+def _json(region: str, pos: int, args: dict[str, Any], raw: list[str]) -> Optional[int]:
+    """The arguments as one JSON object; text that is not one is kept raw in `raw`."""
     sep = region.find(k3.SEP, pos)
     if sep < 0:
         return None
     hit = earliest(region, sep + len(k3.SEP), (k3.JSON_CLOSE, k3.CALL_CLOSE))
     body = region[sep + len(k3.SEP):hit[0]] if hit else region[sep + len(k3.SEP):]
-    read = read_json(body)
-    if read is not None and isinstance(read.value, dict):
-        args.update(read.value)
+    value, text = json_arguments(body, complete=hit is not None)
+    args.update(value)
+    if text is not None:
+        raw.append(text)
     if hit is None:
         return None
     return hit[0] + (len(k3.JSON_CLOSE) if hit[1] == k3.JSON_CLOSE else 0)

@@ -1,7 +1,10 @@
 """Qwen3-Coder / Qwen3.5: `<tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>\n</function>`.
 
 `</function>` is the call's own closer and ends any parameter value; `</tool_call>` is only the
-wrapper, which a value can contain, so it is never taken as the end of a call.
+wrapper, which a value can contain, so it is never taken as the end of a call. A value ends at
+its own `</parameter>` (or the call's closer) and nowhere else: `<parameter=` inside it is text
+(a file that documents the tags, a prompt that names them). Models also write the function
+without the wrapper, so `<function=` opens a region too.
 """
 from __future__ import annotations
 
@@ -22,12 +25,13 @@ PARAM_CLOSE = "</parameter>"
 
 class QwenFormat(ToolFormat):
     NAME = "qwen"
-    START_MARKERS = (OPEN,)
+    START_MARKERS = (OPEN, FUNCTION)
     CALL_SELF_CLOSERS = (FUNCTION_CLOSE,)
 
     @classmethod
     def parse_region(cls, region: str, at_end: bool) -> Optional[RegionParse]:
-        j = skip_ws(region, len(OPEN))
+        wrapped = region.startswith(OPEN)
+        j = skip_ws(region, len(OPEN)) if wrapped else 0
         if expect(region, j, FUNCTION, at_end) is not True:
             return None
         start = j + len(FUNCTION)
@@ -39,17 +43,17 @@ class QwenFormat(ToolFormat):
         if read is None:
             return None
         args, pos, complete = read
-        call = ParsedCall(name, args, complete, raw_keys=frozenset(args))
+        call = ParsedCall(name, args, complete)
         if not complete:
             return RegionParse((call,))
-        tail = close_after(region, pos, at_end, wrapper_closers=(WRAPPER_CLOSE,))
+        tail = close_after(region, pos, at_end, wrapper_closers=(WRAPPER_CLOSE,) if wrapped else ())
         if tail is None:
             return RegionParse((call,))
         return RegionParse((call,), 0, tail[0])
 
 
 def _parameters(region: str, pos: int) -> Optional[tuple[dict[str, Any], int, bool]]:
-    """Read parameters up to `</function>`; a value ends at its closer or at the call's.
+    """Read parameters up to `</function>`; a value ends at its own closer or at the call's.
 
     A value cut off by the end of the text is kept as written (a truncated call's arguments);
     anything but a parameter or the closer after a value means this is not a call: None.
@@ -67,7 +71,7 @@ def _parameters(region: str, pos: int) -> Optional[tuple[dict[str, Any], int, bo
         if gt < 0:
             return args, p, False
         key = region[p + len(PARAM):gt]
-        hit = earliest(region, gt + 1, (PARAM_CLOSE, PARAM, FUNCTION_CLOSE))
+        hit = earliest(region, gt + 1, (PARAM_CLOSE, FUNCTION_CLOSE))
         if hit is None:
             args[key] = trim_one_newline(region[gt + 1:])
             return args, len(region), False

@@ -9,7 +9,7 @@ reader's.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
 
@@ -17,15 +17,16 @@ from typing import Any, ClassVar, Optional
 class ParsedCall:
     """One call as the format read it.
 
-    `raw_keys` names arguments whose values are the model's raw text (tag formats) and still need
-    the declared schema to get their JSON type; the rest are typed already.
+    String values still meet the declared schema (values.py) before they go out. `raw_arguments`
+    is set instead when the model's arguments are not JSON at all: the client gets that text as
+    written rather than arguments the reader made up.
     """
 
     name: str
     arguments: dict[str, Any]
     complete: bool
-    raw_keys: frozenset[str] = field(default_factory=frozenset)
     id: Optional[str] = None
+    raw_arguments: Optional[str] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +70,11 @@ class ToolFormat:
     def parse_region(cls, region: str, at_end: bool) -> Optional[RegionParse]:
         """None: not a call (at_end) or not yet one (not at_end)."""
         raise NotImplementedError
+
+    @classmethod
+    def raw_arguments(cls, region: str) -> str:
+        """The text of an announced call that failed to parse, without its opener and closer."""
+        opener = next((m for m in cls.START_MARKERS if region.startswith(m)), "")
+        body = region[len(opener):]
+        closer = next((c for c in cls.region_closers() if body.endswith(c)), "")
+        return body[:len(body) - len(closer)].strip()

@@ -5,8 +5,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from atom.entrypoints.openai.chat_encoders import (
-    ChatEncoder, ThinkingSwitch, chat_template_source, find_thinking_switch, format_evidence)
-from atom.entrypoints.openai.reasoning_dialects import ReasoningDialect, resolve_dialect
+    ChatEncoder, TemplateRenderError, ThinkingSwitch, apply_chat_template, chat_template_source,
+    find_thinking_switch, format_evidence)
+from atom.entrypoints.openai.reasoning_dialects import (
+    ReasoningDialect, generation_part, resolve_dialect)
 from atom.entrypoints.openai.tool_parser.region import ToolFormat
 from atom.entrypoints.openai.tool_parser.registry import check_format_name, resolve_tool_format
 
@@ -18,6 +20,7 @@ class ModelFormats:
     tool_format: Optional[type[ToolFormat]]
     dialect: ReasoningDialect
     thinking_switch: Optional[ThinkingSwitch]
+    opens_by_default: bool = False
 
 
 def resolve_model_formats(encoder: Optional[ChatEncoder], tool_call_parser: str = "auto",
@@ -28,8 +31,25 @@ def resolve_model_formats(encoder: Optional[ChatEncoder], tool_call_parser: str 
         return ModelFormats(resolve_tool_format(None, tool_call_parser),
                             resolve_dialect(None, reasoning_dialect), None)
     evidence = format_evidence(encoder) if tool_call_parser == "auto" else None
+    dialect = resolve_dialect(chat_template_source(encoder), reasoning_dialect)
     return ModelFormats(
         resolve_tool_format(evidence, tool_call_parser),
-        resolve_dialect(chat_template_source(encoder), reasoning_dialect),
+        dialect,
         find_thinking_switch(encoder),
+        opens_by_default(encoder, dialect),
     )
+
+
+_PROBE = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def opens_by_default(encoder: ChatEncoder, dialect: ReasoningDialect) -> bool:
+    """Does the template's own generation prompt open the channel? That is the model's default
+    for a request whose generation prompt is silent (R1-style templates render none after a
+    tool result)."""
+    try:
+        prompt = apply_chat_template(encoder, _PROBE, None, True)
+        without = apply_chat_template(encoder, _PROBE, None, False)
+    except (TemplateRenderError, TypeError, AttributeError):
+        return False
+    return dialect.prompt_state(generation_part(prompt, without, dialect)) is True

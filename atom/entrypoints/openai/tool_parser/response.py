@@ -1,14 +1,20 @@
-"""One response, both stages: the reasoning split first, then the tool-call reader on the answer.
+"""One response, both stages: the tool-call reader reads the raw text, and what it leaves outside
+its regions is split into reasoning and answer.
 
-Separation is unconditional: a chain of thought left in the text is one the tool parser would
-read as calls. The server makes one `ResponseReader` per choice and feeds it text deltas.
+Tool regions are found first because a region is the model's markup wherever it stands: a call
+begun before the thinking block closed (Kimi's `<think>…<|tool_calls_section_begin|>`, a Qwen3
+prompt that opened the block) is a call, and a `<think>` inside an argument value is that value's
+text, not a chain of thought. A call ends the reasoning channel at its opener, as the end marker
+would; a region that turns out not to be a call goes back, verbatim, to the channel it was written
+in. The server makes one `ResponseReader` per choice and feeds it text deltas.
 """
 from __future__ import annotations
 
 from typing import Callable, Optional
 
-from atom.entrypoints.openai.reasoning import ReasoningChannel
-from atom.entrypoints.openai.tool_parser.events import ContentDelta, Event, ReasoningDelta
+from atom.entrypoints.openai.reasoning import ReasoningChannel, ReasoningPiece
+from atom.entrypoints.openai.tool_parser.events import (
+    CallFound, ContentDelta, Event, ReasoningDelta, RegionOpened, StreamEvent)
 from atom.entrypoints.openai.tool_parser.policy import ToolPolicy
 from atom.entrypoints.openai.tool_parser.region import ToolFormat
 from atom.entrypoints.openai.tool_parser.stream import ToolCallStream, new_call_id
@@ -19,30 +25,39 @@ class ResponseReader:
                  policy: Optional[ToolPolicy] = None,
                  new_id: Callable[[], str] = new_call_id) -> None:
         self._reasoning = channel.stream()
-        self._tools = ToolCallStream(fmt, policy, new_id) if fmt is not None else None
+        self._tools = ToolCallStream(fmt, policy, new_id, mark_regions=True) \
+            if fmt is not None else None
 
     @property
     def tools(self) -> Optional[ToolCallStream]:
         return self._tools
 
     def feed(self, text: str) -> list[Event]:
-        return self._route(self._reasoning.feed(text), final=False)
+        if self._tools is None:
+            return _pieces(self._reasoning.feed(text))
+        return self._route(self._tools.feed(text))
 
     def finish(self) -> list[Event]:
-        return self._route(self._reasoning.finish(), final=True)
+        if self._tools is None:
+            return _pieces(self._reasoning.finish())
+        return self._route(self._tools.finish()) + _pieces(self._reasoning.finish())
 
-    def _route(self, pieces, final: bool) -> list[Event]:
+    def _route(self, events: list[StreamEvent]) -> list[Event]:
         out: list[Event] = []
-        for piece in pieces:
-            if piece.reasoning:
-                out.append(ReasoningDelta(piece.text))
-            elif self._tools is None:
-                out.append(ContentDelta(piece.text))
+        for e in events:
+            if isinstance(e, ContentDelta):
+                out += _pieces(self._reasoning.feed(e.text))
+            elif isinstance(e, RegionOpened):
+                out += _pieces(self._reasoning.flush())
+            elif isinstance(e, CallFound):
+                self._reasoning.leave()
             else:
-                out.extend(self._tools.feed(piece.text))
-        if final and self._tools is not None:
-            out.extend(self._tools.finish())
+                out.append(e)
         return out
+
+
+def _pieces(pieces: list[ReasoningPiece]) -> list[Event]:
+    return [ReasoningDelta(p.text) if p.reasoning else ContentDelta(p.text) for p in pieces]
 
 
 def read_response(channel: ReasoningChannel, fmt: Optional[type[ToolFormat]], text: str,
