@@ -574,8 +574,11 @@ def bench_hf_decode(model: str, ctx: int, gen: int) -> dict[str, Any]:
 def bench_startup(model: str) -> dict[str, Any]:
     """Process start to ready (engine built, graphs captured), in a fresh interpreter: once with
     Triton's kernel cache cold (a new, empty TRITON_CACHE_DIR, whatever ran on the machine before:
-    run 9's "cold" start followed other benches and found their kernels cached), then warm (the
-    same directory again)."""
+    a "cold" start that follows other benches finds their kernels cached), then warm (the same
+    directory again). Python caches bytecode as on any user's machine: the device image sets
+    PYTHONDONTWRITEBYTECODE, which made every start compile ~1,800 source files (7 s on one
+    host), so the children run without it after a first start that writes the caches
+    (`first_start_s`, its own throwaway Triton cache)."""
     code = ("import time,sys,logging;t=time.time();"
             "logging.basicConfig(level=logging.INFO,format='%(relativeCreated)d ms %(name)s: %(message)s');"
             "from atom.config.compose import compose;"
@@ -584,24 +587,26 @@ def bench_startup(model: str) -> dict[str, Any]:
             f"c=compose({['model=' + model, 'load=dummy', *RUN_EXTRA]!r});c.load.progress_bar=False;"
             "e=LLMEngine.from_config(c);print('READY',flush=True)")
     res = {}
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import torch, transformers; torch.cuda.init()"])
+    subprocess.run([sys.executable, "-c", "import torch, transformers; torch.cuda.init()"], env=base)
     res["import_torch_transformers_cuda_init_s"] = round(time.perf_counter() - t0, 2)
-    env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton_startup_")}
-    for label in ("cold", "warm"):
+    runs = (("first_start", {**base, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton_prime_")}),)
+    env = {**base, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton_startup_")}
+    for label, run_env in (*runs, ("cold", env), ("warm", env)):
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env)
         dt = time.perf_counter() - t0
         ok = "READY" in p.stdout
         if not ok:
             log(p.stderr[-3000:])
         res[f"{label}_s"] = round(dt, 2) if ok else None
         res[f"{label}_log"] = [ln[:110] for ln in p.stderr.splitlines() if " ms atom" in ln]
-    if os.environ.get("BENCH_PROFILE_STARTUP") == "1":  # a third, profiled start: where it goes
+    if os.environ.get("BENCH_PROFILE_STARTUP") == "1":  # a profiled start: where it goes
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
             f.write(code.replace(";", "\n"))
         p = subprocess.run([sys.executable, "-m", "cProfile", "-s", "cumtime", f.name],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env=env)
         log("\n".join(p.stdout.splitlines()[:70]))
     return {"model": model, "extra": RUN_EXTRA, **res}
 
