@@ -116,7 +116,9 @@ class CoreLoop:
 
 def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
     """Process entry point (spawned by EngineClient)."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(name)s: %(message)s")
+    from atom.log_setup import configure_logging
+
+    configure_logging()
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 2000)
