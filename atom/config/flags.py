@@ -25,7 +25,7 @@ class Flag:
 
 
 ENGINE_FLAGS: tuple[Flag, ...] = (
-    Flag(("--model",), "model.path", syntax="a conf/model entry selects it; anything else is a path"),
+    Flag(("--model",), "model.path", syntax="or the name of a conf/model entry, which selects it"),
     Flag(("--tokenizer",), "model.tokenizer"),
     Flag(("--served-model-name",), "model.served_model_name"),
     Flag(("--dtype",), "model.dtype"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 import traceback
 from typing import Any, Optional
@@ -114,11 +115,19 @@ class CoreLoop:
             self.send(ControlReply(call.call_id, False, f"{type(exc).__name__}: {exc}"))
 
 
+def _exit_quietly(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
+
+
 def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
-    """Process entry point (spawned by EngineClient)."""
+    """Process entry point (spawned by EngineClient). A SIGTERM or Ctrl-C sent to the whole
+    process group (timeout, systemd, a terminal) exits through the `finally` below and Python's
+    own shutdown, like the API's shutdown call: killed outright, the core leaked the semaphore
+    tqdm's lock holds, which the resource tracker then reported at exit."""
     from atom.log_setup import configure_logging
 
     configure_logging()
+    signal.signal(signal.SIGTERM, _exit_quietly)
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 2000)
@@ -138,6 +147,8 @@ def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
         push.send(encode(CoreReady(os.getpid(), max_len)))
         push.send(encode(StepBatch([], core.stats())))  # the pool as it starts, before any request
         CoreLoop(cfg, core, pull, push, parent_pid).run()
+    except (SystemExit, KeyboardInterrupt):  # asked to stop: not a failure
+        raise SystemExit(0)
     except BaseException as exc:  # the API side turns this into 503s and failed streams
         log.error("engine core failed: %s", exc)
         push.send(encode(CoreFailed(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")))
