@@ -37,3 +37,14 @@ def test_explicit_block_count_and_cpu_budget_are_taken_as_given():
     cpu = _cfg()
     assert num_blocks_for(cpu, LAYOUT, torch.device("cpu"), None, 4096) == max(
         1, cpu.kv_cache.cpu_cache_bytes // LAYOUT.bytes_per_block)
+
+
+@pytest.mark.parametrize("overrides,dtype,text", [
+    ((), torch.float32, "kv_cache.dtype=bf16 (float32: the model's activation dtype)"),
+    ((), torch.bfloat16, "kv_cache.dtype=bf16"),
+    (("kv_cache=fp8",), torch.float8_e4m3fn, "kv_cache.dtype=fp8 (float8_e4m3fn, per-tensor scale)"),
+])
+def test_the_kv_log_says_why_bf16_is_stored_as_float32_on_cpu(overrides, dtype, text):
+    from atom.runner.kv_cache import describe_kv_dtype
+
+    assert describe_kv_dtype(_cfg(*overrides), dtype) == text
