@@ -47,7 +47,8 @@ def _model_name(cfg: Any) -> str:
 
 
 def _tokenizer_path(cfg: Any) -> str:
-    """Like the CLI, fall back to the model: its tokenizer, its path, then its name as a path."""
+    """Like the CLI, fall back to the model: its tokenizer, its path, then its name (a conf/model
+    entry: benchmarks.tokenizer_source resolves it as the server would)."""
     return cfg.bench.tokenizer or cfg.model.tokenizer or cfg.model.path or _model_name(cfg)
 
 

@@ -54,9 +54,14 @@ def get_tokenizer(name: str, trust_remote_code: bool = False) -> Any:
         return AutoTokenizer.from_pretrained(str(local), trust_remote_code=trust_remote_code,
                                              local_files_only=True)
     entry = conf_model_entry(name)
+    why = "is neither a local directory or .gguf file nor a conf/model entry or served name"
     if entry is not None:
-        return _server_tokenizer([f"model={entry}"])
+        from atom.config.errors import ConfigError
+
+        try:
+            return _server_tokenizer([f"model={entry}"])
+        except ConfigError as err:  # an entry this machine cannot build (not implemented, say)
+            why = f"names conf/model entry {entry!r}, which has no tokenizer here ({err.rule})"
     raise FileNotFoundError(
-        f"tokenizer {name!r} is neither a local directory or .gguf file nor a conf/model entry or "
-        f"served name; pass --tokenizer <dir | .gguf | entry> or --tokenizer bytes (a "
-        f"dummy-weight atom server). Nothing is downloaded.")
+        f"tokenizer {name!r} {why}; pass --tokenizer <dir | .gguf | entry> or --tokenizer bytes "
+        f"(a dummy-weight atom server). Nothing is downloaded.")

@@ -25,3 +25,8 @@ def test_a_local_dir_loads(tokenizer_dir):
 def test_an_unknown_name_says_what_is_accepted():
     with pytest.raises(FileNotFoundError, match="conf/model entry or served name.*--tokenizer bytes"):
         get_tokenizer("meta-llama/Not-Here")
+
+
+def test_an_entry_this_machine_cannot_build_says_why():
+    with pytest.raises(FileNotFoundError, match="deepseek_r1.*not implemented yet"):
+        get_tokenizer("deepseek-ai/DeepSeek-R1")
