@@ -10,12 +10,13 @@ if TYPE_CHECKING:
     from atom.model_engine.llm_engine import LLMEngine
 
 
-def build_tokenizer(cfg: Config) -> Any:
+def build_tokenizer(cfg: Config, announce: bool = True) -> Any:
     """The model's tokenizer (HF fast tokenizer from a dir or a GGUF), or an id-level fallback
-    for dummy-weight models that name none."""
+    for dummy-weight models that name none. `announce=False`: the fallback is logged by another
+    process (the server's core loads it for the EOS id only; the API process says it)."""
     from atom.loader.tokenizer import load_tokenizer
 
-    return load_tokenizer(cfg)
+    return load_tokenizer(cfg, announce)
 
 
 def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":

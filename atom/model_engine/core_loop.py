@@ -141,7 +141,8 @@ def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
         from atom.builder import build_core, build_tokenizer
 
         # The model core needs the tokenizer's EOS id; the stand-in cores build what they need.
-        tokenizer = build_tokenizer(cfg) if cfg.server.engine_source == "model" else None
+        runs_model = cfg.server.engine_source == "model"
+        tokenizer = build_tokenizer(cfg, announce=False) if runs_model else None
         core = build_core(cfg, tokenizer) if tokenizer is not None else build_core(cfg)
         max_len = int(getattr(core, "max_model_len", None) or cfg.model.max_model_len or 0)
         push.send(encode(CoreReady(os.getpid(), max_len)))

@@ -30,4 +30,5 @@ def test_sigterm_to_the_process_group_stops_both_processes_cleanly(tmp_path):
     assert srv.proc.returncode == -signal.SIGTERM and "Finished server process" in text, text[-3000:]
     assert not os.path.exists(f"/proc/{core}/cmdline") or "Z" in open(f"/proc/{core}/stat").read()
     assert "leaked semaphore" not in text, text[-3000:]
+    assert text.count("using a byte-level stand-in") == 1, "once, by the API process"
     assert "Traceback" not in text and "engine core failed" not in text, text[-3000:]

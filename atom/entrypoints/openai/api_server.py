@@ -53,7 +53,9 @@ def serve(cfg: Config) -> None:
     log.info("serving %s on http://%s:%d%s", app.state.ctx.model_name, s.host, s.port,
              _port_flag_hint(cfg))
     try:
+        # log_config=None: uvicorn's lines go through atom's handler, in atom's one format
         uvicorn.run(app, host=s.host, port=s.port, timeout_keep_alive=s.timeout_keep_alive,
-                    access_log=not s.disable_uvicorn_access_log, log_level="info", lifespan="on")
+                    access_log=not s.disable_uvicorn_access_log, log_level="info", lifespan="on",
+                    log_config=None)
     finally:
         app.state.ctx.client.close()  # idempotent; covers a failed bind, where no shutdown hook ran
