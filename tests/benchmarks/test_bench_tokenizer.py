@@ -30,3 +30,17 @@ def test_an_unknown_name_says_what_is_accepted():
 def test_an_entry_this_machine_cannot_build_says_why():
     with pytest.raises(FileNotFoundError, match="deepseek_r1.*not implemented yet"):
         get_tokenizer("deepseek-ai/DeepSeek-R1")
+
+
+@pytest.mark.parametrize("byte_tokenizer", [False, True])
+def test_a_prompt_count_mismatch_names_a_fix_the_user_can_make(byte_tokenizer):
+    """Someone already on `--tokenizer bytes` is not told to pass `--tokenizer bytes`."""
+    from types import SimpleNamespace
+
+    from atom.benchmarks.report import _server_input_lines
+
+    (_, warning) = _server_input_lines(SimpleNamespace(server_total_input=300, total_input=100),
+                                       byte_tokenizer)
+    assert "a local dir, a .gguf or a conf/model name" in warning
+    assert ("bytes matches a dummy-weight atom server only" in warning) is byte_tokenizer
+    assert ("--tokenizer bytes for a dummy-weight" in warning) is not byte_tokenizer
