@@ -28,11 +28,10 @@ def unknown_keys(node: DictConfig, schema: Any, prefix: str = "") -> list[Config
         path = f"{prefix}{key}"
         if key not in fields:
             if path != "hydra":
-                errors.append(unknown_key(path, fields, OmegaConf.select(node, str(key))))
-            continue
-        child = node._get_node(key)  # no resolution: an interpolation is checked where it lands
-        if dataclasses.is_dataclass(fields[key]) and isinstance(child, DictConfig):
-            errors += unknown_keys(child, fields[key], path + ".")
+                value = OmegaConf.select(node, str(key), throw_on_resolution_failure=False)
+                errors.append(unknown_key(path, fields, value))
+        elif dataclasses.is_dataclass(fields[key]) and isinstance(node[key], DictConfig):
+            errors += unknown_keys(node[key], fields[key], path + ".")
     return errors
 
 

@@ -88,10 +88,11 @@ def _group_options() -> dict[str, list[str]]:
 
 
 def _value(v: Any) -> str:
-    from omegaconf import OmegaConf
-
-    if dataclasses.is_dataclass(v) or isinstance(v, (list, dict)):
-        return OmegaConf.to_yaml(OmegaConf.create({"v": v})).strip()[3:].replace("\n", " ")
+    """In Hydra's override syntax, so a line can be copied onto the command line."""
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_value(x) for x in v) + "]"
     return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
 
