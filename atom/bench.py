@@ -145,13 +145,19 @@ def main() -> None:
     from atom.config.compose import CONF_DIR
     from atom.config.store import register_schema
 
+    from atom.config.help import help_asked, run_help
     from atom.config.report import config_errors_exit
     from atom.log_setup import configure_logging
 
+    overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
+    if help_asked(sys.argv[1:]):
+        with config_errors_exit(overrides):
+            print(run_help(overrides, "python -m atom.bench", __doc__.split("\n\n")[0]))
+        return
     configure_logging()
     register_schema()
     os.environ["HYDRA_FULL_ERROR"] = "1"  # composition errors reach config_errors_exit (atom.run)
-    with config_errors_exit([a for a in sys.argv[1:] if not a.startswith("-")]):
+    with config_errors_exit(overrides):
         hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_job)()
 
 

@@ -65,12 +65,11 @@ def _overrides(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
+    from atom.config.help import help_asked, run_help
     from atom.log_setup import configure_logging
 
     argv = sys.argv[1:]
-    if "--help" in argv or "-h" in argv:
-        from atom.config.help import run_help
-
+    if help_asked(argv):
         with config_errors_exit(_overrides(argv)):
             print(run_help(_overrides(argv)))
         return

@@ -81,9 +81,12 @@ def missing_help() -> list[str]:
 
 
 def _group_options() -> dict[str, list[str]]:
+    """conf/ group → its options; a group that is no field of the tree (experiment) is added
+    with `+`, as it must be written."""
     from atom.config.compose import CONF_DIR
 
-    return {d.name: sorted(p.stem for p in d.glob("*.yaml"))
+    tree = {f.name for f in dataclasses.fields(Config)}
+    return {(d.name if d.name in tree else "+" + d.name): sorted(p.stem for p in d.glob("*.yaml"))
             for d in sorted(CONF_DIR.iterdir()) if d.is_dir()}
 
 
@@ -110,16 +113,22 @@ def format_fields(items: Iterable[FieldHelp], width: int = 100) -> str:
     return "\n".join(out)
 
 
-def run_help(overrides: list[str]) -> str:
-    """`python -m atom.run [overrides] --help`: the groups, then every field at its value under
-    these overrides (the defaults when there are none)."""
+RUN_ABOUT = ("Serve (job=serve, the default), generate, run the offline throughput benchmark or a "
+             "serving benchmark from one validated config.")
+
+
+def run_help(overrides: list[str], prog: str = "python -m atom.run", about: str = RUN_ABOUT) -> str:
+    """`python -m atom.run [overrides] --help` (and atom.bench's): the groups, then every field
+    at its value under these overrides (the defaults when there are none)."""
     from atom.config.compose import compose
 
     cfg = compose(overrides)
     groups = "\n".join(f"  {g}: {', '.join(opts)}" for g, opts in _group_options().items())
-    return (
-        "python -m atom.run [group=option ...] [field=value ...] [--cfg job] [-m] [--help]\n\n"
-        "Serve (job=serve, the default), generate, run the offline throughput benchmark or a\n"
-        "serving benchmark from one validated config. A group option picks a conf/ file; a\n"
-        "field=value sets one field (an unknown field is an error). Hydra's own flags:\n"
-        "--hydra-help.\n\n== groups (group=option) ==\n" + groups + "\n" + format_fields(fields(cfg)))
+    intro = textwrap.fill(about + " A group option picks a conf/ file; field=value sets one "
+                          "field (an unknown field is an error). Hydra's own flags: --hydra-help.")
+    return (f"{prog} [group=option ...] [field=value ...] [--cfg job] [-m] [--help]\n\n{intro}"
+            "\n\n== groups (group=option) ==\n" + groups + "\n" + format_fields(fields(cfg)))
+
+
+def help_asked(argv: list[str]) -> bool:
+    return "--help" in argv or "-h" in argv
