@@ -99,8 +99,10 @@ class RuntimeConfig:
     device: str = "auto"  # auto | cuda | cpu
     kernels: str = "auto"  # auto | torch | triton | aiter
     enforce_eager: bool = False  # no CUDA graphs and no torch.compile, whatever the level
-    # 0 eager; 1-2 decode CUDA graphs; 3 also torch.compile of the forward (atom/runner/compile.py).
-    # Graphs and compile are GPU-only (CPU runs eager at any level); enforce_eager turns both off.
+    # 0 eager; 1-2 decode CUDA graphs; 3 also torch.compile of the forward where inductor has
+    # ops to fuse (the torch kernel backend; with the Triton kernels every op is one already, so
+    # 3 runs as 2: atom/runner/compile.py). Graphs and compile are GPU-only (CPU runs eager at any
+    # level); enforce_eager turns both off.
     level: int = 3
     # decode batch sizes captured as CUDA graphs (a batch runs in the next larger one)
     cudagraph_capture_sizes: list[int] = field(
