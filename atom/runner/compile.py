@@ -4,9 +4,10 @@ Levels as the spec numbers them: 0 eager; 1 and 2 CUDA graphs for decode (cuda_g
 3 also compiles the forward — what inductor can fuse. With the Triton kernel backend (the GPU
 default) every op of the forward is already one Triton kernel and decode runs in CUDA graphs, so
 inductor has nothing to fuse: compiled, the 0.6B decode ran 1.5% slower (953 vs 967 tok/s, no
-PDL under torch.compile) and the start took 20-80 s longer. Level 3 compiles there nothing, and
-is level 2; it compiles the forward of the torch kernel backend on CUDA, whose norms, rotary and
-SiLU are chains of small torch ops (not measured: nobody serves it for speed). Never on CPU, where
+PDL under torch.compile) and the start took 20-80 s longer. So with Triton kernels level 3
+compiles nothing and runs as level 2; it compiles the forward of the torch kernel backend on CUDA,
+whose norms, rotary and SiLU are chains of small torch ops (not measured: nobody serves it for
+speed). Never on CPU, where
 the torch reference backend is the oracle every test checks and an inductor build would cost each
 engine start tens of seconds. `enforce_eager` turns it off like it turns off graphs.
 
