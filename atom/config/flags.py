@@ -101,26 +101,29 @@ def _spellings(name: str) -> list[str]:
 def add_cli_args(parser: argparse.ArgumentParser, flags: Iterable[Flag] = ENGINE_FLAGS) -> None:
     """Register flags with defaults of None (= "use the Config default"), so an unset flag
     never shadows the tree's default or an override."""
-    from atom.config.help import help_of
+    from atom.config.help import group_doc, help_of
 
     defaults = Config()
+    groups: dict[str, Any] = {}
     for f in flags:
         names = [s for n in f.names for s in _spellings(n)]
         default = _get(defaults, f.path)
         helptext = flag_help(f, help_of(f.path), default)
+        group = f.path.split(".", 1)[0]  # one --help section per config group, as vllm's
+        if group not in groups:
+            groups[group] = parser.add_argument_group(group, group_doc(group))
+        add = groups[group].add_argument
         if f.kind == "bool":
-            parser.add_argument(*names, dest=f.dest, action="store_const", const=True, default=None,
-                                help=helptext)
+            add(*names, dest=f.dest, action="store_const", const=True, default=None, help=helptext)
         elif f.kind == "negatable":
-            parser.add_argument(*names, dest=f.dest, action=argparse.BooleanOptionalAction,
-                                default=None, help=helptext)
+            add(*names, dest=f.dest, action=argparse.BooleanOptionalAction, default=None,
+                help=helptext)
         elif f.kind == "list_int":
-            parser.add_argument(*names, dest=f.dest, type=int, nargs="+", default=None, help=helptext)
+            add(*names, dest=f.dest, type=int, nargs="+", default=None, help=helptext)
         elif f.kind == "optional_value":
-            parser.add_argument(*names, dest=f.dest, nargs="?", const="empty", default=None,
-                                help=helptext)
+            add(*names, dest=f.dest, nargs="?", const="empty", default=None, help=helptext)
         else:
-            parser.add_argument(*names, dest=f.dest, default=None, help=helptext)
+            add(*names, dest=f.dest, default=None, help=helptext)
 
 
 def flag_help(f: Flag, field_help: str, default: Any) -> str:

@@ -75,6 +75,13 @@ def help_of(path: str) -> str:
     return field_docs(type(node)).get(leaf, "")
 
 
+def group_doc(group: str) -> str | None:
+    """A group's dataclass docstring (its own, not dataclass's generated signature)."""
+    cls = type(getattr(Config(), group))
+    doc = inspect.getdoc(cls)
+    return None if doc is None or doc.startswith(cls.__name__ + "(") else " ".join(doc.split())
+
+
 def missing_help() -> list[str]:
     """Fields without a comment: each needs one (the help test names them)."""
     return [f.path for f in fields() if not f.help]
