@@ -40,8 +40,8 @@ def test_run_help_lists_every_group_and_field_with_its_help():
 def test_every_server_flag_has_help_from_its_field():
     from atom.entrypoints.openai_server import build_parser
 
-    text = " ".join(build_parser().format_help().split())
+    text = "".join(build_parser().format_help().split())  # argparse wraps lines, even at hyphens
     for flag in ENGINE_FLAGS + SERVER_FLAGS:
         assert help_of(flag.path), f"{flag.names[0]} sets {flag.path}, which has no help"
-        assert f"config: {flag.path})" in text, flag.names[0]
-        assert " ".join(help_of(flag.path).split()).replace("%%", "%") in text, flag.names[0]
+        assert f"config:{flag.path})" in text, flag.names[0]
+        assert "".join(help_of(flag.path).split()) in text, flag.names[0]
