@@ -114,6 +114,9 @@ def format_fields(items: Iterable[FieldHelp], width: int = 100) -> str:
         if head != group:
             group = head
             out.append(f"\n== {head or 'root'} ==")
+            doc = group_doc(head) if head else None
+            if doc:
+                out += textwrap.wrap(doc, width, initial_indent="  ", subsequent_indent="  ")
         out.append(f"  {f.path}={_value(f.value)}  ({f.type})")
         if f.help:
             out += textwrap.wrap(f.help, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
