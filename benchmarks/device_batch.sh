@@ -4,7 +4,7 @@
 #
 #   ATOM_COMMIT=<sha> bash benchmarks/device_batch.sh tests bench:throughput_8b,throughput_8b_fp8
 #
-# Parts: `tests` (the GPU-marked tests), `bench:<names>` (gpu_bench.py --only <names> at level 2),
+# Parts: `tests` (the GPU-marked tests), `bench:<names>` (gpu_bench.py --only <names> at the default level),
 # `script:<path>` (a benchmark script taking --out, e.g. benchmarks/sm_partition_probe.py),
 # `blas_ab` (this GPU's BLAS table from gemm_shape_probe.py --table, then throughput_8b with the
 # table and without it, back to back on one machine: the A/B a ~1% change needs).
@@ -25,7 +25,7 @@ for part in "$@"; do
     bench:*)
       names=${part#bench:}
       tag=${names//,/_}
-      timeout "$limit" python3 benchmarks/gpu_bench.py --only "$names" --extra runtime.level=2 \
+      timeout "$limit" python3 benchmarks/gpu_bench.py --only "$names" \
         --out "$OUT/$tag.json" > "$OUT/$tag.log" 2>&1
       rc=$?
       grep '== ' "$OUT/$tag.log" | cut -c1-400 ;;
@@ -43,7 +43,7 @@ print(table_path(torch.cuda.get_device_name(0)))")
       cp "$table" "$OUT/" && for arm in with without; do
         [ "$arm" = without ] && mv "$table" "$table.off"
         timeout "$limit" python3 benchmarks/gpu_bench.py --only throughput_8b \
-          --extra runtime.level=2 --out "$OUT/throughput_8b_${arm}_table.json" \
+          --out "$OUT/throughput_8b_${arm}_table.json" \
           > "$OUT/throughput_8b_${arm}_table.log" 2>&1
         rc=$?
         echo "$arm table: $(grep '== ' "$OUT/throughput_8b_${arm}_table.log" | cut -c1-200)"

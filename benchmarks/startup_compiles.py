@@ -53,7 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--model", default="qwen3_0_6b")
-    ap.add_argument("overrides", nargs="*", default=["runtime.level=2"])
+    ap.add_argument("overrides", nargs="*", default=[])
     args = ap.parse_args()
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton_cold_")
     t0 = time.perf_counter()

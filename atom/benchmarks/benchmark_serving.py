@@ -26,8 +26,8 @@ from atom.benchmarks.backend_request_func import (
 )
 from atom.benchmarks.benchmark_datasets import DATASET_NAMES, SampleRequest, get_samples
 from atom.benchmarks.benchmark_utils import (
-    convert_to_pytorch_benchmark_format, default_result_filename, get_tokenizer,
-    pytorch_format_path, write_to_json,
+    convert_to_pytorch_benchmark_format, default_result_filename, pytorch_format_path,
+    write_to_json,
 )
 from atom.benchmarks.metrics import (  # noqa: F401  (BenchmarkMetrics is part of this module's API)
     LATENCY_METRICS, BenchmarkMetrics, calculate_metrics, parse_goodput,
@@ -131,7 +131,8 @@ def summarize(args: argparse.Namespace, requests: Sequence[SampleRequest],
     percentiles = [float(p) for p in str(args.metric_percentiles).split(",")]
     metrics, output_lens = calculate_metrics(requests, outputs, duration, tokenizer, percentiles, slos)
     selected = [m.strip() for m in str(args.percentile_metrics).split(",")]
-    print(format_report(metrics, selected, spec, args.max_concurrency, args.request_rate))
+    print(format_report(metrics, selected, spec, args.max_concurrency, args.request_rate,
+                        byte_tokenizer=(args.tokenizer or args.model) == "bytes"))
     return {
         **run_info(args),
         **metrics_dict(metrics, slos),
@@ -193,6 +194,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     unknown = set(m.strip() for m in args.percentile_metrics.split(",")) - set(LATENCY_METRICS)
     if unknown:
         raise ValueError(f"--percentile-metrics: unknown {sorted(unknown)}; choose from {LATENCY_METRICS}")
+    from atom.benchmarks.tokenizer_source import get_tokenizer
+
     tokenizer = get_tokenizer(args.tokenizer or args.model, args.trust_remote_code)
     requests = get_samples(args, tokenizer)
     if not requests:

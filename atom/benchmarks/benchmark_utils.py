@@ -1,4 +1,4 @@
-"""Result files and the tokenizer: the parts of a benchmark that touch the filesystem.
+"""Result files: the part of a benchmark that writes to the filesystem.
 
 `convert_to_pytorch_benchmark_format` emits the record layout of PyTorch's OSS benchmark
 database (one record per metric), so atom's numbers can sit beside other engines' in one
@@ -70,26 +70,6 @@ def convert_to_pytorch_benchmark_format(
 def pytorch_format_path(result_path: str | Path) -> Path:
     path = Path(result_path)
     return path.with_name(path.stem + ".pytorch.json")
-
-
-BYTES_TOKENIZER = "bytes"
-
-
-def get_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
-    """A tokenizer from a local directory only: benchmarks never reach a model hub.
-    `bytes` selects `ByteLevelTokenizer`, the match for a dummy-weight atom server."""
-    if path == BYTES_TOKENIZER:
-        from atom.benchmarks.byte_tokenizer import ByteLevelTokenizer
-
-        return ByteLevelTokenizer()
-    from transformers import AutoTokenizer  # heavy import, only when a tokenizer is needed
-
-    local = Path(path).expanduser()
-    if not local.exists():
-        raise FileNotFoundError(
-            f"tokenizer {path!r} is not a local path; pass --tokenizer <dir> (nothing is downloaded)")
-    return AutoTokenizer.from_pretrained(str(local), trust_remote_code=trust_remote_code,
-                                         local_files_only=True)
 
 
 def default_result_filename(backend: str, request_rate: float, max_concurrency: Optional[int],

@@ -82,21 +82,24 @@ def _rule(title: str, fill: str = "-") -> str:
     return f"{title:{fill}^{WIDTH}}"
 
 
-def _server_input_lines(m: BenchmarkMetrics) -> list[str]:
+def _server_input_lines(m: BenchmarkMetrics, byte_tokenizer: bool) -> list[str]:
     """The server's own prompt count, and a warning when it disagrees with the benchmark's
-    tokenizer: the workload the server saw is then not the one asked for."""
+    tokenizer: the workload the server saw is then not the one asked for. The fix it names is
+    one the user can make: never `--tokenizer bytes` to someone already using it."""
     if m.server_total_input is None:
         return []
     lines = [_line("Total input tokens (server count):", m.server_total_input)]
     if abs(m.server_total_input - m.total_input) > 0.05 * max(m.total_input, 1):
+        fix = ("--tokenizer bytes matches a dummy-weight atom server only" if byte_tokenizer
+               else "--tokenizer bytes for a dummy-weight atom server")
         lines.append("WARNING: the server counts the prompts differently: pass the served model's "
-                     "tokenizer (--tokenizer bytes for a dummy-weight atom server).")
+                     f"tokenizer (a local dir, a .gguf or a conf/model name; {fix}).")
     return lines
 
 
 def format_report(m: BenchmarkMetrics, selected_metrics: Sequence[str],
                   spec: Optional[SpecDecodeStats], max_concurrency: Optional[int],
-                  request_rate: float) -> str:
+                  request_rate: float, byte_tokenizer: bool = False) -> str:
     lines = [_rule(" Serving Benchmark Result ", "="),
              _line("Successful requests:", m.completed),
              _line("Failed requests:", m.failed)]
@@ -106,7 +109,7 @@ def format_report(m: BenchmarkMetrics, selected_metrics: Sequence[str],
         lines.append(_line("Request rate configured (RPS):", float(request_rate)))
     lines += [_line("Benchmark duration (s):", m.duration_s),
               _line("Total input tokens:", m.total_input),
-              *_server_input_lines(m),
+              *_server_input_lines(m, byte_tokenizer),
               _line("Total generated tokens:", m.total_output),
               _line("Request throughput (req/s):", m.request_throughput)]
     if m.request_goodput is not None:

@@ -121,7 +121,10 @@ def main() -> None:
     p.add_argument("--no-transformers", action="store_true")
     p.add_argument("--output-json", default=None)
     args = p.parse_args()
-    cfg = EngineArgs.from_cli_args(args).create_config()
+    from atom.config.report import config_errors_exit
+
+    with config_errors_exit():
+        cfg = EngineArgs.from_cli_args(args).create_config()
     report = run(cfg, Workload(args.num_seqs, args.min_len, args.max_len), not args.no_transformers)
     if args.output_json:
         with open(args.output_json, "w") as f:

@@ -16,8 +16,8 @@ from atom.config.schema import Config
 class Flag:
     names: tuple[str, ...]  # CLI spellings; the first is canonical
     path: str  # dotted Config field
-    kind: str = "value"  # value | bool | list_int | optional_bool_value
-    help: str = ""
+    kind: str = "value"  # value | bool | negatable | list_int | optional_value
+    syntax: str = ""  # how the flag itself is spelled, beyond the field's help (the schema's)
 
     @property
     def dest(self) -> str:
@@ -25,7 +25,7 @@ class Flag:
 
 
 ENGINE_FLAGS: tuple[Flag, ...] = (
-    Flag(("--model",), "model.path", help="model name (a conf/model entry) or local path"),
+    Flag(("--model",), "model.path", syntax="or the name of a conf/model entry, which selects it"),
     Flag(("--tokenizer",), "model.tokenizer"),
     Flag(("--served-model-name",), "model.served_model_name"),
     Flag(("--dtype",), "model.dtype"),
@@ -36,7 +36,7 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
     Flag(("--enable-prefix-caching",), "kv_cache.enable_prefix_caching", "bool"),
     Flag(("--enable-log-stats",), "runtime.enable_log_stats", "negatable"),
     Flag(("--throughput-log-interval",), "runtime.throughput_log_interval"),
-    Flag(("--port",), "parallel.engine_port", help="internal engine communication port"),
+    Flag(("--port",), "parallel.engine_port", syntax="the HTTP port is --server-port"),
     Flag(("--kv-cache-dtype",), "kv_cache.dtype"),
     Flag(("--block-size",), "kv_cache.block_size"),
     Flag(("--max-model-len",), "model.max_model_len"),
@@ -44,14 +44,11 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
     Flag(("--max-num-seqs",), "scheduler.max_num_seqs"),
     Flag(("--gpu-memory-utilization",), "kv_cache.gpu_memory_utilization"),
     Flag(("--scheduler-delay-factor",), "scheduler.delay_factor"),
-    Flag(("--scheduler-reserve-ratio",), "scheduler.reserve_ratio",
-         help="share of running requests' remaining tokens kept free at admission (0: none)"),
-    Flag(("--async-scheduling",), "scheduler.async_scheduling", "negatable",
-         help="overlap host scheduling with the device step (unset: on for GPUs)"),
+    Flag(("--scheduler-reserve-ratio",), "scheduler.reserve_ratio"),
+    Flag(("--async-scheduling",), "scheduler.async_scheduling", "negatable"),
     Flag(("--cudagraph-capture-sizes",), "runtime.cudagraph_capture_sizes", "list_int"),
     Flag(("--level",), "runtime.level"),
-    Flag(("--load-dummy",), "load.dummy", "optional_value",
-         help="bare / =empty: uninitialized; =zero; =xavier"),
+    Flag(("--load-dummy",), "load.dummy", "optional_value", syntax="bare: empty"),
     Flag(("--enable-expert-parallel",), "parallel.enable_expert_parallel", "bool"),
     Flag(("--enable-dp-attention",), "parallel.enable_dp_attention", "bool"),
     Flag(("--torch-profiler-dir",), "profiler.torch_profiler_dir"),
@@ -61,22 +58,21 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
     Flag(("--draft-model",), "specdecode.draft_model"),
     Flag(("--spec-decode-acceptance-length",), "specdecode.acceptance_length"),
     Flag(("--spec-decode-acceptance-rate",), "specdecode.acceptance_rate"),
-    Flag(("--kernels",), "runtime.kernels", help="kernel backend: auto | torch | triton | aiter"),
+    Flag(("--kernels",), "runtime.kernels"),
     Flag(("--device",), "runtime.device"),
     Flag(("--seed",), "runtime.seed"),
 )
 
 SERVER_FLAGS: tuple[Flag, ...] = (
     Flag(("--host",), "server.host"),
-    Flag(("--server-port",), "server.port", help="HTTP port (--port is the engine's)"),
+    Flag(("--server-port",), "server.port"),
     Flag(("--timeout-keep-alive",), "server.timeout_keep_alive"),
     Flag(("--disable-uvicorn-access-log",), "server.disable_uvicorn_access_log", "bool"),
     Flag(("--tool-call-parser",), "format.tool_call_parser"),
     Flag(("--reasoning-parser",), "format.reasoning_dialect"),
     Flag(("--chat-template",), "format.chat_template"),
     Flag(("--api-key",), "server.api_key"),
-    Flag(("--engine-source",), "server.engine_source",
-         help="model | synthetic (fixed-rate token source) | scripted (replays server.script_text)"),
+    Flag(("--engine-source",), "server.engine_source"),
     Flag(("--synthetic-tokens-per-s",), "server.synthetic_tokens_per_s"),
 )
 
@@ -105,24 +101,36 @@ def _spellings(name: str) -> list[str]:
 def add_cli_args(parser: argparse.ArgumentParser, flags: Iterable[Flag] = ENGINE_FLAGS) -> None:
     """Register flags with defaults of None (= "use the Config default"), so an unset flag
     never shadows the tree's default or an override."""
+    from atom.config.help import group_doc, help_of
+
     defaults = Config()
+    groups: dict[str, Any] = {}
     for f in flags:
         names = [s for n in f.names for s in _spellings(n)]
         default = _get(defaults, f.path)
-        helptext = f"{f.help} (default: {default!r}; config: {f.path})".strip()
+        helptext = flag_help(f, help_of(f.path), default)
+        group = f.path.split(".", 1)[0]  # one --help section per config group, as vllm's
+        if group not in groups:
+            groups[group] = parser.add_argument_group(group, group_doc(group))
+        add = groups[group].add_argument
         if f.kind == "bool":
-            parser.add_argument(*names, dest=f.dest, action="store_const", const=True, default=None,
-                                help=helptext)
+            add(*names, dest=f.dest, action="store_const", const=True, default=None, help=helptext)
         elif f.kind == "negatable":
-            parser.add_argument(*names, dest=f.dest, action=argparse.BooleanOptionalAction,
-                                default=None, help=helptext)
+            add(*names, dest=f.dest, action=argparse.BooleanOptionalAction, default=None,
+                help=helptext)
         elif f.kind == "list_int":
-            parser.add_argument(*names, dest=f.dest, type=int, nargs="+", default=None, help=helptext)
+            add(*names, dest=f.dest, type=int, nargs="+", default=None, help=helptext)
         elif f.kind == "optional_value":
-            parser.add_argument(*names, dest=f.dest, nargs="?", const="empty", default=None,
-                                help=helptext)
+            add(*names, dest=f.dest, nargs="?", const="empty", default=None, help=helptext)
         else:
-            parser.add_argument(*names, dest=f.dest, default=None, help=helptext)
+            add(*names, dest=f.dest, default=None, help=helptext)
+
+
+def flag_help(f: Flag, field_help: str, default: Any) -> str:
+    """The field's help (the schema's comment), the flag's own syntax, its default and field.
+    `%` is doubled: argparse formats help with it."""
+    text = "; ".join(t for t in (field_help, f.syntax) if t)
+    return f"{text} (default: {default!r}; config: {f.path})".replace("%", "%%")
 
 
 def _fmt(value: Any) -> str:
@@ -165,10 +173,11 @@ def overrides_from_args(args: argparse.Namespace, flags: Iterable[Flag]) -> list
 
 
 def config_from_args(args: argparse.Namespace, flags: Iterable[Flag] = ENGINE_FLAGS,
-                     extra: Iterable[str] = ()) -> Config:
+                     extra: Iterable[str] = (), launching: bool = False) -> Config:
+    """`launching`: the config is about to run (validate.problems)."""
     from atom.config.compose import compose
 
-    return compose(overrides_from_args(args, flags) + list(extra))
+    return compose(overrides_from_args(args, flags) + list(extra), launching=launching)
 
 
 def config_from_kwargs(model: Optional[str] = None, **kwargs: Any) -> Config:

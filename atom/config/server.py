@@ -7,17 +7,17 @@ from typing import Optional
 
 @dataclass
 class ServerConfig:
-    host: str = "0.0.0.0"
-    port: int = 8000
-    timeout_keep_alive: int = 5
-    disable_uvicorn_access_log: bool = False
-    api_key: Optional[str] = None
+    host: str = "0.0.0.0"  # the HTTP server's address
+    port: int = 8000  # the HTTP port (the spec launcher's --server-port; its --port is the engine's)
+    timeout_keep_alive: int = 5  # seconds an idle HTTP connection is kept open
+    disable_uvicorn_access_log: bool = False  # no log line per HTTP request
+    api_key: Optional[str] = None  # when set, requests need `Authorization: Bearer <key>`
     # Engine behind the server: "model" runs the configured model; "synthetic" emits tokens at a
     # fixed rate so only the serving layer is measured; "scripted" replays `script_text`.
     engine_source: str = "model"
     synthetic_tokens_per_s: float = 50.0  # per stream; one engine step every 1/rate s
     synthetic_token_ids: Optional[list[int]] = None  # ids the synthetic core cycles through
-    script_text: Optional[str] = None
+    script_text: Optional[str] = None  # the text the scripted core replays, token by token
     script_tokens_per_s: float = 500.0  # 0 = as fast as the core loop turns
     # Seconds a stream may go without a frame before a line naming the request is logged.
     silence_log_threshold_s: float = 30.0

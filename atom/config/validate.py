@@ -1,14 +1,20 @@
 """Cross-field rules, checked before anything heavy (no weights are read here).
 
-Each rule raises ConfigError naming the field, the value and the rule.
+Every broken rule is collected and reported at once (ConfigError.all_of), most fundamental first:
+the model and how its weights arrive, then the groups that size and run it, so the first line is
+the one to fix first and no fix reveals a rule the previous launch did not mention.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+from typing import TYPE_CHECKING, Callable, Optional
 
 from atom.config.errors import ConfigError
 from atom.config.schema import Config
+
+if TYPE_CHECKING:
+    from atom.models.hf_config import ArchitectureShape
 
 KV_DTYPES = ("bf16", "fp8")
 KERNEL_BACKENDS = ("auto", "torch", "triton", "aiter")
@@ -20,138 +26,199 @@ JOBS = ("serve", "generate", "throughput", "bench")
 ENGINE_SOURCES = ("model", "synthetic", "scripted")
 
 
-def _check(ok: bool, field: str, value: object, rule: str) -> None:
-    if not ok:
-        raise ConfigError(field, value, rule)
+class _Rules:
+    """The broken rules found so far, in the order they were checked."""
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    def check(self, ok: bool, field: str, value: object, rule: str) -> bool:
+        if not ok:
+            self.errors.append(ConfigError(field, value, rule))
+        return ok
+
+    def one_of(self, field: str, value: object, allowed: tuple) -> bool:
+        return self.check(value in allowed, field, value,
+                          f"must be one of {', '.join(map(str, allowed))}")
+
+    def run(self, rule: Callable[[], object]) -> None:
+        """A rule that raises its own ConfigError (e.g. the model registry's)."""
+        try:
+            rule()
+        except ConfigError as e:
+            self.errors.extend(e.errors)
 
 
-def _one_of(field: str, value: object, allowed: tuple) -> None:
-    _check(value in allowed, field, value, f"must be one of {', '.join(map(str, allowed))}")
+def builds_model_engine(cfg: Config) -> bool:
+    """Whether this job runs the model itself (not a stand-in core, not a benchmark client)."""
+    return cfg.job != "bench" and (cfg.job != "serve" or cfg.server.engine_source == "model")
 
 
-def validate(cfg: Config) -> Config:
-    """Check every rule that needs no weights; return cfg for chaining."""
-    _one_of("job", cfg.job, JOBS)
-    _validate_kv(cfg)
-    _validate_scheduler(cfg)
-    _validate_runtime(cfg)
-    _validate_load_and_model(cfg)
-    _validate_parallel(cfg)
-    _validate_specdecode(cfg)
-    _validate_server(cfg)
-    _validate_format(cfg)
+def problems(cfg: Config, launching: bool = False) -> list[ConfigError]:
+    """Every rule `cfg` breaks. `launching`: the config is about to run, so what composes but the
+    model engine cannot run yet (engine_problems) is an error too."""
+    rules = _Rules()
+    rules.one_of("job", cfg.job, JOBS)
+    shape = _validate_model(cfg, rules)
+    _validate_load(cfg, rules)
+    _validate_parallel(cfg, rules, shape)
+    if launching and builds_model_engine(cfg):
+        rules.errors.extend(engine_problems(cfg))
+    _validate_kv(cfg, rules)
+    _validate_scheduler(cfg, rules)
+    _validate_runtime(cfg, rules)
+    _validate_specdecode(cfg, rules)
+    _validate_server(cfg, rules)
+    _validate_format(cfg, rules)
+    return rules.errors
+
+
+def validate(cfg: Config, launching: bool = False) -> Config:
+    """Check every rule that needs no weights; raise them all at once, or return cfg."""
+    errors = problems(cfg, launching)
+    if errors:
+        raise ConfigError.all_of(errors)
     return cfg
 
 
-def _validate_kv(cfg: Config) -> None:
-    kv = cfg.kv_cache
-    _one_of("kv_cache.dtype", kv.dtype, KV_DTYPES)
-    _check(kv.block_size > 0 and kv.block_size & (kv.block_size - 1) == 0,
-           "kv_cache.block_size", kv.block_size, "must be a positive power of two")
-    _check(0.0 < kv.gpu_memory_utilization <= 1.0, "kv_cache.gpu_memory_utilization",
-           kv.gpu_memory_utilization, "must be in (0, 1]")
-    _check(kv.cpu_cache_bytes > 0, "kv_cache.cpu_cache_bytes", kv.cpu_cache_bytes, "must be > 0")
-    _check(kv.num_blocks is None or kv.num_blocks > 0, "kv_cache.num_blocks", kv.num_blocks,
-           "must be > 0 when set")
-
-
-def _validate_scheduler(cfg: Config) -> None:
-    s = cfg.scheduler
-    _check(s.max_num_seqs >= 1, "scheduler.max_num_seqs", s.max_num_seqs, "must be >= 1")
-    _check(s.max_num_batched_tokens >= cfg.kv_cache.block_size, "scheduler.max_num_batched_tokens",
-           s.max_num_batched_tokens, f"must be >= kv_cache.block_size ({cfg.kv_cache.block_size})")
-    _check(s.delay_factor >= 0.0, "scheduler.delay_factor", s.delay_factor, "must be >= 0")
-    _check(0.0 <= s.reserve_ratio <= 1.0, "scheduler.reserve_ratio", s.reserve_ratio, "must be in [0, 1]")
-
-
-def _validate_runtime(cfg: Config) -> None:
-    r = cfg.runtime
-    _one_of("runtime.device", r.device, DEVICES)
-    _one_of("runtime.kernels", r.kernels, KERNEL_BACKENDS)
-    _check(0 <= r.level <= 3, "runtime.level", r.level, "compilation level must be in 0..3")
-    _check(all(b >= 1 for b in r.cudagraph_capture_sizes), "runtime.cudagraph_capture_sizes",
-           r.cudagraph_capture_sizes, "every size must be >= 1")
-    _check(r.throughput_log_interval > 0, "runtime.throughput_log_interval",
-           r.throughput_log_interval, "must be > 0")
-    if r.kernels == "aiter":
-        _check(importlib.util.find_spec("aiter") is not None, "runtime.kernels", r.kernels,
-               "aiter backend needs ROCm (the amd-aiter package is not importable here)")
-
-
-def _validate_load_and_model(cfg: Config) -> None:
-    _one_of("load.dummy", cfg.load.dummy, DUMMY_KINDS)
-    _one_of("load.format", cfg.load.format, LOAD_FORMATS)
-    m = cfg.model
-    _check(m.max_model_len is None or m.max_model_len > 0, "model.max_model_len",
-           m.max_model_len, "must be > 0 when set")
-    _one_of("model.dtype", m.dtype, ("auto", "bfloat16", "float16", "float32"))
-    if m.path is not None and cfg.load.dummy is None:
-        _check(os.path.exists(m.path), "model.path", m.path, "path does not exist")
-    if m.path is None and not m.hf_config and m.pypi_wheel is None:
-        raise ConfigError("model.path", None, "a model needs a path, an hf_config (with load.dummy) "
-                          "or an embedded source")
-    if m.path is None and m.hf_config and cfg.load.dummy is None:
-        raise ConfigError("load.dummy", None, "a model given only as hf_config needs load.dummy "
-                          "(empty, zero or xavier): there is no checkpoint to read")
-
-
-def _validate_parallel(cfg: Config) -> None:
+def engine_problems(cfg: Config) -> list[ConfigError]:
+    """Settings that compose (benchmark configs and synthetic servers name them) but that the
+    model engine does not implement: a tp or dp size above 1 (one process, one device: no worker
+    launcher) and speculative decoding (no proposer)."""
+    rules = _Rules()
     p = cfg.parallel
-    _check(p.tensor_parallel_size >= 1, "parallel.tensor_parallel_size", p.tensor_parallel_size,
-           "must be >= 1")
-    _check(p.data_parallel_size >= 1, "parallel.data_parallel_size", p.data_parallel_size,
-           "must be >= 1")
-    _check(1 <= p.engine_port <= 65535, "parallel.engine_port", p.engine_port, "must be a TCP port")
-    from atom.models.hf_config import read_architecture_shape  # reads config.json / GGUF header only
+    for field, size in (("parallel.tensor_parallel_size", p.tensor_parallel_size),
+                        ("parallel.data_parallel_size", p.data_parallel_size)):
+        rules.check(size <= 1, field, size, "the model engine runs on one device: multi-process "
+                    "parallelism has no worker launcher yet (set 1)")
+    rules.check(not cfg.specdecode.method, "specdecode.method", cfg.specdecode.method,
+                "speculative decoding has no proposer yet (specdecode=none)")
+    return rules.errors
+
+
+def _validate_model(cfg: Config, rules: _Rules) -> Optional["ArchitectureShape"]:
+    """The model first: whether it exists and is implemented decides whether anything else
+    matters. Returns its shape (heads) when a config.json, GGUF header or hf_config gives one."""
+    m = cfg.model
+    if m.path is not None and cfg.load.dummy is None:
+        rules.check(os.path.exists(m.path), "model.path", m.path, "path does not exist")
+    rules.check(m.path is not None or bool(m.hf_config) or m.pypi_wheel is not None,
+                "model.path", None,
+                "a model needs a path, an hf_config (with load.dummy) or an embedded source")
+    from atom.models.hf_config import read_architecture_shape  # config.json / GGUF header only
 
     shape = read_architecture_shape(cfg)
-    if shape is None:
-        return
-    from atom.models.registry import check_architecture
+    if shape is not None:
+        from atom.models.registry import check_architecture
 
-    check_architecture(shape.architecture)
+        rules.run(lambda: check_architecture(shape.architecture))
+    rules.check(m.max_model_len is None or m.max_model_len > 0, "model.max_model_len",
+                m.max_model_len, "must be > 0 when set")
+    rules.one_of("model.dtype", m.dtype, ("auto", "bfloat16", "float16", "float32"))
+    return shape
+
+
+def _validate_load(cfg: Config, rules: _Rules) -> None:
+    rules.one_of("load.dummy", cfg.load.dummy, DUMMY_KINDS)
+    rules.one_of("load.format", cfg.load.format, LOAD_FORMATS)
+    m = cfg.model
+    rules.check(not (m.path is None and m.hf_config and cfg.load.dummy is None), "load.dummy",
+                None, "a model given only as hf_config needs load.dummy (empty, zero or xavier): "
+                "there is no checkpoint to read")
+
+
+def _validate_parallel(cfg: Config, rules: _Rules,
+                       shape: Optional["ArchitectureShape"]) -> None:
+    p = cfg.parallel
     tp = p.tensor_parallel_size
-    _check(shape.num_attention_heads % tp == 0, "parallel.tensor_parallel_size", tp,
-           f"must divide the number of attention heads ({shape.num_attention_heads})")
-    _check(shape.num_key_value_heads % tp == 0, "parallel.tensor_parallel_size", tp,
-           f"must divide the number of KV heads ({shape.num_key_value_heads})")
+    rules.check(tp >= 1, "parallel.tensor_parallel_size", tp, "must be >= 1")
+    rules.check(p.data_parallel_size >= 1, "parallel.data_parallel_size", p.data_parallel_size,
+                "must be >= 1")
+    rules.check(1 <= p.engine_port <= 65535, "parallel.engine_port", p.engine_port,
+                "must be a TCP port")
+    if shape is None or tp < 1:
+        return
+    rules.check(shape.num_attention_heads % tp == 0, "parallel.tensor_parallel_size", tp,
+                f"must divide the number of attention heads ({shape.num_attention_heads})")
+    rules.check(shape.num_key_value_heads % tp == 0, "parallel.tensor_parallel_size", tp,
+                f"must divide the number of KV heads ({shape.num_key_value_heads})")
 
 
-def _validate_specdecode(cfg: Config) -> None:
+def _validate_kv(cfg: Config, rules: _Rules) -> None:
+    kv = cfg.kv_cache
+    rules.one_of("kv_cache.dtype", kv.dtype, KV_DTYPES)
+    rules.check(kv.block_size > 0 and kv.block_size & (kv.block_size - 1) == 0,
+                "kv_cache.block_size", kv.block_size, "must be a positive power of two")
+    rules.check(0.0 < kv.gpu_memory_utilization <= 1.0, "kv_cache.gpu_memory_utilization",
+                kv.gpu_memory_utilization, "must be in (0, 1]")
+    rules.check(kv.cpu_cache_bytes > 0, "kv_cache.cpu_cache_bytes", kv.cpu_cache_bytes,
+                "must be > 0")
+    rules.check(kv.num_blocks is None or kv.num_blocks > 0, "kv_cache.num_blocks",
+                kv.num_blocks, "must be > 0 when set")
+
+
+def _validate_scheduler(cfg: Config, rules: _Rules) -> None:
+    s = cfg.scheduler
+    rules.check(s.max_num_seqs >= 1, "scheduler.max_num_seqs", s.max_num_seqs, "must be >= 1")
+    rules.check(s.max_num_batched_tokens >= cfg.kv_cache.block_size,
+                "scheduler.max_num_batched_tokens", s.max_num_batched_tokens,
+                f"must be >= kv_cache.block_size ({cfg.kv_cache.block_size})")
+    rules.check(s.delay_factor >= 0.0, "scheduler.delay_factor", s.delay_factor, "must be >= 0")
+    rules.check(0.0 <= s.reserve_ratio <= 1.0, "scheduler.reserve_ratio", s.reserve_ratio,
+                "must be in [0, 1]")
+
+
+def _validate_runtime(cfg: Config, rules: _Rules) -> None:
+    r = cfg.runtime
+    rules.one_of("runtime.device", r.device, DEVICES)
+    rules.one_of("runtime.kernels", r.kernels, KERNEL_BACKENDS)
+    rules.check(0 <= r.level <= 3, "runtime.level", r.level, "compilation level must be in 0..3")
+    rules.check(all(b >= 1 for b in r.cudagraph_capture_sizes), "runtime.cudagraph_capture_sizes",
+                r.cudagraph_capture_sizes, "every size must be >= 1")
+    rules.check(r.throughput_log_interval > 0, "runtime.throughput_log_interval",
+                r.throughput_log_interval, "must be > 0")
+    if r.kernels == "aiter":
+        rules.check(importlib.util.find_spec("aiter") is not None, "runtime.kernels", r.kernels,
+                    "aiter backend needs ROCm (the amd-aiter package is not importable here)")
+
+
+def _validate_specdecode(cfg: Config, rules: _Rules) -> None:
     s = cfg.specdecode
-    _one_of("specdecode.method", s.method, SPEC_METHODS)
-    _check(s.num_speculative_tokens >= 1, "specdecode.num_speculative_tokens",
-           s.num_speculative_tokens, "must be >= 1")
+    rules.one_of("specdecode.method", s.method, SPEC_METHODS)
+    rules.check(s.num_speculative_tokens >= 1, "specdecode.num_speculative_tokens",
+                s.num_speculative_tokens, "must be >= 1")
     if s.method == "eagle3":
-        _check(s.draft_model is not None, "specdecode.draft_model", s.draft_model,
-               "a draft model is required for method eagle3")
-    _check(s.acceptance_length is None or s.acceptance_rate is None,
-           "specdecode.acceptance_length", s.acceptance_length,
-           "acceptance_length and acceptance_rate are mutually exclusive")
+        rules.check(s.draft_model is not None, "specdecode.draft_model", s.draft_model,
+                    "a draft model is required for method eagle3")
+    rules.check(s.acceptance_length is None or s.acceptance_rate is None,
+                "specdecode.acceptance_length", s.acceptance_length,
+                "acceptance_length and acceptance_rate are mutually exclusive")
     k = s.num_speculative_tokens
     if s.acceptance_length is not None:
-        _check(1.0 <= s.acceptance_length <= k + 1, "specdecode.acceptance_length",
-               s.acceptance_length, f"must be in [1, num_speculative_tokens + 1] = [1, {k + 1}]")
+        rules.check(1.0 <= s.acceptance_length <= k + 1, "specdecode.acceptance_length",
+                    s.acceptance_length,
+                    f"must be in [1, num_speculative_tokens + 1] = [1, {k + 1}]")
     if s.acceptance_rate is not None:
-        _check(0.0 <= s.acceptance_rate <= 1.0, "specdecode.acceptance_rate", s.acceptance_rate,
-               "must be in [0, 1]")
+        rules.check(0.0 <= s.acceptance_rate <= 1.0, "specdecode.acceptance_rate",
+                    s.acceptance_rate, "must be in [0, 1]")
 
 
-def _validate_server(cfg: Config) -> None:
+def _validate_server(cfg: Config, rules: _Rules) -> None:
     s = cfg.server
-    _check(1 <= s.port <= 65535, "server.port", s.port, "must be a TCP port")
-    _check(s.timeout_keep_alive >= 0, "server.timeout_keep_alive", s.timeout_keep_alive, "must be >= 0")
-    _one_of("server.engine_source", s.engine_source, ENGINE_SOURCES)
+    rules.check(1 <= s.port <= 65535, "server.port", s.port, "must be a TCP port")
+    rules.check(s.timeout_keep_alive >= 0, "server.timeout_keep_alive", s.timeout_keep_alive,
+                "must be >= 0")
+    rules.one_of("server.engine_source", s.engine_source, ENGINE_SOURCES)
     if s.engine_source == "scripted":
-        _check(s.script_text is not None, "server.script_text", s.script_text,
-               "engine_source=scripted needs the text to replay")
+        rules.check(s.script_text is not None, "server.script_text", s.script_text,
+                    "engine_source=scripted needs the text to replay")
 
 
-def _validate_format(cfg: Config) -> None:
+def _validate_format(cfg: Config, rules: _Rules) -> None:
     from atom.config.format import TOOL_CALL_PARSERS, REASONING_DIALECTS
 
-    _one_of("format.tool_call_parser", cfg.format.tool_call_parser, TOOL_CALL_PARSERS)
-    _one_of("format.reasoning_dialect", cfg.format.reasoning_dialect, REASONING_DIALECTS)
+    rules.one_of("format.tool_call_parser", cfg.format.tool_call_parser, TOOL_CALL_PARSERS)
+    rules.one_of("format.reasoning_dialect", cfg.format.reasoning_dialect, REASONING_DIALECTS)
     if cfg.format.chat_template is not None:
-        _check(os.path.exists(cfg.format.chat_template), "format.chat_template",
-               cfg.format.chat_template, "file does not exist")
+        rules.check(os.path.exists(cfg.format.chat_template), "format.chat_template",
+                    cfg.format.chat_template, "file does not exist")

@@ -8,7 +8,6 @@ graph size as well. Traces land in `{torch_profiler_dir}/rank_0/` (default ./pro
 from __future__ import annotations
 
 import argparse
-import logging
 import random
 import time
 
@@ -46,9 +45,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> dict:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from atom.config.report import config_errors_exit
+    from atom.log_setup import configure_logging
+
+    configure_logging()
     args = parse_args(argv)
-    engine = EngineArgs.from_cli_args(args).create_engine()
+    with config_errors_exit():
+        engine = EngineArgs.from_cli_args(args).create_engine()
     vocab = int(engine.config.model.hf_config.get("vocab_size", 32000) or 32000)
     prompts = make_prompts(engine.tokenizer, args.bs, args.input_length, args.random_input, vocab)
     params = SamplingParams(temperature=0, max_tokens=args.output_length, ignore_eos=True)

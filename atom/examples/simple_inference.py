@@ -3,7 +3,6 @@ apply its chat template to four built-in prompts, warm up, generate a batch and 
 from __future__ import annotations
 
 import argparse
-import logging
 import time
 from typing import Any
 
@@ -53,13 +52,17 @@ def run(cfg: Config, temperature: float = 0.6) -> list[dict]:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from atom.config.report import config_errors_exit
+    from atom.log_setup import configure_logging
+
+    configure_logging()
     parser = argparse.ArgumentParser(description=__doc__)
     EngineArgs.add_cli_args(parser)
     parser.add_argument("--temperature", type=float, default=0.6)
     parser.add_argument("--max-tokens", type=int, default=256)
     args = parser.parse_args()
-    engine = EngineArgs.from_cli_args(args).create_engine()
+    with config_errors_exit():
+        engine = EngineArgs.from_cli_args(args).create_engine()
     generate(engine, args.temperature, args.max_tokens)
 
 

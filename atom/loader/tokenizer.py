@@ -59,7 +59,7 @@ def _gguf_tokenizer(path: Path) -> Any:
     return tok
 
 
-def load_tokenizer(cfg: Config) -> Any:
+def load_tokenizer(cfg: Config, announce: bool = True) -> Any:
     """transformers' tokenizer modules are imported only when there is a tokenizer to load:
     on the GPU host (transformers 5.17) they pull in torch._dynamo, torch.distributed.tensor
     and scikit-learn, seconds of every start of a dummy-weight model."""
@@ -75,13 +75,13 @@ def load_tokenizer(cfg: Config) -> Any:
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(str(src), trust_remote_code=cfg.model.trust_remote_code)
-    return _byte_stand_in(cfg, src)
+    return _byte_stand_in(cfg, src, announce)
 
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-def _byte_stand_in(cfg: Config, src: Optional[Path]) -> ByteTokenizer:
+def _byte_stand_in(cfg: Config, src: Optional[Path], announce: bool) -> ByteTokenizer:
     if src is not None:
         import json
 
@@ -90,5 +90,6 @@ def _byte_stand_in(cfg: Config, src: Optional[Path]) -> ByteTokenizer:
         hf = cfg.model.hf_config
     eos = hf.get("eos_token_id")
     eos = eos[0] if isinstance(eos, list) else eos
-    log.info("model %s has no tokenizer: using a byte-level stand-in", cfg.model.name)
+    if announce:
+        log.info("model %s has no tokenizer: using a byte-level stand-in", cfg.model.name)
     return ByteTokenizer(int(hf.get("vocab_size", 256)), eos)

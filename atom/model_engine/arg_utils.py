@@ -30,7 +30,8 @@ class EngineArgs:
         return cls(args, list(getattr(args, "overrides", []) or []))
 
     def create_config(self) -> "Config":
-        return config_from_args(self.args, ENGINE_FLAGS, self.overrides)
+        """Validated as about to run: what the engine cannot run yet is refused with the rest."""
+        return config_from_args(self.args, ENGINE_FLAGS, self.overrides, launching=True)
 
     def create_engine(self) -> "LLMEngine":
         from atom.builder import build_engine

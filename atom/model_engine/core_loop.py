@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 import traceback
 from typing import Any, Optional
@@ -157,9 +158,19 @@ class CoreLoop:
             self.send(ControlReply(call.call_id, False, f"{type(exc).__name__}: {exc}"))
 
 
+def _exit_quietly(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
+
+
 def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
-    """Process entry point (spawned by EngineClient)."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(name)s: %(message)s")
+    """Process entry point (spawned by EngineClient). A SIGTERM or Ctrl-C sent to the whole
+    process group (timeout, systemd, a terminal) exits through the `finally` below and Python's
+    own shutdown, like the API's shutdown call: killed outright, the core leaked the semaphore
+    tqdm's lock holds, which the resource tracker then reported at exit."""
+    from atom.log_setup import configure_logging
+
+    configure_logging()
+    signal.signal(signal.SIGTERM, _exit_quietly)
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 2000)
@@ -173,12 +184,15 @@ def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
         from atom.builder import build_core, build_tokenizer
 
         # The model core needs the tokenizer's EOS id; the stand-in cores build what they need.
-        tokenizer = build_tokenizer(cfg) if cfg.server.engine_source == "model" else None
+        runs_model = cfg.server.engine_source == "model"
+        tokenizer = build_tokenizer(cfg, announce=False) if runs_model else None
         core = build_core(cfg, tokenizer) if tokenizer is not None else build_core(cfg)
         max_len = int(getattr(core, "max_model_len", None) or cfg.model.max_model_len or 0)
         push.send(encode(CoreReady(os.getpid(), max_len)))
         push.send(encode(StepBatch([], core.stats())))  # the pool as it starts, before any request
         CoreLoop(cfg, core, pull, push, parent_pid).run()
+    except (SystemExit, KeyboardInterrupt):  # asked to stop: not a failure
+        raise SystemExit(0)
     except BaseException as exc:  # the API side turns this into 503s and failed streams
         log.error("engine core failed: %s", exc)
         push.send(encode(CoreFailed(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")))

@@ -52,13 +52,15 @@ def _shape_from_dict(d: dict[str, Any]) -> ArchitectureShape:
 
 
 def _shape_from_gguf(path: Path) -> ArchitectureShape:
-    from atom.loader.gguf_file import field, reader
+    """From the header's leading keys only: validation must not pay for the whole header."""
+    from atom.models.gguf_metadata import read_metadata
 
-    r = reader(str(path))
-    arch = field(r, "general.architecture")
-    heads = int(field(r, f"{arch}.attention.head_count"))
-    kv = field(r, f"{arch}.attention.head_count_kv")
-    return ArchitectureShape(GGUF_ARCHITECTURES.get(arch, f"gguf:{arch}"), heads, int(kv or heads))
+    arch = read_metadata(path, ["general.architecture"])["general.architecture"]
+    heads_key, kv_key = f"{arch}.attention.head_count", f"{arch}.attention.head_count_kv"
+    meta = read_metadata(path, [heads_key, kv_key])
+    heads = int(meta[heads_key])
+    return ArchitectureShape(GGUF_ARCHITECTURES.get(arch, f"gguf:{arch}"), heads,
+                             int(meta.get(kv_key) or heads))
 
 
 def read_architecture_shape(cfg: Config) -> Optional[ArchitectureShape]:

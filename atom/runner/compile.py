@@ -1,9 +1,15 @@
-"""runtime.level=3: the model forward through torch.compile (inductor).
+"""runtime.level=3: the model forward through torch.compile (inductor), where it pays.
 
 Levels as the spec numbers them: 0 eager; 1 and 2 CUDA graphs for decode (cuda_graphs.py);
-3 also compiles the forward. Compilation is for the GPU only: on CPU, where the torch reference
-backend is the oracle every test checks, an inductor build would cost each engine start tens of
-seconds and gain nothing. `enforce_eager` turns it off like it turns off graphs.
+3 also compiles the forward — what inductor can fuse. With the Triton kernel backend (the GPU
+default) every op of the forward is already one Triton kernel and decode runs in CUDA graphs, so
+inductor has nothing to fuse: compiled, the 0.6B decode ran 1.5% slower (953 vs 967 tok/s, no
+PDL under torch.compile) and the start took 20-80 s longer. So with Triton kernels level 3
+compiles nothing and runs as level 2; it compiles the forward of the torch kernel backend on CUDA,
+whose norms, rotary and SiLU are chains of small torch ops (not measured: nobody serves it for
+speed). Never on CPU, where
+the torch reference backend is the oracle every test checks and an inductor build would cost each
+engine start tens of seconds. `enforce_eager` turns it off like it turns off graphs.
 
 One compiled graph serves every batch: the token dimension of the inputs is dynamic, so prefill
 lengths and CUDA-graph capture sizes share it (dynamo specialises size 1, a second graph).
@@ -27,18 +33,35 @@ ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids, positi
 CompilerBackend = Union[str, Callable]  # what torch.compile(backend=...) takes
 
 
-def compiles(cfg: Config, device: torch.device) -> bool:
-    """Whether `compile_forward` compiles for this config on this device."""
+def compiles(cfg: Config, device: torch.device, backend: str) -> bool:
+    """Whether `compile_forward` compiles for this config, device and kernel backend."""
     rt = cfg.runtime
-    return rt.level >= 3 and not rt.enforce_eager and device.type == "cuda"
+    return rt.level >= 3 and not rt.enforce_eager and device.type == "cuda" and backend == "torch"
 
 
-def compile_forward(model: nn.Module, cfg: Config, device: torch.device) -> ForwardFn:
+def compile_forward(model: nn.Module, cfg: Config, device: torch.device,
+                    backend: str) -> ForwardFn:
     """The forward the runner calls (eager prefill and CUDA-graph capture alike): `model` itself
     unless `compiles`, else a compiled forward. Compiling is lazy: the first call traces."""
-    if not compiles(cfg, device):
+    if not compiles(cfg, device, backend):
         return model
     return CompiledForward(model)
+
+
+def describe_level(cfg: Config, device: torch.device, backend: str, graphs: bool) -> str:
+    """The start-up log line: what this level does here, and why not more."""
+    rt = cfg.runtime
+    if rt.enforce_eager or rt.level == 0 or device.type != "cuda":
+        why = ("enforce_eager" if rt.enforce_eager else "level 0" if rt.level == 0
+               else "CUDA graphs and torch.compile are GPU-only")
+        return f"runtime.level={rt.level}: eager ({why})"
+    parts = ["decode in CUDA graphs" if graphs else
+             f"no CUDA graphs (the {backend} kernel backend cannot be captured)"]
+    if compiles(cfg, device, backend):
+        parts.append("the forward torch.compiled (inductor; attention one opaque op)")
+    elif rt.level >= 3:
+        parts.append(f"no torch.compile: every op of the {backend} forward is already a kernel")
+    return f"runtime.level={rt.level}: " + "; ".join(parts)
 
 
 class CompiledForward:

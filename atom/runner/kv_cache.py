@@ -52,6 +52,17 @@ def kv_dtype(cfg: Config, model_dtype: torch.dtype) -> torch.dtype:
     return torch.float8_e4m3fn if cfg.kv_cache.dtype == "fp8" else model_dtype
 
 
+def describe_kv_dtype(cfg: Config, dtype: torch.dtype) -> str:
+    """`kv_cache.dtype=bf16 (float32: the model's dtype on CPU)`: the config's name and what is
+    stored, which differ on purpose (bf16 means the activation dtype)."""
+    stored = str(dtype).removeprefix("torch.")
+    if cfg.kv_cache.dtype == "fp8":
+        return f"kv_cache.dtype=fp8 ({stored}, per-tensor scale)"
+    if stored == "bfloat16":
+        return "kv_cache.dtype=bf16"
+    return f"kv_cache.dtype=bf16 ({stored}: the model's activation dtype)"
+
+
 def num_blocks_for(cfg: Config, spec: KVCacheSpec, device: torch.device, free_bytes: int | None,
                    max_model_len: int) -> int:
     """kv_cache.num_blocks when set; else what the memory budget holds. A GPU budget that cannot

@@ -20,11 +20,11 @@ from atom.sampling_params import SamplingParams
 from atom.models.hf_config import load_hf_config
 from atom.runner import forward_context
 from atom.runner.annotation import annotate
-from atom.runner.compile import compile_forward, compiles
+from atom.runner.compile import compile_forward, describe_level
 from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from atom.runner.forward_context import ForwardContext
 from atom.runner.host_staging import HostStager
-from atom.runner.kv_cache import KVCacheSpec, allocate, kv_dtype, num_blocks_for
+from atom.runner.kv_cache import KVCacheSpec, allocate, describe_kv_dtype, kv_dtype, num_blocks_for
 from atom.runner.launched_step import LaunchedStep
 from atom.runner.profiler import StepProfiler
 
@@ -100,11 +100,10 @@ class ModelRunner:
         torch.manual_seed(cfg.runtime.seed)
         self.hf = load_hf_config(cfg)
         self.model = build_model(cfg, self.hf, self.device, self.dtype)
-        self.forward_fn = compile_forward(self.model, cfg, self.device)
-        log.info("level %d: %s", cfg.runtime.level,
-                 "torch.compile (inductor) of the forward, attention one opaque op"
-                 if compiles(cfg, self.device) else
-                 "no torch.compile (only level 3 on CUDA without enforce_eager)")
+        self.forward_fn = compile_forward(self.model, cfg, self.device, backend_name)
+        rt = cfg.runtime
+        log.info("%s", describe_level(cfg, self.device, backend_name, graphs_enabled(
+            rt.enforce_eager, rt.level, self.device, backend_name)))
         self.max_model_len = cfg.model.max_model_len or int(self.hf.max_position_embeddings)
         # A plain int: a transformers config attribute read costs microseconds, and the hot
         # path reads this once per sequence per step.
@@ -120,10 +119,10 @@ class ModelRunner:
                                          self.max_model_len)
         self.kv_buffers, self.kv_caches, self.kv_scales = allocate(self.kv_spec, self.num_blocks,
                                                                    self.device)
-        log.info("KV cache: %d blocks x %d tokens = %d tokens (%s, %.2f GiB); kernels=%s",
+        log.info("KV cache: %d blocks x %d tokens = %d tokens, %.2f GiB, %s; kernels=%s",
                  self.num_blocks, self.block_size, self.num_blocks * self.block_size,
-                 self.kv_spec.dtype, self.num_blocks * self.kv_spec.bytes_per_block / 2**30,
-                 backend_name)
+                 self.num_blocks * self.kv_spec.bytes_per_block / 2**30,
+                 describe_kv_dtype(cfg, self.kv_spec.dtype), backend_name)
         self.profiler = StepProfiler(cfg.profiler.torch_profiler_dir)
         self.stager = HostStager(self.device)
         self._last_tokens: Optional[torch.Tensor] = None  # the previous step's sampled tokens

@@ -36,6 +36,6 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tokenizer(tokenizer_dir: Path):
-    from atom.benchmarks.benchmark_utils import get_tokenizer
+    from atom.benchmarks.tokenizer_source import get_tokenizer
 
     return get_tokenizer(str(tokenizer_dir))

@@ -116,7 +116,7 @@ def test_hf_saved_dataset_needs_the_datasets_package(tmp_path, tokenizer):
 
 
 def test_bytes_tokenizer_gives_one_token_per_character():
-    from atom.benchmarks.benchmark_utils import get_tokenizer
+    from atom.benchmarks.tokenizer_source import get_tokenizer
 
     tok = get_tokenizer("bytes")
     reqs = sample_random_requests(tok, 4, input_len=64, output_len=8, range_ratio=0.5, prefix_len=16)

@@ -156,17 +156,40 @@ def test_moe_routing_does_not_recompile(tmp_path):
     assert backend.graphs == built
 
 
-@pytest.mark.parametrize("level,enforce_eager,device,expected", [
-    (3, False, "cuda", True), (2, False, "cuda", False), (3, True, "cuda", False),
-    (3, False, "cpu", False)])
-def test_compiles_at_level3_on_cuda_unless_eager(level, enforce_eager, device, expected):
+@pytest.mark.parametrize("level,enforce_eager,device,backend,expected", [
+    (3, False, "cuda", "torch", True), (2, False, "cuda", "torch", False),
+    (3, True, "cuda", "torch", False), (3, False, "cpu", "torch", False),
+    (3, False, "cuda", "triton", False)])
+def test_level3_compiles_only_what_inductor_can_fuse(level, enforce_eager, device, backend,
+                                                     expected):
+    """The Triton backend's forward is all kernels already: level 3 compiles nothing there."""
     cfg = _config("tiny_qwen3", f"runtime.level={level}", f"runtime.enforce_eager={enforce_eager}")
-    assert compiles(cfg, torch.device(device)) is expected
+    assert compiles(cfg, torch.device(device), backend) is expected
 
 
 def test_compile_forward_is_the_model_when_not_compiling():
     model = torch.nn.Linear(1, 1)
-    assert compile_forward(model, _config("tiny_qwen3", "runtime.level=3"), CPU) is model
+    cfg = _config("tiny_qwen3", "runtime.level=3")
+    assert compile_forward(model, cfg, CPU, "torch") is model
+    assert compile_forward(model, cfg, torch.device("cuda"), "triton") is model
+
+
+@pytest.mark.parametrize("overrides,device,backend,graphs,line", [
+    ((), "cuda", "triton", True, "runtime.level=3: decode in CUDA graphs; no torch.compile: every "
+     "op of the triton forward is already a kernel"),
+    ((), "cuda", "torch", False, "runtime.level=3: no CUDA graphs (the torch kernel backend cannot "
+     "be captured); the forward torch.compiled (inductor; attention one opaque op)"),
+    (("runtime.level=2",), "cuda", "triton", True, "runtime.level=2: decode in CUDA graphs"),
+    ((), "cpu", "torch", False, "runtime.level=3: eager (CUDA graphs and torch.compile are "
+     "GPU-only)"),
+    (("runtime.enforce_eager=true",), "cuda", "triton", False,
+     "runtime.level=3: eager (enforce_eager)"),
+])
+def test_the_level_log_line_says_what_the_level_does_here(overrides, device, backend, graphs, line):
+    from atom.runner.compile import describe_level
+
+    cfg = compose(["model=tiny_qwen3", "load=dummy", *overrides])
+    assert describe_level(cfg, torch.device(device), backend, graphs) == line
 
 
 @GPU

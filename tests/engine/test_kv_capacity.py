@@ -58,3 +58,14 @@ def test_pool_from_mixed_layer_specs():
     latent[1, 2].fill_(7.0)
     assert caches[3][0].sum() == 0 and buffers[1][0, 1, 2, 0] == 7.0  # layer 1 is group row 0
     assert spec.max_kv_heads() == 2
+
+
+@pytest.mark.parametrize("overrides,dtype,text", [
+    ((), torch.float32, "kv_cache.dtype=bf16 (float32: the model's activation dtype)"),
+    ((), torch.bfloat16, "kv_cache.dtype=bf16"),
+    (("kv_cache=fp8",), torch.float8_e4m3fn, "kv_cache.dtype=fp8 (float8_e4m3fn, per-tensor scale)"),
+])
+def test_the_kv_log_says_why_bf16_is_stored_as_float32_on_cpu(overrides, dtype, text):
+    from atom.runner.kv_cache import describe_kv_dtype
+
+    assert describe_kv_dtype(_cfg(*overrides), dtype) == text

@@ -59,7 +59,9 @@ def test_nonstream_disconnect_frees_blocks(server, auth):
 
 def test_metrics_exposed(server, auth):
     httpx.post(server.base_url + "/v1/completions", json={"prompt": "m", "max_tokens": 4}, headers=auth)
-    text = httpx.get(server.base_url + "/metrics").text
+    r = httpx.get(server.base_url + "/metrics")
+    assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    text = r.text
     for name in ("atom:num_requests_running", "atom:num_requests_waiting", "atom:kv_cache_usage_perc",
                  "atom:prefix_cache_hit_rate", "atom:prompt_tokens_total", "atom:generation_tokens_total",
                  "atom:time_to_first_token_seconds_bucket", "atom:time_per_output_token_seconds_bucket",

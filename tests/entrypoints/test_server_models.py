@@ -166,3 +166,26 @@ def test_default_model_profiling_over_http(default_model):
     assert r.status_code == 200, r.text
     traces = list((default_model.profiler_dir / "rank_0").glob("*"))
     assert traces and all(t.stat().st_size > 0 for t in traces)
+
+
+def test_benchmark_against_the_served_default_needs_no_tokenizer_flag(default_model, tmp_path):
+    """The README's benchmark line against the served default model: the tokenizer is resolved
+    from the served name (the embedded GGUF, as the server resolves it), so the prompts the
+    benchmark counts are the ones the server counts, and no mismatch is reported."""
+    import subprocess
+    import sys
+
+    from srv_process import REPO
+
+    r = subprocess.run(
+        [sys.executable, "-m", "atom.benchmarks.benchmark_serving", "--backend", "vllm",
+         "--model", "HuggingFaceTB/SmolLM2-135M-Instruct", "--base-url", default_model.base_url,
+         "--dataset-name", "random", "--random-input-len", "32", "--random-output-len", "4",
+         "--num-prompts", "4", "--disable-tqdm"],
+        cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+        text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in r.stdout.splitlines())}
+    assert lines["Successful requests"] == "4"
+    assert lines["Total input tokens"] == lines["Total input tokens (server count)"] == "128"
+    assert "WARNING" not in r.stdout

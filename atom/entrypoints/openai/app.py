@@ -144,8 +144,11 @@ def create_app(cfg: Config, client: Any, *, tokenizer: Any = None,
     v1 = Router("/v1", route_handlers=[chat_completions, completions, models,
                                        messages_handler(ctx, chat_io)],
                 guards=[_api_key_guard(cfg.server.api_key)])
+    from atom.entrypoints.openai.serving_tokenize import tokenize_handlers
+
     app = Litestar(
-        route_handlers=[v1, health, metrics_route, start_profile, stop_profile],
+        route_handlers=[v1, health, metrics_route, start_profile, stop_profile,
+                        *tokenize_handlers(ctx, chat_io, [_api_key_guard(cfg.server.api_key)])],
         exception_handlers={OpenAIError: handle_openai_error, HTTPException: handle_http_exception,
                             Exception: handle_unexpected},
         on_startup=[on_startup], on_shutdown=[on_shutdown],

@@ -309,6 +309,8 @@ def find_thinking_switch(encoder: ChatEncoder) -> Optional[ThinkingSwitch]:
         if on != off:
             logger.info("thinking switch: %s=%r turns reasoning off", switch.kwarg, switch.off)
             return switch
-    logger.info("the chat template has no thinking switch; reasoning cannot be turned off "
-                "in the prompt")
+    # Worth a line only for a template that reasons at all.
+    level = logging.INFO if "think" in encoder.source else logging.DEBUG
+    logger.log(level, "the chat template has no thinking switch; reasoning cannot be turned off "
+               "in the prompt")
     return None

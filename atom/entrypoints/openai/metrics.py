@@ -15,7 +15,8 @@ from prometheus_client.registry import Collector
 from atom.model_engine.messages import EngineStats
 from atom.model_engine.output_processor import RequestOutput
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Litestar appends "; charset=utf-8" to a text/* media type itself (named here, it was sent twice).
+CONTENT_TYPE = "text/plain; version=0.0.4"
 
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
                  7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0)

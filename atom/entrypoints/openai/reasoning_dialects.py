@@ -88,8 +88,12 @@ def resolve_dialect(template_source: Optional[str], name: str = "auto") -> Reaso
         if name not in DIALECTS:
             raise ValueError(f"unknown reasoning dialect {name!r}; one of {sorted(DIALECTS)}")
         return DIALECTS[name]
-    dialect = _detect(template_source or "")
-    logger.info("reasoning dialect: %s", dialect.name)
+    source = template_source or ""
+    dialect = _detect(source)
+    if dialect is THINK and "<think>" not in source:  # the fallback: say so only when asked
+        logger.debug("reasoning dialect: think (the chat template names none)")
+    else:
+        logger.info("reasoning dialect: %s (from the chat template)", dialect.name)
     return dialect
 
 

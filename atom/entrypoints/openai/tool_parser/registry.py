@@ -83,8 +83,9 @@ def resolve_tool_format(template_evidence: Optional[str],
         return FORMATS[name]
     fmt = detect_format(template_evidence or "")
     if fmt is None:
-        logger.warning("tool-call parser: the chat template names no known format; "
-                       "tool calls are delivered as plain text")
+        # A model without tool calls is no fault: INFO, and what to do if it has them.
+        logger.info("tool-call parser: none (the chat template names no known format; tool "
+                    "calls stay plain text unless --tool-call-parser names one)")
     else:
         logger.info("tool-call parser: %s (from the chat template)", fmt.NAME)
     return fmt
