@@ -30,13 +30,23 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
         from atom.model_engine.scripted_core import ScriptedEngineCore
 
         return ScriptedEngineCore(cfg, build_tokenizer(cfg))
-    from atom.executor.uniproc import UniprocExecutor
     from atom.model_engine.engine_core import EngineCore
-    from atom.runner.model_runner import ModelRunner
 
     _refuse_what_cannot_run(cfg)
-    runner = ModelRunner(cfg, _tokenizer_eos(cfg, tokenizer))
-    return EngineCore(cfg, UniprocExecutor(runner))
+    return EngineCore(cfg, build_executor(cfg, _tokenizer_eos(cfg, tokenizer)))
+
+
+def build_executor(cfg: Config, eos_token_id: Any) -> Any:
+    """One process and device for tensor_parallel_size 1; else one worker process per rank."""
+    tp = cfg.parallel.tensor_parallel_size
+    if tp > 1:
+        from atom.executor.multiproc import MultiprocExecutor
+
+        return MultiprocExecutor(cfg, eos_token_id, tp)
+    from atom.executor.uniproc import UniprocExecutor
+    from atom.runner.model_runner import ModelRunner
+
+    return UniprocExecutor(ModelRunner(cfg, eos_token_id))
 
 
 def _tokenizer_eos(cfg: Config, tokenizer: Any) -> Any:

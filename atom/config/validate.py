@@ -83,14 +83,12 @@ def validate(cfg: Config, launching: bool = False) -> Config:
 
 def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
-    model engine does not implement: a tp or dp size above 1 (one process, one device: no worker
-    launcher) and speculative decoding (no proposer)."""
+    model engine does not implement: a dp size above 1 (one engine core per server) and
+    speculative decoding (no proposer)."""
     rules = _Rules()
     p = cfg.parallel
-    for field, size in (("parallel.tensor_parallel_size", p.tensor_parallel_size),
-                        ("parallel.data_parallel_size", p.data_parallel_size)):
-        rules.check(size <= 1, field, size, "the model engine runs on one device: multi-process "
-                    "parallelism has no worker launcher yet (set 1)")
+    rules.check(p.data_parallel_size <= 1, "parallel.data_parallel_size", p.data_parallel_size,
+                "one engine core serves: data parallelism has no core launcher yet (set 1)")
     rules.check(not cfg.specdecode.method, "specdecode.method", cfg.specdecode.method,
                 "speculative decoding has no proposer yet (specdecode=none)")
     return rules.errors

@@ -76,14 +76,14 @@ def test_invalid_config_names_field_value_and_rule(overrides, field, rule):
 
 
 def test_a_parallel_size_the_server_cannot_run_exits_with_one_line_and_no_core():
-    """tp2 composes, but the server's engine runs on one device: the builder refuses it in the
-    API process, before a core process is spawned or a weight is read."""
+    """dp2 composes, but one engine core serves: the builder refuses it in the API process,
+    before a core process is spawned or a weight is read."""
     r = subprocess.run([sys.executable, "-m", "atom.run", "model=tiny_llama", "load=dummy",
-                        "runtime=cpu", "parallel=tp2"], capture_output=True, text=True, timeout=120)
+                        "runtime=cpu", "parallel=dp2"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     err = [line for line in r.stderr.splitlines() if line.strip()]
-    assert err[-1].startswith("atom: invalid config: parallel.tensor_parallel_size=2: the model "
-                              "engine runs on one device")
+    assert err[-1].startswith("atom: invalid config: parallel.data_parallel_size=2: one engine "
+                              "core serves")
     assert "engine core" not in r.stderr
 
 
@@ -110,16 +110,16 @@ def test_a_wrong_group_option_lists_the_choices():
 
 
 def test_every_broken_rule_is_reported_at_once_the_most_fundamental_first():
-    """The architecture before load.dummy, then what the engine cannot run (tp8, mtp), which a
+    """The architecture before load.dummy, then what the engine cannot run (dp2, mtp), which a
     launcher checks with the rest; plain composition accepts what a benchmark config may name."""
     from atom.config.compose import compose
 
     with pytest.raises(ConfigError) as e:
-        compose(["model=deepseek_r1", "parallel=tp8", "specdecode=mtp", "kv_cache.dtype=fp16"],
-                launching=True)
+        compose(["model=deepseek_r1", "parallel=tp8", "parallel.data_parallel_size=2",
+                 "specdecode=mtp", "kv_cache.dtype=fp16"], launching=True)
     assert [(x.field, x.value) for x in e.value.errors] == [
         ("model", "DeepseekV3ForCausalLM"), ("load.dummy", None),
-        ("parallel.tensor_parallel_size", 8), ("specdecode.method", "mtp"),
+        ("parallel.data_parallel_size", 2), ("specdecode.method", "mtp"),
         ("kv_cache.dtype", "fp16")]
     assert len(str(e.value).splitlines()) == 5
     with pytest.raises(ConfigError) as e:

@@ -62,12 +62,11 @@ def test_sharded_checkpoint_loads_like_the_single_file(ckpt, tmp_path):
 
 
 @pytest.mark.parametrize("override,field,rule", [
-    ("parallel=tp2", "parallel.tensor_parallel_size", "2: the model engine runs on one device"),
-    ("parallel=dp2", "parallel.data_parallel_size", "2: the model engine runs on one device"),
+    ("parallel=dp2", "parallel.data_parallel_size", "2: one engine core serves"),
     ("specdecode=mtp", "specdecode.method", "'mtp': speculative decoding has no proposer yet")])
 def test_a_setting_the_engine_cannot_run_is_refused_before_weights_load(override, field, rule,
                                                                         monkeypatch):
-    """tp/dp above 1 and speculative decoding compose (benchmark configs name them) but the model
+    """dp above 1 and speculative decoding compose (benchmark configs name them) but the model
     engine implements neither: it must say so, naming the field, rather than run as if they had
     not been asked for."""
     from atom.config.errors import ConfigError

@@ -63,3 +63,29 @@ def test_killed_api_process_takes_its_core_with_it(tmp_path):
         assert _gone(core, 10), "the engine core outlived its API process"
     finally:
         srv.stop()
+
+
+def test_a_tensor_parallel_server_serves_and_stops_with_its_ranks(tmp_path):
+    """tp=2 behind the server: the engine core process starts one worker process per rank; the
+    streamed and whole greedy answers agree, and SIGTERM leaves no rank behind."""
+    srv = ServerProcess(["--model", "tiny_llama", "--load-dummy", "xavier", "--no-enable-log-stats",
+                         "--tensor-parallel-size", "2", "kv_cache.num_blocks=64", "runtime=cpu"],
+                        log_path=tmp_path / "server.log", startup_timeout_s=240)
+    try:
+        core = srv.core_pid()
+        ranks = [int(p) for p in open(f"/proc/{core}/task/{core}/children").read().split()]
+        assert len(ranks) == 2
+        body = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0,
+                "ignore_eos": True}
+        whole = httpx.post(srv.base_url + "/v1/completions", json=body, timeout=60).json()
+        text = whole["choices"][0]["text"]
+        with httpx.stream("POST", srv.base_url + "/v1/completions", json={**body, "stream": True},
+                          timeout=60) as r:
+            import json
+
+            streamed = "".join(json.loads(line[6:])["choices"][0]["text"] for line in r.iter_lines()
+                               if line.startswith("data: {"))
+        assert streamed == text and whole["usage"]["completion_tokens"] == 8
+    finally:
+        srv.stop()
+    assert srv.graceful and all(_gone(p) for p in ranks)

@@ -1,0 +1,189 @@
+"""The executor of several ranks: one worker process per rank (atom/executor/worker.py).
+
+Each step's SchedulerOutput is encoded once and pushed to every rank over ZMQ IPC; rank 0
+answers with the tokens each request keeps, in step order. A step's result is waited for only
+when the engine asks for it, so with async scheduling the ranks run step N while the engine
+builds step N+1. A rank that fails or exits makes the next wait raise at once (never a hang),
+and shutdown leaves no process behind.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Optional
+
+import msgspec
+import zmq
+
+from atom.config.schema import Config
+from atom.executor.worker import WorkerSpec
+from atom.executor.worker_ipc import (NO_MULTICAST_ENV, FromWorker, Flush, RunStep, StepResult,
+                                      Stop, WorkerFailed, WorkerReady)
+from atom.model_engine.scheduler_output import SchedulerOutput
+
+log = logging.getLogger("atom.executor")
+
+_POLL_MS = 200  # how often a wait checks that every rank is still alive
+
+
+class WorkerDied(RuntimeError):
+    """A rank failed or exited: the engine cannot run another step."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RemoteStep:
+    """A step sent to the ranks; `result()` waits for rank 0's answer to it."""
+
+    def __init__(self, executor: "MultiprocExecutor", number: int, rows: list[int]) -> None:
+        self._executor, self._number, self.rows = executor, number, rows
+
+    def result(self) -> tuple[dict[int, list[int]], dict]:
+        if not self.rows:
+            return {}, {}
+        r = self._executor.wait(self._number)
+        return r.sampled, r.logprobs
+
+
+class MultiprocExecutor:
+    def __init__(self, cfg: Config, eos_token_id: Optional[int], world_size: int,
+                 ready_timeout_s: float = 0.0) -> None:
+        self.world_size = world_size
+        self._dir = tempfile.mkdtemp(prefix="atom-ranks-")
+        self._ctx = zmq.Context()
+        self._encode = msgspec.msgpack.Encoder().encode
+        self._decode = msgspec.msgpack.Decoder(FromWorker).decode
+        self._pull = self._ctx.socket(zmq.PULL)
+        self._pull.bind(f"ipc://{self._dir}/from")
+        self._push = []
+        for r in range(world_size):
+            sock = self._ctx.socket(zmq.PUSH)
+            sock.setsockopt(zmq.SNDHWM, 0)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.bind(f"ipc://{self._dir}/to{r}")
+            self._push.append(sock)
+        self._sent = 0  # steps sent
+        self._answered = 0  # steps whose result arrived
+        self._flushed = 0  # the last step a Flush was sent for
+        self._results: dict[int, StepResult] = {}
+        self._procs: list[subprocess.Popen] = []
+        try:
+            self._start(cfg, eos_token_id)
+            ready = self._await_ready(ready_timeout_s)
+        except BaseException:
+            self.shutdown()
+            raise
+        self.num_blocks = min(r.num_blocks for r in ready)
+        first = next(r for r in ready if r.rank == 0)
+        self.max_model_len, self.vocab_size = first.max_model_len, first.vocab_size
+        self.eos_token_ids = set(first.eos_token_ids)
+        self.device_type = first.device_type
+        log.info("%d ranks ready (%s); KV blocks per rank: %d", world_size, first.device_type,
+                 self.num_blocks)
+
+    def _start(self, cfg: Config, eos_token_id: Optional[int]) -> None:
+        spec = WorkerSpec(cfg, eos_token_id, self.world_size, f"tcp://127.0.0.1:{_free_port()}",
+                          [f"ipc://{self._dir}/to{r}" for r in range(self.world_size)],
+                          f"ipc://{self._dir}/from", os.getpid())
+        path = os.path.join(self._dir, "spec.pkl")
+        with open(path, "wb") as f:
+            pickle.dump(spec, f)
+        env = {**os.environ, **NO_MULTICAST_ENV}
+        if cfg.runtime.device == "cpu" or not _cuda():
+            # Ranks share the host's cores: each gets its part, not all of them.
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.world_size))
+        for r in range(self.world_size):
+            self._procs.append(subprocess.Popen([sys.executable, "-m", "atom.executor.worker",
+                                                 path, str(r)], env=env))
+
+    def _await_ready(self, timeout_s: float) -> list[WorkerReady]:
+        ready: list[WorkerReady] = []
+        deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
+        while len(ready) < self.world_size:
+            msg = self._recv(deadline)
+            if isinstance(msg, WorkerReady):
+                ready.append(msg)
+        return ready
+
+    # -- steps ------------------------------------------------------------------------------
+    def execute(self, out: SchedulerOutput) -> RemoteStep:
+        frame = self._encode(RunStep(out))
+        for sock in self._push:
+            sock.send(frame, copy=False)
+        self._sent += 1
+        rows = [i for i, r in enumerate(out.requests) if r.num_sampled]
+        return RemoteStep(self, self._sent, rows)
+
+    def wait(self, number: int) -> StepResult:
+        """Rank 0's answer to step `number` (answers come in step order). The ranks hold the
+        newest step until another arrives, so waiting for it asks them to finish it now."""
+        if number == self._sent and self._flushed < number and number > self._answered:
+            frame = self._encode(Flush())
+            for sock in self._push:
+                sock.send(frame)
+            self._flushed = number
+        while self._answered < number:
+            msg = self._recv(None)
+            if isinstance(msg, StepResult):
+                self._answered += 1
+                self._results[self._answered] = msg
+        return self._results.pop(number)
+
+    def _recv(self, deadline: Optional[float]) -> Any:
+        while not self._pull.poll(_POLL_MS):
+            for r, p in enumerate(self._procs):
+                if p.poll() is not None:
+                    raise WorkerDied(f"rank {r} exited (exit code {p.returncode})")
+            if deadline is not None and time.monotonic() > deadline:
+                raise WorkerDied("the ranks did not report ready in time")
+        msg = self._decode(self._pull.recv())
+        if isinstance(msg, WorkerFailed):
+            raise WorkerDied(f"rank {msg.rank} failed: {msg.message}")
+        return msg
+
+    def device_usable(self) -> bool:
+        """A step that raised here raised before reaching any rank (they report their own
+        failures as WorkerDied)."""
+        return True
+
+    def start_profile(self) -> None:
+        raise NotImplementedError("profiling runs in one process only (tensor_parallel_size=1)")
+
+    def stop_profile(self) -> None:
+        raise NotImplementedError("profiling runs in one process only (tensor_parallel_size=1)")
+
+    def shutdown(self) -> None:
+        """Stop every rank (politely, then by force) and release sockets and the IPC folder."""
+        if not self._ctx.closed:
+            frame = self._encode(Stop())
+            for sock in self._push:
+                try:
+                    sock.send(frame, zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+        for p in self._procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+        if not self._ctx.closed:
+            self._ctx.destroy(linger=0)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

@@ -1,0 +1,139 @@
+"""One rank of a multi-process executor: its own process, device and model shard.
+
+Started by MultiprocExecutor as `python -m atom.executor.worker SPEC_FILE RANK`. The rank joins
+the torch.distributed group (NCCL on GPUs, gloo on CPUs), builds its ModelRunner (the layers
+shard themselves by rank), agrees with the others on the KV block count (the minimum), then
+runs every step the engine core broadcasts. Rank 0 alone answers with the tokens each request
+keeps; every rank samples the same tokens from the same gathered logits, so each one's
+pending tokens (async scheduling) match.
+
+A step stays in flight until the next one arrives or the engine asks for it (Flush), so the
+device runs step N while the host prepares step N+1, as in one process.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import msgspec
+import zmq
+
+log = logging.getLogger("atom.worker")
+
+_POLL_MS = 500  # how often a waiting rank checks that the engine that started it is alive
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a rank needs, written once by the executor for all ranks."""
+
+    cfg: Any  # the run's Config
+    eos_token_id: Optional[int]
+    world_size: int
+    dist_init: str  # torch.distributed init_method, e.g. tcp://127.0.0.1:PORT
+    to_worker: list[str]  # ZMQ address each rank pulls its steps from
+    from_worker: str  # ZMQ address every rank pushes to (ready, failures; rank 0's results)
+    parent_pid: int
+
+
+def _join_group(spec: WorkerSpec, rank: int) -> str:
+    import torch
+    import torch.distributed as dist
+
+    cuda = spec.cfg.runtime.device != "cpu" and torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(rank)
+    backend = "nccl" if cuda else "gloo"
+    dist.init_process_group(backend, init_method=spec.dist_init, rank=rank,
+                            world_size=spec.world_size)
+    return backend
+
+
+def _min_blocks(num_blocks: int, backend: str) -> int:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([num_blocks], device="cuda" if backend == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
+
+
+def serve(spec: WorkerSpec, rank: int) -> None:
+    from atom.executor.worker_ipc import (Flush, RunStep, StepResult, Stop, ToWorker, WorkerFailed,
+                                          WorkerReady)
+    from atom.runner.model_runner import ModelRunner
+
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    pull.connect(spec.to_worker[rank])
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 2000)
+    push.connect(spec.from_worker)
+    encode = msgspec.msgpack.Encoder().encode
+    decode = msgspec.msgpack.Decoder(ToWorker).decode
+    try:
+        backend = _join_group(spec, rank)
+        runner = ModelRunner(spec.cfg, spec.eos_token_id)
+        blocks = _min_blocks(runner.num_blocks, backend)
+        push.send(encode(WorkerReady(rank, blocks, runner.max_model_len, runner.vocab_size,
+                                     sorted(runner.eos_token_ids), runner.device.type)))
+        in_flight = None
+
+        def answer(step: Any) -> None:
+            if rank == 0:
+                sampled, logprobs = step.result()
+                push.send(encode(StepResult(sampled, logprobs)))
+
+        while True:
+            if not pull.poll(_POLL_MS):
+                if os.getppid() != spec.parent_pid:
+                    return  # the engine is gone: nobody will ask for another step
+                continue
+            msg = decode(pull.recv())
+            if isinstance(msg, Stop):
+                return
+            if isinstance(msg, Flush):
+                if in_flight is not None:
+                    answer(in_flight)
+                    in_flight = None
+                continue
+            assert isinstance(msg, RunStep)
+            step = runner.launch(msg.out)
+            if in_flight is not None:
+                answer(in_flight)
+            in_flight = step
+    except BaseException as exc:  # reported, so the engine fails at once instead of waiting
+        log.error("rank %d failed: %s", rank, exc)
+        push.send(encode(WorkerFailed(rank, f"{type(exc).__name__}: {exc}\n"
+                                            f"{traceback.format_exc(limit=6)}")))
+        raise SystemExit(1)
+    finally:
+        _leave_group()
+        pull.close(0)
+        push.close()
+        ctx.term()
+
+
+def _leave_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def main() -> None:
+    from atom.log_setup import configure_logging
+
+    configure_logging()
+    with open(sys.argv[1], "rb") as f:
+        spec: WorkerSpec = pickle.load(f)
+    serve(spec, int(sys.argv[2]))
+
+
+if __name__ == "__main__":
+    main()

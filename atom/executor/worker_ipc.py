@@ -1,0 +1,54 @@
+"""What crosses between a multi-process executor and its worker processes (one per rank).
+
+One tagged union per direction, msgspec-encoded once per step: the engine core's SchedulerOutput
+goes to every rank, and rank 0 alone answers with the tokens each request keeps.
+"""
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+from atom.model_engine.messages import TokenLogprob
+from atom.model_engine.scheduler_output import SchedulerOutput
+
+
+class RunStep(msgspec.Struct, tag="step"):
+    out: SchedulerOutput
+
+
+class Flush(msgspec.Struct, tag="flush"):
+    """Resolve the step in flight now: the engine waits for it before it sends another."""
+
+
+class Stop(msgspec.Struct, tag="stop"):
+    pass
+
+
+class WorkerReady(msgspec.Struct, tag="ready"):
+    rank: int
+    num_blocks: int  # the minimum over every rank: what the scheduler may hand out
+    max_model_len: int
+    vocab_size: int
+    eos_token_ids: list[int]
+    device_type: str
+
+
+class StepResult(msgspec.Struct, tag="result"):
+    sampled: dict[int, list[int]]
+    logprobs: dict[int, list[TokenLogprob]]
+
+
+class WorkerFailed(msgspec.Struct, tag="failed"):
+    rank: int
+    message: str
+
+
+ToWorker = Union[RunStep, Flush, Stop]
+FromWorker = Union[WorkerReady, StepResult, WorkerFailed]
+
+
+# Every rank's process runs with NVLink multicast off: a program that uses it can take a shared
+# host's GPUs out of service for a day or more.
+NO_MULTICAST_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                    "NVSHMEM_DISABLE_NVLS": "1"}

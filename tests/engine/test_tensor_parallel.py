@@ -1,0 +1,82 @@
+"""Tensor parallelism on the CPU: two ranks (worker processes on gloo) against one process.
+
+The layers shard by rank and all-reduce at block boundaries; the executor sends each step's
+SchedulerOutput to both ranks and reads rank 0's tokens back. Greedy tokens must equal the one-
+process run's, with async scheduling on and off; a rank that dies must make the engine fail at
+once, and shutdown must leave no rank behind.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+import atom
+from atom import SamplingParams
+from atom.executor.multiproc import WorkerDied
+from tests.engine.checkpoints import make_checkpoint
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return make_checkpoint("qwen3", tmp_path_factory.mktemp("tp"))
+
+
+def _engine(path, tp: int, *extra: str):
+    return atom.build_engine(atom.compose([
+        "model=local", f"model.path={path}", "runtime=cpu", "load.progress_bar=false",
+        "kv_cache.num_blocks=64", "scheduler.max_num_batched_tokens=48",
+        f"parallel.tensor_parallel_size={tp}", *extra]))
+
+
+def _prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(7)
+    return [torch.randint(3, 256, (k,), generator=g).tolist() for k in (5, 31, 12, 70)]
+
+
+def _gone(pids: list[int], timeout_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(os.path.exists(f"/proc/{p}") and "Z" not in open(f"/proc/{p}/stat").read()
+                   .rsplit(")", 1)[1].split()[:1] for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_two_ranks_give_the_one_process_tokens(ckpt):
+    greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    one = _engine(ckpt, 1).generate(_prompts(), greedy)
+    for overlap in ("false", "true"):
+        tp = _engine(ckpt, 2, f"scheduler.async_scheduling={overlap}")
+        try:
+            two = tp.generate(_prompts(), greedy)
+            assert [o["token_ids"] for o in two] == [o["token_ids"] for o in one], overlap
+            s = tp.stats()
+            assert s.kv_blocks_free == s.kv_blocks_total
+        finally:
+            pids = [p.pid for p in tp.core.executor._procs]
+            tp.shutdown()
+        assert _gone(pids), "a rank outlived the engine's shutdown"
+
+
+def test_a_rank_that_dies_fails_the_engine_at_once(ckpt):
+    tp = _engine(ckpt, 2)
+    try:
+        ids = tp.add_request(_prompts(), SamplingParams(temperature=0, max_tokens=200,
+                                                        ignore_eos=True))
+        assert ids
+        tp.step()
+        os.kill(tp.core.executor._procs[1].pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerDied):
+            for _ in range(400):
+                tp.step()
+        assert time.monotonic() - t0 < 10
+    finally:
+        pids = [p.pid for p in tp.core.executor._procs]
+        tp.shutdown()
+    assert _gone(pids)
