@@ -47,6 +47,9 @@ class ControlReply(msgspec.Struct, tag="reply"):
 
 class CoreFailed(msgspec.Struct, tag="failed"):
     message: str
+    # A config the core found it cannot run (e.g. a KV budget short of one sequence, known only
+    # once the weights are in memory): (field, value shown, rule), for the launcher's one line.
+    config_error: Optional[tuple[str, str, str]] = None
 
 
 class Heartbeat(msgspec.Struct, tag="beat"):

@@ -17,6 +17,7 @@ from typing import Any, Optional
 import msgspec
 import zmq
 
+from atom.config.errors import ConfigError
 from atom.config.schema import Config
 from atom.model_engine.core_ipc import (AbortRequests, AddRequests, ControlCall, ControlReply,
                                         CoreFailed, CoreReady, Heartbeat, StepBatch,
@@ -193,6 +194,10 @@ def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
         CoreLoop(cfg, core, pull, push, parent_pid).run()
     except (SystemExit, KeyboardInterrupt):  # asked to stop: not a failure
         raise SystemExit(0)
+    except ConfigError as exc:  # the launcher prints it as its one line
+        log.error("engine core failed: %s", exc)
+        push.send(encode(CoreFailed(str(exc), (exc.field, repr(exc.value), exc.rule))))
+        raise SystemExit(1)
     except BaseException as exc:  # the API side turns this into 503s and failed streams
         log.error("engine core failed: %s", exc)
         push.send(encode(CoreFailed(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")))

@@ -53,6 +53,14 @@ class RequestFailed(EngineError):
         self.rejected = rejected
 
 
+def _config_error(field: str, shown: str, rule: str) -> Exception:
+    from atom.config.errors import ConfigError
+
+    err = ConfigError(field, None, rule)
+    err.line = f"invalid config: {field}={shown}: {rule}"
+    return err
+
+
 class EngineClient:
     """Create with `EngineClient(cfg, tokenizer).start()` (or `launch()`, load the tokenizer while
     the core loads the model, `set_tokenizer()`, `wait_ready()`); then `attach(dispatcher)` on the
@@ -131,6 +139,8 @@ class EngineClient:
                     return
                 if isinstance(msg, CoreFailed):
                     self.close()
+                    if msg.config_error is not None:
+                        raise _config_error(*msg.config_error)
                     raise EngineCoreDead(f"engine core failed to start: {msg.message}")
             elif self._proc is not None and not self._proc.is_alive():
                 code = self._proc.exitcode

@@ -57,6 +57,10 @@ class EngineCore:
         if n >= self.max_model_len:
             raise RequestRejected(f"the prompt has {n} tokens; this model's max_model_len is "
                                   f"{self.max_model_len}")
+        blocks = -(-(n + 1) // self.scheduler.blocks.block_size)
+        if blocks > self.scheduler.blocks.num_blocks:
+            raise RequestRejected(f"the prompt has {n} tokens and needs {blocks} KV blocks; the "
+                                  f"cache has {self.scheduler.blocks.num_blocks}")
         if request.request_id in self.seqs:
             raise RequestRejected(f"request id {request.request_id!r} is already running")
         vocab = self.executor.vocab_size

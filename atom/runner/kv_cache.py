@@ -65,13 +65,19 @@ def describe_kv_dtype(cfg: Config, dtype: torch.dtype) -> str:
 
 def num_blocks_for(cfg: Config, spec: KVCacheSpec, device: torch.device, free_bytes: int | None,
                    max_model_len: int) -> int:
-    """kv_cache.num_blocks when set; else what the memory budget holds. A GPU budget that cannot
+    """kv_cache.num_blocks when set; else what the memory budget holds. A budget that cannot
     hold one sequence of max_model_len is refused here, at start-up: served, every long enough
     request would fail instead (and the engine once started with a single block)."""
     if cfg.kv_cache.num_blocks is not None:
         return cfg.kv_cache.num_blocks
     if device.type == "cpu" or free_bytes is None:
-        return max(1, cfg.kv_cache.cpu_cache_bytes // spec.bytes_per_block)
+        blocks = cfg.kv_cache.cpu_cache_bytes // spec.bytes_per_block
+        if blocks * spec.block_size < max_model_len:
+            raise ConfigError("kv_cache.cpu_cache_bytes", cfg.kv_cache.cpu_cache_bytes,
+                              f"holds {blocks * spec.block_size} tokens of KV cache, fewer than "
+                              f"one sequence of model.max_model_len={max_model_len}: raise it, "
+                              f"lower model.max_model_len, or set kv_cache.num_blocks")
+        return blocks
     blocks = max(0, free_bytes // spec.bytes_per_block)
     if blocks * spec.block_size < max_model_len:
         raise ConfigError("kv_cache.gpu_memory_utilization", cfg.kv_cache.gpu_memory_utilization,

@@ -36,8 +36,34 @@ def test_explicit_block_count_and_cpu_budget_are_taken_as_given():
     budget is kv_cache.cpu_cache_bytes, not a measurement."""
     assert num_blocks_for(_cfg("kv_cache.num_blocks=3"), LAYOUT, CUDA, 0, 4096) == 3
     cpu = _cfg()
-    assert num_blocks_for(cpu, LAYOUT, torch.device("cpu"), None, 4096) == max(
-        1, cpu.kv_cache.cpu_cache_bytes // LAYOUT.bytes_per_block)
+    assert num_blocks_for(cpu, LAYOUT, torch.device("cpu"), None, 4096) == (
+        cpu.kv_cache.cpu_cache_bytes // LAYOUT.bytes_per_block)
+
+
+def test_a_cpu_budget_short_of_one_sequence_is_refused_naming_the_field():
+    small = _cfg(f"kv_cache.cpu_cache_bytes={10 * LAYOUT.bytes_per_block}")
+    with pytest.raises(ConfigError, match="kv_cache.cpu_cache_bytes") as e:
+        num_blocks_for(small, LAYOUT, torch.device("cpu"), None, 1024)
+    assert "holds 160 tokens" in str(e.value)
+
+
+def test_a_budget_error_found_in_the_core_is_the_launchers_one_line(tmp_path):
+    """Known only once the core has built the model: it still reaches the launcher as the one
+    `atom: invalid config:` line (exit 2), not as a dead-core traceback."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run([sys.executable, "-m", "atom.run", "model=tiny_llama", "load=dummy",
+                        "runtime=cpu", "kv_cache.cpu_cache_bytes=65536", f"server.port={port}",
+                        "server.host=127.0.0.1"],
+                       capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    last = [line for line in r.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("atom: invalid config: kv_cache.cpu_cache_bytes=65536: holds "), last
 
 
 def test_pool_from_mixed_layer_specs():

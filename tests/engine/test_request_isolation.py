@@ -110,3 +110,14 @@ def test_token_ids_outside_the_vocabulary_are_refused_before_they_run(ckpt):
 def test_sampling_params_refuse_values_the_sampler_cannot_run(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**{field: value})
+
+
+def test_a_prompt_larger_than_the_whole_cache_is_refused_not_fatal(ckpt):
+    """Scheduling it would raise inside the core's step (no block count ever fits it)."""
+    engine = atom.build_engine(atom.compose([
+        "model=local", f"model.path={ckpt}", "runtime=cpu", "load.progress_bar=false",
+        "kv_cache.block_size=16", "kv_cache.num_blocks=3"]))
+    with pytest.raises(RequestRejected, match="needs 4 KV blocks; the cache has 3"):
+        engine.add_request(list(range(3, 53)), SamplingParams(max_tokens=2))
+    assert engine.generate([[4, 5, 6]], SamplingParams(temperature=0, max_tokens=3))[0]["token_ids"]
+    _assert_drained(engine)
