@@ -88,7 +88,7 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
     rules = _Rules()
     p = cfg.parallel
     rules.check(p.data_parallel_size <= 1, "parallel.data_parallel_size", p.data_parallel_size,
-                "one engine core serves: data parallelism has no core launcher yet (set 1)")
+                "not implemented yet: a server runs one model replica (set 1)")
     rules.check(not cfg.specdecode.method, "specdecode.method", cfg.specdecode.method,
                 "speculative decoding has no proposer yet (specdecode=none)")
     return rules.errors

@@ -82,8 +82,8 @@ def test_a_parallel_size_the_server_cannot_run_exits_with_one_line_and_no_core()
                         "runtime=cpu", "parallel=dp2"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     err = [line for line in r.stderr.splitlines() if line.strip()]
-    assert err[-1].startswith("atom: invalid config: parallel.data_parallel_size=2: one engine "
-                              "core serves")
+    assert err[-1].startswith("atom: invalid config: parallel.data_parallel_size=2: not implemented "
+                              "yet")
     assert "engine core" not in r.stderr
 
 
