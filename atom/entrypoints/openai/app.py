@@ -19,8 +19,7 @@ from atom.config.schema import Config
 from atom.entrypoints.openai.chat_reader import ChatReaderFactory, passthrough_factory
 from atom.entrypoints.openai.chat_render import ChatRenderer, TemplateChatRenderer
 from atom.entrypoints.openai.context import ServerContext, model_aliases, served_model_name
-from atom.entrypoints.openai.errors import (OpenAIError, engine_unavailable, handle_error,
-                                            public_reason)
+from atom.entrypoints.openai.errors import OpenAIError, engine_unavailable, handle_error
 from atom.entrypoints.openai.metrics import CONTENT_TYPE, AtomMetricsExporter
 from atom.entrypoints.openai.openapi import openapi_document
 from atom.entrypoints.openai.profiling import ProfileControl, profile_handlers
@@ -107,7 +106,7 @@ def create_app(cfg: Config, client: Any, *, tokenizer: Any = None,
     @get("/health", opt={"public": True})
     async def health() -> Response:
         if not client.alive:
-            raise engine_unavailable(public_reason(client.dead_reason))
+            raise engine_unavailable(client.dead_reason)
         return json_response(HealthResponse())
 
     @get("/metrics")

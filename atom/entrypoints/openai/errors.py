@@ -43,21 +43,21 @@ def bad_request(message: str, param: Optional[str] = None, code: Optional[str] =
     return OpenAIError(400, message, param, code)
 
 
-def engine_unavailable(message: str = "the engine core is not running") -> OpenAIError:
-    return OpenAIError(503, message, code="engine_dead")
-
-
 _ABS_PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)")
 
 
 def public_reason(reason: Optional[str]) -> str:
-    """A failure's first line (a traceback's exception line), with absolute paths cut to their last part: what /health and error
-    bodies may show anyone (the full traceback is in the server's log)."""
+    """A failure's first line (a traceback's exception line), absolute paths cut to their last
+    part: what /health and error bodies may show anyone (the server's log has the traceback)."""
     lines = [line.strip() for line in (reason or "").splitlines() if line.strip()]
     if not lines:
         return "the engine core is not running"
     line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
     return _ABS_PATH.sub(r"\1", line)
+
+
+def engine_unavailable(reason: Optional[str] = None) -> OpenAIError:
+    return OpenAIError(503, public_reason(reason), code="engine_dead")
 
 
 def error_response(err: OpenAIError) -> Response:

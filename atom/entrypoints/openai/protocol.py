@@ -25,10 +25,11 @@ TokenId = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 NumChoices = Annotated[int, Meta(ge=1, le=128)]
 TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
 LogitBias = dict[Annotated[str, Meta(pattern=r"^[0-9]{1,10}$")], Annotated[float, Meta(ge=-100.0, le=100.0)]]
-# Stop strings: matching is linear in the text whatever their number, but each one is stored per
-# request and withheld text can be as long as the longest, so both are bounded.
+# Stop strings: matching costs the same whatever their number (stop_strings.py), but the request's
+# automaton is built on the event loop (64 × 256 characters: ~20 ms) and withheld text can be as
+# long as the longest one, so both are bounded.
 MAX_STOP_STRINGS = 64
-MAX_STOP_CHARS = 1024
+MAX_STOP_CHARS = 256
 StopString = Annotated[str, Meta(max_length=MAX_STOP_CHARS)]
 StopList = Annotated[list[StopString], Meta(max_length=MAX_STOP_STRINGS)]
 StopField = Union[StopString, StopList, None]

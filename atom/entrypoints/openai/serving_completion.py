@@ -7,7 +7,7 @@ from litestar import Request, Response
 from litestar.response import Stream
 
 from atom.entrypoints.openai.context import ServerContext
-from atom.entrypoints.openai.errors import bad_request, engine_unavailable
+from atom.entrypoints.openai.errors import bad_request, engine_unavailable, public_reason
 from atom.entrypoints.openai.generation import Generation, complete_or_abort
 from atom.entrypoints.openai.prompt_input import check_fan_out, encode_texts
 from atom.entrypoints.openai.protocol import (CompletionChoice, CompletionLogprobs, CompletionRequest,
@@ -28,7 +28,8 @@ def json_response(obj: object, status: int = 200) -> Response:
 
 def error_frame(exc: BaseException) -> bytes:
     """How a stream that cannot finish says so: the SDKs raise on a `data: {"error": ...}` event."""
-    return data_frame(ErrorResponse(ErrorInfo(f"engine failure: {exc}", "service_unavailable_error",
+    return data_frame(ErrorResponse(ErrorInfo(f"engine failure: {public_reason(str(exc))}",
+                                              "service_unavailable_error",
                                               None, "engine_dead")))
 
 

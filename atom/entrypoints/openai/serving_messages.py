@@ -19,7 +19,8 @@ from typing import Any, AsyncIterator, Optional, Union
 from litestar import Request, Response, post
 from litestar.response import Stream
 
-from atom.entrypoints.openai.errors import bad_request, engine_unavailable, handle_anthropic_error
+from atom.entrypoints.openai.errors import (bad_request, engine_unavailable, handle_anthropic_error,
+                                            public_reason)
 from atom.entrypoints.openai.generation import Generation, complete_or_abort
 from atom.entrypoints.openai.messages_protocol import (
     ContentBlock, MessagesRequest, TextBlock, ThinkingBlock, ThinkingDisabled, ThinkingEnabled,
@@ -291,7 +292,7 @@ class ServingMessages:
             yield frames(tail)
         except EngineCoreDead as exc:
             yield event_frame("error", {"type": "error", "error": {
-                "type": "api_error", "message": str(exc)}})
+                "type": "api_error", "message": public_reason(str(exc))}})
         finally:
             gen.close()
 
