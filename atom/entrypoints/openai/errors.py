@@ -87,8 +87,10 @@ _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
 
 
 def anthropic_body(err: OpenAIError) -> AnthropicErrorResponse:
+    """Anthropic names the field as a prefix of the message (`messages.0.content: ...`)."""
     kind = _ANTHROPIC_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
-    return AnthropicErrorResponse(AnthropicErrorInfo(kind, err.message))
+    message = f"{err.param}: {err.message}" if err.param else err.message
+    return AnthropicErrorResponse(AnthropicErrorInfo(kind, message))
 
 
 def handle_anthropic_error(request: Request, exc: Exception) -> Response:

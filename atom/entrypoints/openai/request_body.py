@@ -37,7 +37,8 @@ def decode_body(body: bytes, type_: type[T]) -> T:
 
 
 def _field(path: str) -> Optional[str]:
-    path = path.lstrip(".")
+    """`$.a.b[0]` → `a.b[0]`; a dict value (`[...]` to msgspec) is named by its dict."""
+    path = path.replace("[...]", "").lstrip(".")
     return path or None
 
 
