@@ -20,6 +20,15 @@ class TextBlock(Struct, tag="text", tag_field="type"):
     text: str
 
 
+class PlainTextBlock(Struct):
+    """A text block where no other block may appear (`system`, `tool_result.content`). `type` is
+    an ordinary required field: msgspec lets a tagged Struct outside a union omit its tag, which
+    the published schema (and Anthropic) would not."""
+
+    type: Literal["text"]
+    text: str
+
+
 class ToolUseBlock(Struct, tag="tool_use", tag_field="type"):
     id: str
     name: Name
@@ -28,7 +37,7 @@ class ToolUseBlock(Struct, tag="tool_use", tag_field="type"):
 
 class ToolResultBlock(Struct, tag="tool_result", tag_field="type"):
     tool_use_id: str
-    content: Union[str, list[TextBlock], None] = None
+    content: Union[str, list[PlainTextBlock], None] = None
     is_error: Optional[bool] = None
 
 
@@ -91,7 +100,7 @@ class MessagesRequest(Struct, kw_only=True, forbid_unknown_fields=True):
     model: Optional[str] = None
     max_tokens: PositiveInt
     messages: list[MessageParam]
-    system: Union[str, list[TextBlock], None] = None
+    system: Union[str, list[PlainTextBlock], None] = None
     tools: Optional[list[ToolParam]] = None
     tool_choice: Optional[ToolChoice] = None
     thinking: Union[ThinkingEnabled, ThinkingDisabled, None] = None

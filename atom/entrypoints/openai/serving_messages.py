@@ -23,7 +23,7 @@ from atom.entrypoints.openai.errors import (bad_request, engine_unavailable, han
                                             public_reason)
 from atom.entrypoints.openai.generation import Generation, complete_or_abort
 from atom.entrypoints.openai.messages_protocol import (
-    ContentBlock, MessagesRequest, TextBlock, ThinkingBlock, ThinkingDisabled, ThinkingEnabled,
+    ContentBlock, MessagesRequest, PlainTextBlock, TextBlock, ThinkingBlock, ThinkingDisabled, ThinkingEnabled,
     ToolChoice, ToolChoiceAny, ToolChoiceNone, ToolChoiceTool, ToolParam, ToolResultBlock,
     ToolUseBlock)
 from atom.entrypoints.openai.prompt_input import render_chat
@@ -43,7 +43,7 @@ _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "abort": "end_turn"
 
 # --- request translation -----------------------------------------------------------------------
 
-def _text_of(content: Union[str, list[TextBlock], None]) -> str:
+def _text_of(content: Union[str, list[PlainTextBlock], None]) -> str:
     if isinstance(content, str):
         return content
     return "".join(b.text for b in content or ())

@@ -38,7 +38,8 @@ def hostile_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
             "--max-model-len", str(MAX_MODEL_LEN),
             # overrides last: argparse takes one run of positionals
             f"server.synthetic_token_ids={HELLO_IDS}", "kv_cache.num_blocks=65536",
-            "server.chat_template_timeout_s=1.0", "server.profile_max_s=2.0"]
+            "server.chat_template_timeout_s=1.0", "server.profile_max_s=2.0",
+            "server.profile_max_dir_bytes=1"]
     srv = ServerProcess(args, log_path=root / "server.log")
     yield srv
     srv.stop()
