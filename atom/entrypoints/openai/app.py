@@ -16,8 +16,8 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from atom.config.schema import Config
-from atom.entrypoints.openai.chat_reader import ChatReaderFactory, passthrough_factory
-from atom.entrypoints.openai.chat_render import ChatRenderer, TemplateChatRenderer
+from atom.entrypoints.openai.chat_reader import ChatReaderFactory
+from atom.entrypoints.openai.chat_render import ChatRenderer
 from atom.entrypoints.openai.context import ServerContext, model_aliases, served_model_name
 from atom.entrypoints.openai.errors import OpenAIError, engine_unavailable, handle_error
 from atom.entrypoints.openai.metrics import CONTENT_TYPE, AtomMetricsExporter
@@ -75,10 +75,8 @@ def create_app(cfg: Config, client: Any, *, tokenizer: Any = None,
     from atom.entrypoints.openai.tool_parser.chat_io import build_chat_io
 
     chat_io = build_chat_io(cfg, tokenizer)
-    if chat_renderer is None and chat_reader_factory is None:
-        chat_renderer, chat_reader_factory = chat_io.render, chat_io.reader
-    chat = OpenAIServingChat(ctx, chat_renderer or TemplateChatRenderer(tokenizer),
-                             chat_reader_factory or passthrough_factory)
+    chat = OpenAIServingChat(ctx, chat_renderer or chat_io.render,
+                             chat_reader_factory or chat_io.reader)
     completion = OpenAIServingCompletion(ctx)
 
     @post("/chat/completions", status_code=200)
