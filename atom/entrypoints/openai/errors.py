@@ -36,7 +36,7 @@ class OpenAIError(Exception):
         self.type = type_ or _STATUS_TYPES.get(status, "server_error")
 
     def body(self) -> ErrorResponse:
-        return ErrorResponse(ErrorInfo(self.message, self.type, self.param, self.code))
+        return ErrorResponse(ErrorInfo(without_paths(self.message), self.type, self.param, self.code))
 
 
 def bad_request(message: str, param: Optional[str] = None, code: Optional[str] = None) -> OpenAIError:
@@ -46,14 +46,18 @@ def bad_request(message: str, param: Optional[str] = None, code: Optional[str] =
 _ABS_PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)")
 
 
+def without_paths(text: str) -> str:
+    """Absolute paths cut to their last part: no error body shows the server's file layout."""
+    return _ABS_PATH.sub(r"\1", text)
+
+
 def public_reason(reason: Optional[str]) -> str:
-    """A failure's first line (a traceback's exception line), absolute paths cut to their last
-    part: what /health and error bodies may show anyone (the server's log has the traceback)."""
+    """A failure's first line (a traceback's exception line), without paths: what /health and
+    error bodies may show anyone (the server's log has the traceback)."""
     lines = [line.strip() for line in (reason or "").splitlines() if line.strip()]
     if not lines:
         return "the engine core is not running"
-    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
-    return _ABS_PATH.sub(r"\1", line)
+    return without_paths(lines[-1] if lines[0].startswith("Traceback") else lines[0])
 
 
 def engine_unavailable(reason: Optional[str] = None) -> OpenAIError:
@@ -90,7 +94,7 @@ def anthropic_body(err: OpenAIError) -> AnthropicErrorResponse:
     """Anthropic names the field as a prefix of the message (`messages.0.content: ...`)."""
     kind = _ANTHROPIC_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
     message = f"{err.param}: {err.message}" if err.param else err.message
-    return AnthropicErrorResponse(AnthropicErrorInfo(kind, message))
+    return AnthropicErrorResponse(AnthropicErrorInfo(kind, without_paths(message)))
 
 
 def handle_anthropic_error(request: Request, exc: Exception) -> Response:

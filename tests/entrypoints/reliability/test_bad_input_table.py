@@ -89,6 +89,8 @@ ROWS = [
     (CMPL, cmpl(prompt="x" * 40000), 400, "prompt"),
     (CMPL, cmpl(prompt=["ok", "x" * 40000]), 400, "prompt[1]"),
     (MSGS, msgs(messages=[{"role": "user", "content": "x" * 40000}]), 400, "messages"),
+    (CMPL, cmpl(prompt="x" * 11_000_000), 413, None),  # past the 10 MB body limit
+    (MSGS, msgs(messages=[{"role": "user", "content": "x" * 11_000_000}]), 413, None),
     # item 6: client input that used to be a 500
     (CHAT, '{"messages": [{"role": "user", "content": "hi"}], "metadata": {"a": %s}}' % deep(5000), 400, None),
     (CHAT, '{"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"a": %s}}'
@@ -155,7 +157,8 @@ def assert_error_shape(path: str, r: httpx.Response, status: int, field) -> None
     if path == MSGS:
         assert set(body) == {"type", "error"} and body["type"] == "error", body
         assert set(body["error"]) == {"type", "message"} and body["error"]["message"], body
-        assert body["error"]["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
+        assert body["error"]["type"] == {404: "not_found_error", 413: "request_too_large"}.get(
+            status, "invalid_request_error")
         if field is not None:
             assert body["error"]["message"].startswith(field + ":"), (field, body)
     else:
