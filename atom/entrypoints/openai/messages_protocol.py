@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from msgspec import Meta, Struct
 
-from atom.entrypoints.openai.protocol import PositiveInt, Probability, StopList
+from atom.entrypoints.openai.protocol import JsonSchemaObject, PositiveInt, Probability, StopList
 
 Name = Annotated[str, Meta(min_length=1, max_length=256)]
 
@@ -60,7 +60,7 @@ class MessageParam(Struct):
 
 class ToolParam(Struct):
     name: Name
-    input_schema: dict[str, Any]
+    input_schema: JsonSchemaObject
     description: Optional[str] = None
 
 

@@ -36,11 +36,13 @@ StopField = Union[StopString, StopList, None]
 StopTokenIds = Annotated[list[TokenId], Meta(max_length=1024)]
 # Tools stay plain dicts (the templates and the tool reader take them as such); validation.py
 # checks what this schema documents.
+_SCHEMA_OBJECT = {"type": "object", "properties": {"type": {"enum": ["object"]}}}
+JsonSchemaObject = Annotated[dict[str, Any], Meta(extra_json_schema=_SCHEMA_OBJECT)]
 _TOOL_SCHEMA = {"type": "object", "required": ["function"], "properties": {
     "type": {"enum": ["function"]},
     "function": {"type": "object", "required": ["name"], "properties": {
         "name": {"type": "string", "minLength": 1}, "description": {"type": "string"},
-        "parameters": {"type": "object", "properties": {"type": {"enum": ["object"]}}}}}}}
+        "parameters": _SCHEMA_OBJECT}}}}
 ToolSpec = Annotated[dict[str, Any], Meta(extra_json_schema=_TOOL_SCHEMA)]
 _NAMED_CHOICE_SCHEMA = {"type": "object", "required": ["type", "function"], "properties": {
     "type": {"enum": ["function"]},

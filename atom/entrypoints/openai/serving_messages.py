@@ -23,12 +23,12 @@ from atom.entrypoints.openai.errors import (bad_request, engine_unavailable, han
                                             public_reason)
 from atom.entrypoints.openai.generation import Generation, complete_or_abort
 from atom.entrypoints.openai.messages_protocol import (
-    ContentBlock, MessagesRequest, PlainTextBlock, TextBlock, ThinkingBlock, ThinkingDisabled, ThinkingEnabled,
-    ToolChoice, ToolChoiceAny, ToolChoiceNone, ToolChoiceTool, ToolParam, ToolResultBlock,
-    ToolUseBlock)
+    ContentBlock, MessagesRequest, PlainTextBlock, TextBlock, ThinkingBlock, ThinkingDisabled,
+    ThinkingEnabled, ToolChoice, ToolChoiceAny, ToolChoiceNone, ToolChoiceTool, ToolParam,
+    ToolResultBlock, ToolUseBlock)
 from atom.entrypoints.openai.prompt_input import render_chat
-from atom.entrypoints.openai.request_body import decode_body
 from atom.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
+from atom.entrypoints.openai.request_body import decode_body
 from atom.entrypoints.openai.serving_completion import SSE_HEADERS, json_response
 from atom.entrypoints.openai.sse import event_frame
 from atom.entrypoints.openai.streaming_dispatch import client_stream
