@@ -16,6 +16,10 @@ from atom.entrypoints.openai.protocol import (ChatCompletionRequest, ChatComplet
                                               HealthResponse, ModelList)
 
 _REF = "#/components/schemas/{name}"
+# OpenAPI 3.1 reads an event stream's `schema` as one event: its `data` line(s) and `event` name
+# (JSON chunks, and `[DONE]` on the OpenAI routes).
+_SSE_EVENT = {"type": "object", "required": ["data", "event"],
+              "properties": {"data": {"type": "string"}, "event": {"type": "string"}}}
 _ERRORS = {"400": "invalid request", "401": "missing or wrong API key",
            "404": "unknown model or route", "413": "body too large",
            "503": "the engine core is not running"}
@@ -34,7 +38,7 @@ def _generation(summary: str, body: dict[str, Any], ok: dict[str, Any], error: d
         "summary": summary,
         "requestBody": {"required": True, "content": _json(body)},
         "responses": {"200": {"description": "the result, or an SSE stream when `stream` is true",
-                              "content": {**_json(ok), "text/event-stream": {"schema": {"type": "string"}}}},
+                              "content": {**_json(ok), "text/event-stream": {"schema": _SSE_EVENT}}},
                       **_errors(error, _ERRORS)}}}
 
 
