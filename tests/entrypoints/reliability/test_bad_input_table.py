@@ -183,6 +183,29 @@ def test_server_healthy_after_the_table(server, auth):
         assert r.status_code == 200, r.text
 
 
+def test_every_row_fails_alone_beside_a_stream(server, auth):
+    """The whole table fired while a stream runs: the stream delivers every token in order."""
+    done: dict[str, str] = {}
+
+    def stream() -> None:
+        text, reason = [], None
+        with httpx.stream("POST", server.base_url + CMPL, headers=auth, timeout=60,
+                          json=cmpl(max_tokens=600, stream=True)) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    choice = json.loads(line[6:])["choices"][0]
+                    text.append(choice["text"])
+                    reason = choice["finish_reason"] or reason
+        done["text"], done["reason"] = "".join(text), str(reason)
+
+    t = threading.Thread(target=stream)
+    t.start()
+    for path, body, status, _ in ROWS:
+        assert _post(server.base_url + path, body, auth).status_code == status
+    t.join(60)
+    assert done == {"text": "Hello " * 100, "reason": "length"}
+
+
 def test_big_prompt_and_fan_out_do_not_stall_health(server, auth):
     """A 9 MB chat prompt and a 10,000-prompt × 8 request are refused without holding the loop:
     /health keeps answering while they are read and refused."""
