@@ -20,6 +20,7 @@ import importlib.util
 import inspect
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,6 +30,7 @@ from typing import Any, Callable, Generator, Iterator, Mapping, Optional, Sequen
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension
+from jinja2.filters import do_format as format_filter
 from jinja2.sandbox import MAX_RANGE, SandboxedEnvironment
 
 logger = logging.getLogger(__name__)
@@ -128,6 +130,28 @@ def _check_ints(budget: Optional[RenderBudget], args: Sequence[Any], kwargs: Map
             raise TemplateBudgetExceeded(f"the chat template passed {v}, past the size limit")
 
 
+_DIGITS = re.compile(r"\d+")
+
+
+def _check_format(budget: Optional[RenderBudget], fmt: Any) -> None:
+    """A format string's widths (`'%0999999999d'`, `'{:>999999999}'`) count like int arguments."""
+    if budget is not None and isinstance(fmt, str):
+        _check_ints(budget, [int(d) for d in _DIGITS.findall(fmt) if len(d) <= 20], {})
+        if any(len(d) > 20 for d in _DIGITS.findall(fmt)):
+            raise TemplateBudgetExceeded("the chat template formats with a width past the size limit")
+
+
+def _check_int_growth(budget: Optional[RenderBudget], operator: str, left: Any, right: Any) -> None:
+    """`x * x` and `x ** 64` on ever larger ints (a loop squaring a namespace value) cost time
+    without bound inside one C call: their result's size is bounded like a string's."""
+    if budget is None or not (isinstance(left, int) and isinstance(right, int)):
+        return
+    bits = abs(left).bit_length()
+    grown = bits * abs(right) if operator == "**" else bits + abs(right).bit_length()
+    if grown > 4 * budget.max_chars:
+        raise TemplateBudgetExceeded("the chat template computes a number past the size limit")
+
+
 class _CheckedRange:
     """`range` for templates: every step checks the deadline, so nested loops with empty bodies
     (which call nothing else the sandbox sees) still stop."""
@@ -157,7 +181,7 @@ class BoundedSandbox(SandboxedEnvironment):
     """The sandbox, plus the render budget checked at every call, attribute, item, `+`/`*`/`**`
     and filter: the points every loop body that does anything passes through."""
 
-    intercepted_binops = frozenset({"+", "*", "**"})
+    intercepted_binops = frozenset({"+", "*", "**", "%"})
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
         budget = _BUDGET.get()
@@ -165,6 +189,12 @@ class BoundedSandbox(SandboxedEnvironment):
         if __obj is not _CheckedRange:
             _check_ints(budget, args, kwargs)
         return _check_size(budget, super().call(__context, __obj, *args, **kwargs))
+
+    def wrap_str_format(self, value: Any) -> Optional[Callable[..., str]]:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is not None:
+            _check_format(_BUDGET.get(), value.__self__)
+        return wrapped
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         budget = _BUDGET.get()
@@ -186,8 +216,10 @@ class BoundedSandbox(SandboxedEnvironment):
                 seq = right if isinstance(left, int) else left
                 if isinstance(seq, (str, list, tuple)) and len(seq) * max(count, 0) > budget.max_chars:
                     raise TemplateBudgetExceeded("the chat template repeats a value past the size limit")
-            if operator == "**" and isinstance(right, int) and abs(right) > 64:
-                raise TemplateBudgetExceeded("the chat template raises to a power past the limit")
+            if operator == "%":
+                _check_format(budget, left)
+            if operator in ("*", "**"):
+                _check_int_growth(budget, operator, left, right)
         return _check_size(budget, super().call_binop(context, operator, left, right))
 
 
@@ -201,6 +233,8 @@ def _bounded_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
         budget = _BUDGET.get()
         _check_time(budget)
         _check_ints(budget, args[1:], kwargs)
+        if fn is format_filter:
+            _check_format(budget, args[0] if args else None)
         if own is None:
             return _check_size(budget, fn(*args, **kwargs))
         passed = {jinja2.utils._PassArg.context: context,

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from atom.config.schema import Config
-from atom.entrypoints.openai.chat_encoders import load_chat_encoder
+from atom.entrypoints.openai.chat_encoders import (JinjaChatEncoder, TemplateRenderError,
+                                                   load_chat_encoder, render_budget)
 from atom.entrypoints.openai.context import model_aliases, served_model_name
 from atom.entrypoints.openai.errors import public_reason
 from srv_process import API_KEY
@@ -94,6 +95,36 @@ def test_hostile_template_fails_its_request_alone(hostile_server, kwargs, says):
     assert took < 3.0, took
     assert max(latencies) < 0.5, latencies
     assert _chat(url, {}).status_code == 200
+
+
+HOSTILE = {
+    "nested loops": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "repeat": "{{ 'x' * 1000000000 }}",
+    "pad": "{{ 'x'.ljust(1000000000) }}",
+    "filter pad": "{{ 'x'|center(1000000000) }}",
+    "doubling": "{% set ns = namespace(s='a') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+                "{% endfor %}{{ ns.s }}",
+    "squaring": "{% set ns = namespace(x=10) %}{% for i in range(64) %}{% set ns.x = ns.x * ns.x %}"
+                "{% endfor %}{{ ns.x }}",
+    "power tower": "{% set ns = namespace(x=10) %}{% for i in range(9) %}{% set ns.x = ns.x ** 64 %}"
+                   "{% endfor %}{{ ns.x }}",
+    "% width": "{{ '%0999999999d' % 1 }}",
+    "format width": "{{ '{:>999999999}'.format('x') }}",
+    "format filter": "{{ '%0999999999d'|format(1) }}",
+    "recursion": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "output flood": "{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}",
+    "escape attempt": "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_template_is_bounded(name):
+    """Each is refused within its 1 s budget (+ slack) without allocating what it asks for."""
+    encoder = JinjaChatEncoder(HOSTILE[name])
+    t = time.perf_counter()
+    with pytest.raises(TemplateRenderError), render_budget(1.0, 100_000):
+        encoder.render(USER)
+    assert time.perf_counter() - t < 2.0
 
 
 def test_runaway_templates_in_parallel_leave_the_server_serving(hostile_server):
