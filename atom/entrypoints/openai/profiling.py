@@ -50,6 +50,7 @@ class ProfileControl:
         self.cfg = cfg
         self.client = client
         self._auto_stop: Optional[asyncio.TimerHandle] = None
+        self._stopping: Optional[asyncio.Future] = None
         self._lock = asyncio.Lock()
 
     async def start(self) -> Response:
@@ -61,10 +62,9 @@ class ProfileControl:
                               f"{cap} (server.profile_max_dir_bytes); remove old traces first",
                               None, "profiler_dir_full")
         await self._call("start_profile", _START_TIMEOUT_S)
-        self._cancel_auto_stop()
-        limit = self.cfg.server.profile_max_s
-        self._auto_stop = asyncio.get_running_loop().call_later(
-            limit, lambda: asyncio.ensure_future(self._stop_by_timer(limit)))
+        if self._auto_stop is None:  # a start while tracing must not push the deadline back
+            limit = self.cfg.server.profile_max_s
+            self._auto_stop = asyncio.get_running_loop().call_later(limit, self._spawn_stop, limit)
         return json_response({"status": "ok", "profiler_dir": trace_dir})
 
     async def stop(self) -> Response:
@@ -73,8 +73,11 @@ class ProfileControl:
         await self._call("stop_profile", stop_timeout(self.cfg))
         return json_response({"status": "ok", "profiler_dir": trace_dir})
 
-    async def _stop_by_timer(self, limit: float) -> None:
+    def _spawn_stop(self, limit: float) -> None:
         self._auto_stop = None
+        self._stopping = asyncio.ensure_future(self._stop_by_timer(limit))  # held: not GC'd
+
+    async def _stop_by_timer(self, limit: float) -> None:
         log.warning("profiler ran for %.0f s (server.profile_max_s): stopping it", limit)
         try:
             await self._call("stop_profile", stop_timeout(self.cfg))
