@@ -99,7 +99,7 @@ class MessagesMetadata(Struct):
 class MessagesRequest(Struct, kw_only=True, forbid_unknown_fields=True):
     model: Optional[str] = None
     max_tokens: PositiveInt
-    messages: list[MessageParam]
+    messages: Annotated[list[MessageParam], Meta(min_length=1)]
     system: Union[str, list[PlainTextBlock], None] = None
     tools: Optional[list[ToolParam]] = None
     tool_choice: Optional[ToolChoice] = None

@@ -226,9 +226,6 @@ class ServingMessages:
     async def create(self, req: MessagesRequest, request: Request, arrival: float) -> Response:
         ctx = self.ctx
         check_model(req.model, ctx.aliases, ctx.model_name)
-        if not req.messages:
-            raise bad_request("`messages` must not be empty", "messages",
-                              "missing_required_parameter")
         check_tools(req)
         chat = self._chat_request(req)
         if not ctx.client.alive:

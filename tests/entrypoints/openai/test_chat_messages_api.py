@@ -22,7 +22,8 @@ CALL_TEXT = ("<think>hmm</think>Checking.\n<tool_call>\n<function=get_weather>\n
 
 
 def _request(body: dict) -> MessagesRequest:
-    return msgspec.convert({"max_tokens": 10, "messages": [], **body}, MessagesRequest)
+    return msgspec.convert({"max_tokens": 10, "messages": [{"role": "user", "content": "x"}], **body},
+                           MessagesRequest)
 
 
 def test_thinking_disabled_reads_the_type_not_truthiness():
