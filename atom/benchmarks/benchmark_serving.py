@@ -60,8 +60,9 @@ async def get_request(
         yield request
 
 
-async def _post_control(session: aiohttp.ClientSession, url: str) -> None:
-    async with session.post(url) as resp:
+async def _post_control(session: aiohttp.ClientSession, url: str, api_key: Optional[str]) -> None:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None  # the server guards it
+    async with session.post(url, headers=headers) as resp:
         if resp.status != 200:
             raise RuntimeError(f"POST {url} -> HTTP {resp.status}: {(await resp.text())[:300]}")
 
@@ -112,12 +113,12 @@ async def benchmark(args: argparse.Namespace, requests: Sequence[SampleRequest],
             raise RuntimeError(f"Initial test run failed - check the server and arguments. Error: {test.error}")
         print("Initial test run completed. Starting main benchmark run...")
         if args.profile:
-            await _post_control(session, base_url + "/start_profile")
+            await _post_control(session, base_url + "/start_profile", args.api_key)
             print("Profiler started")
         mtp_before = await fetch_mtp_stats(session, base_url)
         outputs, duration = await _send_all(args, session, api_url, requests)
         if args.profile:
-            await _post_control(session, base_url + "/stop_profile")
+            await _post_control(session, base_url + "/stop_profile", args.api_key)
             print("Profiler stopped")
         mtp_after = await fetch_mtp_stats(session, base_url)
     return summarize(args, requests, outputs, duration, tokenizer, spec_decode_delta(mtp_before, mtp_after))

@@ -27,3 +27,8 @@ class ServerConfig:
     # Seconds the engine core may stay silent (no step, no idle heartbeat) before /health
     # reports it stalled with a 503; 0 = never. Above the longest step the model may take.
     core_silence_timeout_s: float = 60.0
+    max_prompt_chars_per_token: int = 16  # prompts longer than max_model_len × this many characters are refused (400) before tokenizing
+    chat_template_timeout_s: float = 10.0  # a chat-template render still running after this many seconds fails its request (400)
+    max_sequences_per_request: int = 1024  # prompts × n one request may ask for; more is a 400
+    profile_max_s: float = 60.0  # a started torch-profiler trace is stopped by the server after this many seconds
+    profile_max_dir_bytes: int = 1 << 30  # /start_profile is refused (507) while the trace directory holds this many bytes

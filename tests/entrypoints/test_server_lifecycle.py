@@ -7,10 +7,13 @@ import time
 import httpx
 import pytest
 
+from srv_process import API_KEY
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}  # ignored by servers started without a key
 
 
 def metric(base_url: str, name: str) -> float:
-    for line in httpx.get(base_url + "/metrics", timeout=10).text.splitlines():
+    for line in httpx.get(base_url + "/metrics", headers=AUTH, timeout=10).text.splitlines():
         if line.startswith(name + " ") or line.startswith(name + "{"):
             return float(line.rsplit(" ", 1)[1])
     raise KeyError(name)
@@ -59,7 +62,7 @@ def test_nonstream_disconnect_frees_blocks(server, auth):
 
 def test_metrics_exposed(server, auth):
     httpx.post(server.base_url + "/v1/completions", json={"prompt": "m", "max_tokens": 4}, headers=auth)
-    r = httpx.get(server.base_url + "/metrics")
+    r = httpx.get(server.base_url + "/metrics", headers=auth)
     assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     text = r.text
     for name in ("atom:num_requests_running", "atom:num_requests_waiting", "atom:kv_cache_usage_perc",
@@ -72,9 +75,9 @@ def test_metrics_exposed(server, auth):
 
 def test_profiling_writes_traces(server, auth, profiler_dir):
     url = server.base_url
-    assert httpx.post(url + "/start_profile", timeout=120).status_code == 200
+    assert httpx.post(url + "/start_profile", headers=auth, timeout=120).status_code == 200
     httpx.post(url + "/v1/completions", json={"prompt": "p", "max_tokens": 4}, headers=auth, timeout=30)
-    r = httpx.post(url + "/stop_profile", timeout=120)
+    r = httpx.post(url + "/stop_profile", headers=auth, timeout=120)
     assert r.status_code == 200, r.text
     traces = list((profiler_dir / "rank_0").glob("*.json.gz"))
     assert traces and traces[0].stat().st_size > 0

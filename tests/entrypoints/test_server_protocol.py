@@ -22,7 +22,8 @@ def test_health_models_and_openapi(server, auth):
     assert httpx.get(server.base_url + "/health").json() == {"status": "ok"}
     models = httpx.get(server.base_url + "/v1/models", headers=auth).json()
     assert models["object"] == "list" and models["data"][0]["id"] == "tiny_llama"
-    schema = httpx.get(server.base_url + "/schema/openapi.json").json()
+    assert httpx.get(server.base_url + "/schema/openapi.json").status_code == 401
+    schema = httpx.get(server.base_url + "/schema/openapi.json", headers=auth).json()
     assert "/v1/chat/completions" in schema["paths"] and "/v1/completions" in schema["paths"]
 
 

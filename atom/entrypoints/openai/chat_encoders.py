@@ -14,10 +14,14 @@ Probes, run once at startup:
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib.util
 import inspect
 import json
 import logging
+import re
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -26,7 +30,8 @@ from typing import Any, Callable, Generator, Iterator, Mapping, Optional, Sequen
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2.filters import do_format as format_filter
+from jinja2.sandbox import MAX_RANGE, SandboxedEnvironment
 
 logger = logging.getLogger(__name__)
 
@@ -75,16 +80,199 @@ class _GenerationTag(Extension):
         return nodes.Scope(body).set_lineno(lineno)
 
 
+@dataclass(frozen=True, slots=True)
+class RenderBudget:
+    """What one render may spend: a deadline (time.monotonic) and a size for any string or list
+    it builds, its output included. Set per request by the server (`render_budget`); a render
+    with none set (startup probes, offline use) is unbounded."""
+
+    deadline: float
+    max_chars: int
+
+
+_BUDGET: contextvars.ContextVar[Optional[RenderBudget]] = contextvars.ContextVar(
+    "atom_render_budget", default=None)
+
+
+@contextlib.contextmanager
+def render_budget(seconds: float, max_chars: int) -> Iterator[None]:
+    """Renders inside this block (and threads started with its context) obey the budget."""
+    token = _BUDGET.set(RenderBudget(time.monotonic() + seconds, max_chars))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+class TemplateBudgetExceeded(ValueError):
+    """A render ran past its deadline or built something larger than the prompt may be."""
+
+
+def _check_time(budget: Optional[RenderBudget]) -> None:
+    if budget is not None and time.monotonic() > budget.deadline:
+        raise TemplateBudgetExceeded("the chat template ran past its time limit")
+
+
+def _check_size(budget: Optional[RenderBudget], value: Any) -> Any:
+    if budget is not None and isinstance(value, (str, list, tuple)) and len(value) > budget.max_chars:
+        raise TemplateBudgetExceeded(f"the chat template built a value of {len(value)} items, "
+                                     f"more than the {budget.max_chars} a prompt may have")
+    return value
+
+
+def _check_ints(budget: Optional[RenderBudget], args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """A width or repeat count past the size limit (`x.ljust(10**9)`) is refused before the
+    allocation it would make."""
+    if budget is None:
+        return
+    for v in (*args, *kwargs.values()):
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > budget.max_chars:
+            raise TemplateBudgetExceeded(f"the chat template passed {v}, past the size limit")
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _check_format(budget: Optional[RenderBudget], fmt: Any) -> None:
+    """A format string's widths (`'%0999999999d'`, `'{:>999999999}'`) count like int arguments."""
+    if budget is not None and isinstance(fmt, str):
+        _check_ints(budget, [int(d) for d in _DIGITS.findall(fmt) if len(d) <= 20], {})
+        if any(len(d) > 20 for d in _DIGITS.findall(fmt)):
+            raise TemplateBudgetExceeded("the chat template formats with a width past the size limit")
+
+
+def _check_int_growth(budget: Optional[RenderBudget], operator: str, left: Any, right: Any) -> None:
+    """`x * x` and `x ** 64` on ever larger ints (a loop squaring a namespace value) cost time
+    without bound inside one C call: their result's size is bounded like a string's."""
+    if budget is None or not (isinstance(left, int) and isinstance(right, int)):
+        return
+    bits = abs(left).bit_length()
+    grown = bits * abs(right) if operator == "**" else bits + abs(right).bit_length()
+    if grown > 4 * budget.max_chars:
+        raise TemplateBudgetExceeded("the chat template computes a number past the size limit")
+
+
+class _CheckedRange:
+    """`range` for templates: every step checks the deadline, so nested loops with empty bodies
+    (which call nothing else the sandbox sees) still stop."""
+
+    def __init__(self, *args: int) -> None:
+        self._range = range(*args)
+        if len(self._range) > MAX_RANGE:
+            raise OverflowError(f"range of {len(self._range)} items is too large for a template")
+
+    def __iter__(self) -> Iterator[int]:
+        budget = _BUDGET.get()
+        for i in self._range:
+            _check_time(budget)
+            yield i
+
+    def __len__(self) -> int:
+        return len(self._range)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._range[i]
+
+    def __contains__(self, x: Any) -> bool:
+        return x in self._range
+
+
+class BoundedSandbox(SandboxedEnvironment):
+    """The sandbox, plus the render budget checked at every call, attribute, item, `+`/`*`/`**`
+    and filter: the points every loop body that does anything passes through."""
+
+    intercepted_binops = frozenset({"+", "*", "**", "%"})
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        budget = _BUDGET.get()
+        _check_time(budget)
+        if __obj is not _CheckedRange:
+            _check_ints(budget, args, kwargs)
+        return _check_size(budget, super().call(__context, __obj, *args, **kwargs))
+
+    def wrap_str_format(self, value: Any) -> Optional[Callable[..., str]]:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is not None:
+            _check_format(_BUDGET.get(), value.__self__)
+        return wrapped
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        budget = _BUDGET.get()
+        _check_time(budget)
+        return _check_size(budget, super().getattr(obj, attribute))
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        budget = _BUDGET.get()
+        _check_time(budget)
+        return _check_size(budget, super().getitem(obj, argument))
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        budget = _BUDGET.get()
+        _check_time(budget)
+        if budget is not None:
+            if operator == "*" and isinstance(left, int) != isinstance(right, int):
+                _check_ints(budget, (left, right), {})
+                count = left if isinstance(left, int) else right
+                seq = right if isinstance(left, int) else left
+                if isinstance(seq, (str, list, tuple)) and len(seq) * max(count, 0) > budget.max_chars:
+                    raise TemplateBudgetExceeded("the chat template repeats a value past the size limit")
+            if operator == "%":
+                _check_format(budget, left)
+            if operator in ("*", "**"):
+                _check_int_growth(budget, operator, left, right)
+        return _check_size(budget, super().call_binop(context, operator, left, right))
+
+
+def _bounded_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Marked pass_context even where `fn` is not: Jinja evaluates context-free filters on
+    constants while it compiles, outside any budget (`'x'|center(10**9)` at load time)."""
+    own = jinja2.utils._PassArg.from_obj(fn)
+
+    @jinja2.pass_context
+    def wrapped(context: Any, *args: Any, **kwargs: Any) -> Any:
+        budget = _BUDGET.get()
+        _check_time(budget)
+        _check_ints(budget, args[1:], kwargs)
+        if fn is format_filter:
+            _check_format(budget, args[0] if args else None)
+        if own is None:
+            return _check_size(budget, fn(*args, **kwargs))
+        passed = {jinja2.utils._PassArg.context: context,
+                  jinja2.utils._PassArg.eval_context: context.eval_ctx,
+                  jinja2.utils._PassArg.environment: context.environment}[own]
+        return _check_size(budget, fn(passed, *args, **kwargs))
+
+    return wrapped
+
+
 def make_environment() -> SandboxedEnvironment:
-    """Sandboxed (no attribute escapes); lists the template built may be appended to, which
-    Kimi-K2's template needs."""
-    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[_GenerationTag, "jinja2.ext.loopcontrols"])
+    """Sandboxed (no attribute escapes) and bounded by the render budget; lists the template
+    built may be appended to, which Kimi-K2's template needs."""
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True,
+                         extensions=[_GenerationTag, "jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
     env.filters["from_json"] = _from_json
+    env.filters = {name: _bounded_filter(fn) for name, fn in env.filters.items()}
+    env.globals["range"] = _CheckedRange
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env
+
+
+def render_bounded(template: jinja2.Template, context: Mapping[str, Any]) -> str:
+    """The template's output, chunk by chunk, so the budget also caps what it writes."""
+    budget = _BUDGET.get()
+    out: list[str] = []
+    size = 0
+    for chunk in template.generate(**context):
+        size += len(chunk)
+        if budget is not None:
+            _check_time(budget)
+            if size > budget.max_chars:
+                raise TemplateBudgetExceeded(f"the chat template wrote more than the "
+                                             f"{budget.max_chars} characters a prompt may have")
+        out.append(chunk)
+    return "".join(out)
 
 
 # --- encoders ----------------------------------------------------------------------------------
@@ -112,9 +300,19 @@ class JinjaChatEncoder(ChatEncoder):
         if tools:
             context["tools"] = list(tools)
         try:
-            return self._template.render(**context)
-        except jinja2.exceptions.TemplateError as exc:
-            raise TemplateRenderError(str(exc)) from exc
+            return render_bounded(self._template, context)
+        except TemplateRenderError:
+            raise
+        except Exception as exc:  # the template is code: whatever it raises is this request's failure
+            raise TemplateRenderError(_render_failure(exc)) from exc
+
+
+def _render_failure(exc: Exception) -> str:
+    if isinstance(exc, (jinja2.exceptions.TemplateError, TemplateBudgetExceeded)):
+        return str(exc)
+    if isinstance(exc, RecursionError):
+        return "RecursionError: the conversation is nested too deeply for the template"
+    return f"{type(exc).__name__}: {exc}"
 
 
 class PythonChatEncoder(ChatEncoder):
@@ -139,8 +337,8 @@ class PythonChatEncoder(ChatEncoder):
         passed = {k: v for k, v in offered.items() if self._takes_any or k in self._accepts}
         try:
             out = self._fn(normalize_messages(messages), **passed)
-        except (TypeError, ValueError, KeyError) as exc:
-            raise TemplateRenderError(f"{type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - the encoder is code the server did not write
+            raise TemplateRenderError(_render_failure(exc)) from exc
         if not isinstance(out, str):
             raise TemplateRenderError("the encoder returned no text")
         return out

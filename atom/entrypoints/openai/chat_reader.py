@@ -1,8 +1,8 @@
 """The seam between generated text and chat deltas: a per-request "text → events" stage.
 
 The chat handler feeds every text delta of one choice through a `ChatTextReader` and sends what it
-returns. The default passes content through untouched; the reasoning split and the tool-call reader
-plug in by supplying a `ChatReaderFactory` to `create_app`. Non-streaming responses run the same
+returns; the default (tool_parser/chat_io.py) splits reasoning and reads tool calls, and
+`create_app` takes another `ChatReaderFactory`. Non-streaming responses run the same
 reader over the whole text (one `feed`, then `finish`), so both delivery modes share one reading.
 """
 from __future__ import annotations
@@ -26,22 +26,6 @@ class ChatTextReader(Protocol):
 
 
 ChatReaderFactory = Callable[[ChatCompletionRequest], ChatTextReader]
-
-
-class PassthroughReader:
-    """Everything is content, released as it arrives."""
-
-    finish_reason: Optional[str] = None
-
-    def feed(self, text: str) -> Optional[DeltaMessage]:
-        return DeltaMessage(content=text) if text else None
-
-    def finish(self) -> Optional[DeltaMessage]:
-        return None
-
-
-def passthrough_factory(_: ChatCompletionRequest) -> ChatTextReader:
-    return PassthroughReader()
 
 
 def merge_deltas(a: Optional[DeltaMessage], b: Optional[DeltaMessage]) -> Optional[DeltaMessage]:

@@ -1,12 +1,13 @@
-"""Chat messages → prompt token ids through the model's chat template (the default renderer).
+"""What every chat renderer shares: its signature, the roles, messages as template dicts, and
+the plain ChatML template for tokenizers that ship none.
 
-Replaceable: `create_app(..., chat_renderer=...)` takes any callable with this signature, which is
-where the model-specific encoders plug in. Template failures are the client's input failing the
-template's own rules (roles out of order, say), so they are 400s, never 500s.
+A renderer (`create_app(..., chat_renderer=...)`; by default tool_parser/chat_io.py's, over
+chat_encoders.py's bounded sandbox) is any callable with this signature; prompt_input.py runs it
+off the event loop and turns whatever it raises into a 400.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from atom.entrypoints.openai.errors import bad_request
 from atom.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
@@ -40,34 +41,3 @@ def message_dict(i: int, m: ChatMessage) -> dict[str, Any]:
         if value is not None:
             d[key] = value
     return d
-
-
-class TemplateChatRenderer:
-    def __init__(self, tokenizer: Any, template: Optional[str] = None) -> None:
-        self._tok = tokenizer
-        has_own = bool(getattr(tokenizer, "chat_template", None))
-        self._template = template if template is not None else (None if has_own else FALLBACK_TEMPLATE)
-        self._jinja: Any = None
-        if not hasattr(tokenizer, "apply_chat_template"):  # e.g. the byte-level stand-in
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-            self._jinja = ImmutableSandboxedEnvironment().from_string(self._template or FALLBACK_TEMPLATE)
-
-    def _text(self, conversation: list[dict[str, Any]], req: ChatCompletionRequest,
-              kwargs: dict[str, Any]) -> str:
-        if self._jinja is not None:
-            return self._jinja.render(messages=conversation, tools=req.tools,
-                                      add_generation_prompt=req.add_generation_prompt, **kwargs)
-        return self._tok.apply_chat_template(
-            conversation, tools=req.tools, add_generation_prompt=req.add_generation_prompt,
-            tokenize=False, chat_template=self._template, **kwargs)
-
-    def __call__(self, req: ChatCompletionRequest, messages: list[ChatMessage]) -> list[int]:
-        conversation = [message_dict(i, m) for i, m in enumerate(messages)]
-        kwargs = dict(req.chat_template_kwargs or {})
-        try:
-            text = self._text(conversation, req, kwargs)
-        except Exception as exc:  # jinja raise_exception / TemplateError / TypeError on bad input
-            raise bad_request(f"the chat template rejected these messages: {exc}", "messages",
-                              "invalid_messages") from exc
-        return list(self._tok.encode(text, add_special_tokens=False))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import PurePath
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -15,8 +16,10 @@ from atom.entrypoints.openai.streaming_dispatch import SilenceWatchdog, StreamBa
 
 
 def served_model_name(cfg: Config) -> str:
+    """A model given by path is served under its last path component: a client may still send
+    the full path (`model_aliases`), but no response shows the server's directory layout."""
     m = cfg.model
-    return m.served_model_name or m.path or m.name
+    return m.served_model_name or (PurePath(m.path).name if m.path else m.name)
 
 
 def model_aliases(cfg: Config) -> tuple[str, ...]:

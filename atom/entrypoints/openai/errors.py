@@ -10,8 +10,9 @@ import re
 from typing import Optional
 
 from litestar import Request, Response
-from litestar.exceptions import HTTPException, ValidationException
+from litestar.exceptions import HTTPException
 
+from atom.entrypoints.openai.messages_protocol import AnthropicErrorInfo, AnthropicErrorResponse
 from atom.entrypoints.openai.protocol import ErrorInfo, ErrorResponse
 from atom.entrypoints.openai.sse import encode_json
 from atom.model_engine.engine_client import EngineError, RequestFailed
@@ -21,7 +22,6 @@ log = logging.getLogger("atom.server")
 _STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                  405: "invalid_request_error", 413: "invalid_request_error",
                  503: "service_unavailable_error"}
-_UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
 
 
 class OpenAIError(Exception):
@@ -37,24 +37,42 @@ class OpenAIError(Exception):
         self.type = type_ or _STATUS_TYPES.get(status, "server_error")
 
     def body(self) -> ErrorResponse:
-        return ErrorResponse(ErrorInfo(self.message, self.type, self.param, self.code))
+        return ErrorResponse(ErrorInfo(without_paths(self.message), self.type, self.param, self.code))
 
 
 def bad_request(message: str, param: Optional[str] = None, code: Optional[str] = None) -> OpenAIError:
     return OpenAIError(400, message, param, code)
 
 
-def engine_unavailable(message: str = "the engine core is not running") -> OpenAIError:
-    return OpenAIError(503, message, code="engine_dead")
+_ABS_PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)")
+
+
+def without_paths(text: str) -> str:
+    """Absolute paths cut to their last part: no error body shows the server's file layout."""
+    return _ABS_PATH.sub(r"\1", text)
+
+
+def public_reason(reason: Optional[str]) -> str:
+    """A failure's first line (a traceback's exception line), without paths: what /health and
+    error bodies may show anyone (the server's log has the traceback)."""
+    lines = [line.strip() for line in (reason or "").splitlines() if line.strip()]
+    if not lines:
+        return "the engine core is not running"
+    return without_paths(lines[-1] if lines[0].startswith("Traceback") else lines[0])
+
+
+def engine_unavailable(reason: Optional[str] = None) -> OpenAIError:
+    return OpenAIError(503, public_reason(reason), code="engine_dead")
 
 
 def engine_error(exc: EngineError) -> OpenAIError:
     """A request the engine could not finish: 400 when the core refused its input, 500 when it
     alone failed in a step, 503 when the core is gone."""
+    reason = public_reason(str(exc))
     if isinstance(exc, RequestFailed) and exc.rejected:
-        return bad_request(str(exc), None, "rejected_by_engine")
+        return bad_request(reason, None, "rejected_by_engine")
     if isinstance(exc, RequestFailed):
-        return OpenAIError(500, f"the engine failed this request: {exc}", code="request_failed")
+        return OpenAIError(500, f"the engine failed this request: {reason}", code="request_failed")
     return engine_unavailable(str(exc))
 
 
@@ -62,37 +80,37 @@ def error_response(err: OpenAIError) -> Response:
     return Response(encode_json(err.body()), status_code=err.status, media_type="application/json")
 
 
-def _from_validation(exc: ValidationException) -> OpenAIError:
-    extra = exc.extra if isinstance(exc.extra, list) else []
-    first = extra[0] if extra and isinstance(extra[0], dict) else {}
-    message = str(first.get("message") or exc.detail)
-    key = first.get("key")
-    unknown = _UNKNOWN_FIELD.search(message)
-    if unknown:
-        return bad_request(f"Unrecognized request argument supplied: {unknown.group(1)}",
-                           unknown.group(1), "unknown_parameter")
-    if key in (None, "data") and message in ("'data'", "data"):
-        return bad_request("request body is empty; expected a JSON object", None, "invalid_body")
-    param = None if key in (None, "data") else str(key)
-    text = f"{message} - at `{param}`" if param else message
-    return bad_request(text, param, "invalid_value" if ">=" in message or "<=" in message
-                       or ">" in message or "<" in message else "invalid_type")
-
-
-def handle_openai_error(_: Request, exc: OpenAIError) -> Response:
-    return error_response(exc)
-
-
-def handle_http_exception(_: Request, exc: HTTPException) -> Response:
-    if isinstance(exc, ValidationException):
-        return error_response(_from_validation(exc))
-    status = exc.status_code
-    if status == 400:
-        return error_response(bad_request(str(exc.detail), None, "invalid_json"))
-    return error_response(OpenAIError(status, str(exc.detail)))
-
-
-def handle_unexpected(request: Request, exc: Exception) -> Response:
-    """Last resort: log the bug with its traceback, still answer in the OpenAI shape."""
+def as_openai_error(request: Request, exc: Exception) -> OpenAIError:
+    """Any exception as the error it answers with; one not raised on purpose is a logged bug."""
+    if isinstance(exc, OpenAIError):
+        return exc
+    if isinstance(exc, HTTPException):
+        if exc.status_code == 400:
+            return bad_request(str(exc.detail), None, "invalid_json")
+        return OpenAIError(exc.status_code, str(exc.detail))
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(OpenAIError(500, f"internal error: {type(exc).__name__}", type_="server_error"))
+    return OpenAIError(500, f"internal error: {type(exc).__name__}", type_="server_error")
+
+
+def handle_error(request: Request, exc: Exception) -> Response:
+    return error_response(as_openai_error(request, exc))
+
+
+# Anthropic's error types by status; its SDKs show `error.message` and branch on the status.
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
+                    413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def anthropic_body(err: OpenAIError) -> AnthropicErrorResponse:
+    """Anthropic names the field as a prefix of the message (`messages.0.content: ...`)."""
+    kind = _ANTHROPIC_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
+    message = f"{err.param}: {err.message}" if err.param else err.message
+    return AnthropicErrorResponse(AnthropicErrorInfo(kind, without_paths(message)))
+
+
+def handle_anthropic_error(request: Request, exc: Exception) -> Response:
+    """/v1/messages answers every failure in Anthropic's shape."""
+    err = as_openai_error(request, exc)
+    return Response(encode_json(anthropic_body(err)), status_code=err.status,
+                    media_type="application/json")

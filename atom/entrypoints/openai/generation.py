@@ -47,20 +47,26 @@ class Generation:
         self.states = [ChoiceState(len(p)) for p, _ in choices]
         self._collector = StreamOutputCollector(asyncio.get_running_loop())
         self._engine_ids = [f"{request_id}-{i}" for i in range(len(choices))]
-        self._started = False
+        self._submitted = 0  # choices registered (and perhaps half-added) so far
         self._counted = False
 
     def start(self) -> None:
+        """Submit every choice. Whatever fails part-way (a dead core, a message that does not
+        encode) releases what was already registered — collector routes and the output
+        processor's per-request state included — before the error goes on."""
         dispatcher = self.ctx.dispatcher
         assert dispatcher is not None, "the app is not started"
         try:
             for i, (prompt, params) in enumerate(self._choices):
                 dispatcher.register(self._engine_ids[i], self._collector, i)
+                self._submitted = i + 1
                 self.ctx.client.add_request(self._engine_ids[i], prompt, params, self.arrival)
-                self._started = True
         except EngineCoreDead as exc:
             self.close()
             raise engine_unavailable(str(exc)) from exc
+        except BaseException:
+            self.close()
+            raise
         self.ctx.metrics.request_started()
         self._counted = True
 
@@ -89,14 +95,15 @@ class Generation:
 
     def close(self) -> None:
         dispatcher = self.ctx.dispatcher
-        live = [eid for eid, st in zip(self._engine_ids, self.states) if not st.finished]
+        live = [eid for eid, st in zip(self._engine_ids[:self._submitted], self.states)
+                if not st.finished]
         if dispatcher is not None:
             for eid in live:
                 dispatcher.unregister(eid)
-        if self._started and live:
+        if live:
             self.ctx.client.abort(live)
             self.ctx.metrics.request_aborted(len(live))
-        self._started = False
+        self._submitted = 0
         if self._counted:
             self._counted = False
             self.ctx.metrics.request_done()

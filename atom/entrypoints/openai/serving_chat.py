@@ -22,8 +22,9 @@ from atom.entrypoints.openai.protocol import (ChatChoice, ChatChunkChoice, ChatC
 from atom.entrypoints.openai.serving_completion import SSE_HEADERS, error_frame, json_response
 from atom.entrypoints.openai.sse import DONE_FRAME, data_frame
 from atom.entrypoints.openai.streaming_dispatch import client_stream
-from atom.entrypoints.openai.validation import (check_model, fit_max_tokens, refuse_unimplemented,
-                                                sampling_params)
+from atom.entrypoints.openai.prompt_input import check_fan_out, render_chat
+from atom.entrypoints.openai.validation import (check_chat_fields, check_model, fit_max_tokens,
+                                                refuse_unimplemented, sampling_params)
 from atom.model_engine.engine_client import EngineError
 from atom.model_engine.messages import TokenLogprob
 
@@ -50,9 +51,11 @@ class OpenAIServingChat:
             raise bad_request("`messages` is required and must not be empty", "messages",
                               "missing_required_parameter")
         top = self._top_logprobs(req)
+        check_chat_fields(req)
+        check_fan_out(1, req.n, ctx)
         if not ctx.client.alive:
             raise engine_unavailable()
-        prompt = self.render(req, messages)
+        prompt = await render_chat(ctx, self.render, req, messages)
         max_tokens = fit_max_tokens(req, len(prompt), ctx.max_model_len)
         choices = [(prompt, sampling_params(req, max_tokens, top, j)) for j in range(req.n)]
         readers = [self.reader_factory(req) for _ in range(req.n)]

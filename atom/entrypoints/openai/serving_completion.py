@@ -9,6 +9,7 @@ from litestar.response import Stream
 from atom.entrypoints.openai.context import ServerContext
 from atom.entrypoints.openai.errors import bad_request, engine_error, engine_unavailable
 from atom.entrypoints.openai.generation import Generation, complete_or_abort
+from atom.entrypoints.openai.prompt_input import check_fan_out, encode_texts
 from atom.entrypoints.openai.protocol import (CompletionChoice, CompletionLogprobs, CompletionRequest,
                                               CompletionResponse)
 from atom.entrypoints.openai.sse import DONE_FRAME, data_frame, encode_json
@@ -34,15 +35,16 @@ class OpenAIServingCompletion:
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
 
-    def _prompts(self, req: CompletionRequest) -> list[list[int]]:
+    async def _prompts(self, req: CompletionRequest) -> list[list[int]]:
         p = req.prompt
         if p is None or p == "" or p == []:
             raise bad_request("`prompt` is required", "prompt", "missing_required_parameter")
-        tok = self.ctx.tokenizer
+        count = 1 if isinstance(p, str) or all(isinstance(x, int) for x in p) else len(p)
+        check_fan_out(count, req.n, self.ctx)
         if isinstance(p, str):
-            return [list(tok.encode(p, add_special_tokens=True))]
+            return await encode_texts(self.ctx, [p])
         if all(isinstance(x, str) for x in p):
-            return [list(tok.encode(x, add_special_tokens=True)) for x in p]  # type: ignore[arg-type]
+            return await encode_texts(self.ctx, p)  # type: ignore[arg-type]
         if all(isinstance(x, int) for x in p):
             batches: list[list[int]] = [p]  # type: ignore[list-item]
         elif all(isinstance(x, list) for x in p):
@@ -50,7 +52,7 @@ class OpenAIServingCompletion:
         else:
             raise bad_request("`prompt` must be a string, a list of strings, a list of token ids or "
                               "a list of token-id lists, not a mix", "prompt", "invalid_type")
-        vocab = len(tok)
+        vocab = len(self.ctx.tokenizer)
         for ids in batches:
             if not ids or any(not 0 <= t < vocab for t in ids):
                 raise bad_request(f"token ids in `prompt` must be in [0, {vocab})", "prompt", "invalid_value")
@@ -73,7 +75,7 @@ class OpenAIServingCompletion:
                               "echo", "unsupported_parameter")
         if not ctx.client.alive:
             raise engine_unavailable()
-        prompts = self._prompts(req)
+        prompts = await self._prompts(req)
         choices = []
         for ids in prompts:
             max_tokens = fit_max_tokens(req, len(ids), ctx.max_model_len)

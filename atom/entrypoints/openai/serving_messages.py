@@ -17,13 +17,18 @@ import json
 from typing import Any, AsyncIterator, Optional, Union
 
 from litestar import Request, Response, post
-from litestar.params import JSONBody
 from litestar.response import Stream
-from msgspec import Struct
 
-from atom.entrypoints.openai.errors import bad_request, engine_error, engine_unavailable
+from atom.entrypoints.openai.errors import (bad_request, engine_error, engine_unavailable,
+                                            handle_anthropic_error)
 from atom.entrypoints.openai.generation import Generation, complete_or_abort
+from atom.entrypoints.openai.messages_protocol import (
+    ContentBlock, MessagesRequest, PlainTextBlock, TextBlock, ThinkingBlock, ThinkingDisabled,
+    ThinkingEnabled, ToolChoice, ToolChoiceAny, ToolChoiceNone, ToolChoiceTool, ToolParam,
+    ToolResultBlock, ToolUseBlock)
+from atom.entrypoints.openai.prompt_input import render_chat
 from atom.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
+from atom.entrypoints.openai.request_body import decode_body
 from atom.entrypoints.openai.serving_completion import SSE_HEADERS, json_response
 from atom.entrypoints.openai.sse import event_frame
 from atom.entrypoints.openai.streaming_dispatch import client_stream
@@ -36,28 +41,12 @@ from atom.model_engine.engine_client import EngineError
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "abort": "end_turn"}
 
 
-class MessagesRequest(Struct, kw_only=True):
-    model: Optional[str] = None
-    max_tokens: int
-    messages: list[dict[str, Any]]
-    system: Union[str, list[dict[str, Any]], None] = None
-    tools: Optional[list[dict[str, Any]]] = None
-    tool_choice: Optional[dict[str, Any]] = None
-    thinking: Optional[dict[str, Any]] = None
-    stream: bool = False
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    stop_sequences: Optional[list[str]] = None
-    metadata: Optional[dict[str, Any]] = None
-
-
 # --- request translation -----------------------------------------------------------------------
 
-def _text_of(content: Any) -> str:
+def _text_of(content: Union[str, list[PlainTextBlock], None]) -> str:
     if isinstance(content, str):
         return content
-    return "".join(b.get("text", "") for b in content or () if b.get("type") == "text")
+    return "".join(b.text for b in content or ())
 
 
 def chat_messages(req: MessagesRequest) -> list[ChatMessage]:
@@ -66,57 +55,77 @@ def chat_messages(req: MessagesRequest) -> list[ChatMessage]:
     out: list[ChatMessage] = []
     if req.system:
         out.append(ChatMessage("system", _text_of(req.system)))
-    for i, m in enumerate(req.messages):
-        role, content = m.get("role"), m.get("content")
-        if role not in ("user", "assistant"):
-            raise bad_request(f"role must be user or assistant, not {role!r}",
-                              f"messages[{i}].role", "invalid_value")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
-        if role == "user":
+    for m in req.messages:
+        blocks = [TextBlock(m.content)] if isinstance(m.content, str) else m.content
+        if m.role == "user":
             out.extend(_user_turn(blocks))
         else:
             out.append(_assistant_turn(blocks))
     return out
 
 
-def _user_turn(blocks: list[dict[str, Any]]) -> list[ChatMessage]:
+def _user_turn(blocks: list[ContentBlock]) -> list[ChatMessage]:
     turn: list[ChatMessage] = []
     text = []
     for b in blocks:
-        if b.get("type") == "tool_result":
-            turn.append(ChatMessage("tool", _text_of(b.get("content")),
-                                    tool_call_id=b.get("tool_use_id")))
-        elif b.get("type") == "text":
-            text.append(b.get("text", ""))
+        if isinstance(b, ToolResultBlock):
+            turn.append(ChatMessage("tool", _text_of(b.content), tool_call_id=b.tool_use_id))
+        elif isinstance(b, TextBlock):
+            text.append(b.text)
     if text or not turn:
         turn.append(ChatMessage("user", "".join(text)))
     return turn
 
 
-def _assistant_turn(blocks: list[dict[str, Any]]) -> ChatMessage:
-    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
-    thinking = "".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking")
-    calls = [{"id": b.get("id"), "type": "function",
-              "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input") or {})}}
-             for b in blocks if b.get("type") == "tool_use"]
+def _assistant_turn(blocks: list[ContentBlock]) -> ChatMessage:
+    text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
+    thinking = "".join(b.thinking for b in blocks if isinstance(b, ThinkingBlock))
+    calls = [{"id": b.id, "type": "function",
+              "function": {"name": b.name, "arguments": json.dumps(b.input)}}
+             for b in blocks if isinstance(b, ToolUseBlock)]
     return ChatMessage("assistant", text, tool_calls=calls or None,
                        reasoning_content=thinking or None)
 
 
-def openai_tools(tools: Optional[list[dict[str, Any]]]) -> Optional[list[dict[str, Any]]]:
+def openai_tools(tools: Optional[list[ToolParam]]) -> Optional[list[dict[str, Any]]]:
     if not tools:
         return None
     return [{"type": "function", "function": {
-        "name": t.get("name"), "description": t.get("description", ""),
-        "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}}
+        "name": t.name, "description": t.description or "",
+        "parameters": t.input_schema or {"type": "object", "properties": {}}}}
         for t in tools]
 
 
-def thinking_disabled(thinking: Optional[dict[str, Any]]) -> Optional[bool]:
-    """{"type": "disabled"} is a non-empty object: read the type, never the truthiness."""
+def openai_tool_choice(choice: Optional[ToolChoice]) -> Union[str, dict[str, Any], None]:
+    if choice is None:
+        return None
+    if isinstance(choice, ToolChoiceTool):
+        return {"type": "function", "function": {"name": choice.name}}
+    return {ToolChoiceAny: "required", ToolChoiceNone: "none"}.get(type(choice), "auto")
+
+
+def check_tools(req: MessagesRequest) -> None:
+    """Schemas must be JSON Schema objects and a named tool_choice must name a declared tool."""
+    names = set()
+    for i, t in enumerate(req.tools or []):
+        if t.input_schema.get("type", "object") != "object":
+            raise bad_request("`input_schema` must be a JSON Schema object "
+                              "(`{\"type\": \"object\", ...}`)", f"tools[{i}].input_schema",
+                              "invalid_value")
+        names.add(t.name)
+    choice = req.tool_choice
+    if isinstance(choice, ToolChoiceTool) and choice.name not in names:
+        raise bad_request(f"`tool_choice` names `{choice.name}`, which is not among the declared "
+                          "tools", "tool_choice.name", "invalid_value")
+    if isinstance(choice, ToolChoiceAny) and not names:
+        raise bad_request("`tool_choice: any` needs `tools`", "tool_choice", "invalid_value")
+
+
+def thinking_disabled(thinking: Union[ThinkingEnabled, ThinkingDisabled, None]) -> Optional[bool]:
+    """None when the client said nothing: the model's default stands."""
     if thinking is None:
         return None
-    return thinking.get("type") == "disabled"
+    return isinstance(thinking, ThinkingDisabled)
 
 
 # --- response assembly -------------------------------------------------------------------------
@@ -214,28 +223,20 @@ class ServingMessages:
         switch = self.io.formats.thinking_switch
         if off is not None and switch is not None:
             kwargs.update(switch.kwargs(not off))
-        choice = req.tool_choice
-        tool_choice: Any = None
-        if choice is not None:
-            kind = choice.get("type")
-            tool_choice = {"tool": {"type": "function", "function": {"name": choice.get("name")}},
-                           "any": "required"}.get(kind, kind)
         return ChatCompletionRequest(
             model=req.model, max_tokens=req.max_tokens, temperature=req.temperature,
             top_p=req.top_p, top_k=req.top_k, stop=req.stop_sequences, stream=req.stream,
-            messages=chat_messages(req), tools=openai_tools(req.tools), tool_choice=tool_choice,
-            chat_template_kwargs=kwargs or None)
+            messages=chat_messages(req), tools=openai_tools(req.tools),
+            tool_choice=openai_tool_choice(req.tool_choice), chat_template_kwargs=kwargs or None)
 
     async def create(self, req: MessagesRequest, request: Request, arrival: float) -> Response:
         ctx = self.ctx
         check_model(req.model, ctx.aliases, ctx.model_name)
-        if not req.messages:
-            raise bad_request("`messages` must not be empty", "messages",
-                              "missing_required_parameter")
+        check_tools(req)
         chat = self._chat_request(req)
         if not ctx.client.alive:
             raise engine_unavailable()
-        prompt = self.io.render(chat, chat.messages or [])
+        prompt = await render_chat(ctx, self.io.render, chat, chat.messages or [])
         max_tokens = fit_max_tokens(chat, len(prompt), ctx.max_model_len)
         reader = self.io.response_reader(chat)
         withhold = thinking_disabled(req.thinking) is True and \
@@ -307,9 +308,11 @@ def messages_handler(ctx: Any, chat_io: ChatIO):
 
     serving = ServingMessages(ctx, chat_io)
 
-    @post("/messages", status_code=200, summary="Anthropic Messages API")
-    async def messages(data: JSONBody[MessagesRequest], request: Request) -> Response:
-        return await serving.create(data, request, time.perf_counter())
+    @post("/messages", status_code=200, exception_handlers={Exception: handle_anthropic_error})
+    async def messages(request: Request) -> Response:
+        arrival = time.perf_counter()
+        return await serving.create(decode_body(await request.body(), MessagesRequest), request,
+                                    arrival)
 
     return messages
 

@@ -47,6 +47,58 @@ def refuse_unimplemented(req: AnyRequest) -> None:
         raise bad_request("`stream_options` is only allowed when `stream` is true", "stream_options")
 
 
+# Arguments the renderers pass themselves (and Hugging Face's apply_chat_template takes): a
+# `chat_template_kwargs` that repeats one would collide with it.
+RESERVED_TEMPLATE_KWARGS = frozenset({
+    "messages", "conversation", "tools", "documents", "add_generation_prompt", "tokenize",
+    "chat_template", "continue_final_message", "return_dict", "return_tensors", "padding",
+    "truncation", "max_length", "tokenizer_kwargs", "return_assistant_tokens_mask"})
+
+
+def check_chat_fields(req: ChatCompletionRequest) -> None:
+    """Tools, tool_choice and template kwargs: shapes the template and the tool reader rely on."""
+    for key in req.chat_template_kwargs or {}:
+        if key in RESERVED_TEMPLATE_KWARGS:
+            raise bad_request(f"`chat_template_kwargs` may not set `{key}`: the server passes it "
+                              "from the request itself", f"chat_template_kwargs.{key}",
+                              "invalid_value")
+    names = [_tool_name(i, t) for i, t in enumerate(req.tools or [])]
+    choice = req.tool_choice
+    if choice is None:
+        return
+    if isinstance(choice, str):
+        if choice == "required" and not names:
+            raise bad_request("`tool_choice: required` needs `tools`", "tool_choice", "invalid_value")
+        return
+    fn = choice.get("function")
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if choice.get("type") != "function" or not isinstance(name, str):
+        raise bad_request('`tool_choice` as an object must be {"type": "function", "function": '
+                          '{"name": ...}}', "tool_choice", "invalid_value")
+    if name not in names:
+        raise bad_request(f"`tool_choice` names `{name}`, which is not among the declared tools",
+                          "tool_choice.function.name", "invalid_value")
+
+
+def _tool_name(i: int, tool: dict[str, Any]) -> str:
+    where = f"tools[{i}]"
+    if tool.get("type", "function") != "function":
+        raise bad_request(f"only function tools are supported, not {tool.get('type')!r}",
+                          f"{where}.type", "invalid_value")
+    fn = tool.get("function")
+    if not isinstance(fn, dict):
+        raise bad_request("a tool needs a `function` object", f"{where}.function", "invalid_type")
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise bad_request("a tool's function needs a non-empty string `name`",
+                          f"{where}.function.name", "invalid_type")
+    params = fn.get("parameters")
+    if params is not None and not (isinstance(params, dict) and params.get("type", "object") == "object"):
+        raise bad_request("`parameters` must be a JSON Schema object (`{\"type\": \"object\", ...}`)",
+                          f"{where}.function.parameters", "invalid_value")
+    return name
+
+
 def stop_list(stop: Union[str, list[str], None]) -> Optional[list[str]]:
     if stop is None:
         return None

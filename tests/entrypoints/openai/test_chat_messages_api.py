@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import msgspec
+
 from atom.entrypoints.openai.chat_reader import merge_deltas
 from atom.entrypoints.openai.reasoning import ReasoningChannel
 from atom.entrypoints.openai.reasoning_dialects import THINK
@@ -19,27 +21,34 @@ CALL_TEXT = ("<think>hmm</think>Checking.\n<tool_call>\n<function=get_weather>\n
              "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>")
 
 
+def _request(body: dict) -> MessagesRequest:
+    return msgspec.convert({"max_tokens": 10, "messages": [{"role": "user", "content": "x"}], **body},
+                           MessagesRequest)
+
+
 def test_thinking_disabled_reads_the_type_not_truthiness():
-    assert thinking_disabled({"type": "disabled"}) is True
-    assert thinking_disabled({"type": "enabled", "budget_tokens": 1024}) is False
+    assert thinking_disabled(_request({"thinking": {"type": "disabled"}}).thinking) is True
+    assert thinking_disabled(_request({"thinking": {"type": "enabled", "budget_tokens": 1024}}
+                                      ).thinking) is False
     assert thinking_disabled(None) is None
 
 
 def test_anthropic_turns_become_template_messages():
-    req = MessagesRequest(max_tokens=10, system=[{"type": "text", "text": "Be brief."}], messages=[
+    req = _request({"system": [{"type": "text", "text": "Be brief."}], "messages": [
         {"role": "user", "content": "Weather?"},
         {"role": "assistant", "content": [
             {"type": "thinking", "thinking": "use the tool", "signature": ""},
             {"type": "text", "text": "Checking."},
             {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
         {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny"}]}])
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny"}]}]})
     msgs = chat_messages(req)
     assert [m.role for m in msgs] == ["system", "user", "assistant", "tool"]
     assert msgs[2].reasoning_content == "use the tool" and msgs[2].content == "Checking."
     assert json.loads(msgs[2].tool_calls[0]["function"]["arguments"]) == {"city": "Paris"}
     assert msgs[3].tool_call_id == "toolu_1" and msgs[3].content == "Sunny"
-    tools = openai_tools([{"name": "get_weather", "input_schema": {"type": "object"}}])
+    tools = openai_tools(_request({"tools": [{"name": "get_weather",
+                                              "input_schema": {"type": "object"}}]}).tools)
     assert tools[0]["function"]["parameters"] == {"type": "object"}
 
 
