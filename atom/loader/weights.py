@@ -37,9 +37,10 @@ def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tens
     params = dict(model.named_parameters())
     mapping = getattr(model, "packed_modules_mapping", {})
     tied = bool(getattr(getattr(model, "hf_config", None), "tie_word_embeddings", False))
+    skip = getattr(model, "skip_weight", None)  # tensors a model knows it does not use
     loaded: set[str] = set()
     for name, tensor in tensors:
-        if "rotary_emb.inv_freq" in name:
+        if "rotary_emb.inv_freq" in name or (skip is not None and skip(name)):
             continue
         if tied and name == "lm_head.weight":
             continue
@@ -57,6 +58,15 @@ def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tens
             loader(param, tensor, shard)
         loaded.add(pname)
     return loaded
+
+
+def process_after_loading(model: nn.Module) -> None:
+    """Lets each module derive what it computes from its loaded weights once, before the first
+    forward (MLA's absorbed W_UK/W_UV), whichever way the weights came (checkpoint or dummy)."""
+    for m in model.modules():
+        hook = getattr(m, "process_weights_after_loading", None)
+        if hook is not None:
+            hook()
 
 
 def check_complete(model: nn.Module, loaded: set[str]) -> None:
