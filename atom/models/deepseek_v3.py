@@ -149,15 +149,20 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
 
 
 def refuse_what_cannot_run(hf: Any) -> None:
-    """Block-fp8 checkpoints (R1's own: `weight_scale_inv` per 128×128 block) and kernel backends
-    without MLA stop here, before any weight is read, instead of failing inside the load or the
-    first forward."""
+    """Block-fp8 checkpoints (R1's own: `weight_scale_inv` per 128×128 block), routers other than
+    V3's and kernel backends without MLA stop here, before any weight is read, instead of
+    failing inside the load or computing something else."""
     quant = getattr(hf, "quantization_config", None)
     if quant:
         method = quant.get("quant_method") if isinstance(quant, dict) else quant.quant_method
         raise ConfigError("model.hf_config.quantization_config", method,
                           "quantized DeepseekV3 weights (fp8 blocks with weight_scale_inv) are "
                           "not implemented yet: use a bf16 checkpoint or load=dummy")
+    for key, supported in (("scoring_func", "sigmoid"), ("topk_method", "noaux_tc")):
+        value = getattr(hf, key, supported)
+        if value != supported:
+            raise ConfigError(f"model.hf_config.{key}", value,
+                              f"DeepseekV3 routing is implemented for {key}={supported} only")
     if backend().name != "torch":
         raise ConfigError("runtime.kernels", backend().name, "MLA has only the torch reference "
                           "kernels yet (runtime.kernels=torch)")

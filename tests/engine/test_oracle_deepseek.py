@@ -136,3 +136,44 @@ def test_mtp_layer_in_the_checkpoint_is_skipped(checkpoints, tmp_path):
     with_mtp = _engine(dst).generate(prompts, params)
     plain = _engine(src).generate(prompts, params)
     assert [o["token_ids"] for o in with_mtp] == [o["token_ids"] for o in plain]
+
+
+def test_tiny_config_runs_on_dummy_weights():
+    """conf/model/tiny_deepseek_v3.yaml: the absorbed weights are made after a dummy fill too
+    (left empty, decode would read uninitialized memory and differ from prefill)."""
+    engine = atom.build_engine(atom.compose(["model=tiny_deepseek_v3", "load=dummy",
+                                             "load.dummy=xavier", "runtime=cpu"]))
+    attn = engine.core.executor.runner.model.model.layers[0].self_attn
+    w = attn.kv_b_proj.weight.view(attn.attn.num_heads, -1, attn.kv_lora_rank)
+    assert torch.equal(attn.attn.w_uk, w[:, :attn.nope])
+    out = engine.generate([[5, 6, 7, 8]], SamplingParams(temperature=0, max_tokens=4,
+                                                          ignore_eos=True))
+    assert len(out[0]["token_ids"]) == 4
+
+
+@pytest.mark.parametrize("override,field", [
+    ("+model.hf_config.quantization_config={quant_method:fp8,weight_block_size:[128,128]}",
+     "model.hf_config.quantization_config"),
+    ("model.hf_config.scoring_func=softmax", "model.hf_config.scoring_func"),
+    ("model.hf_config.topk_method=greedy", "model.hf_config.topk_method"),
+])
+def test_what_cannot_run_is_refused_naming_the_field(override, field):
+    from atom.config.errors import ConfigError
+
+    cfg = atom.compose(["model=tiny_deepseek_v3", "load=dummy", "runtime=cpu", override])
+    with pytest.raises(ConfigError, match=field):
+        atom.build_engine(cfg)
+
+
+def test_a_kernel_backend_without_mla_is_refused():
+    from atom.config.errors import ConfigError
+    from atom.kernels.backend import get_backend
+    from atom.runner import forward_context
+
+    cfg = atom.compose(["model=tiny_deepseek_v3", "load=dummy", "runtime=cpu",
+                        "runtime.kernels=triton"])
+    try:
+        with pytest.raises(ConfigError, match="runtime.kernels='triton'"):
+            atom.build_engine(cfg)
+    finally:  # the backend is process-wide: later tests build on the torch one
+        forward_context.set_backend(get_backend("torch"))
