@@ -138,7 +138,8 @@ def mla_prefill_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Att
     out = q.new_empty(q.shape[0], heads, v_dim)
     for i, start, ql, cl in _mla_sequences(meta, first_seq):
         lat = _dequant(gather_kv(latent_cache, meta.block_tables[i], cl), kv_scale, torch.float32)
-        kv = F.linear(lat[:, :lora], kv_b_weight.float()).view(cl, heads, n + v_dim)
+        kv = F.linear(lat[:, :lora].to(kv_b_weight.dtype), kv_b_weight).float()
+        kv = kv.view(cl, heads, n + v_dim)
         k_pe = lat[:, lora:].unsqueeze(1).expand(cl, heads, lat.shape[1] - lora)
         k = torch.cat([kv[..., :n], k_pe], dim=-1)
         qi = q[start:start + ql].float()

@@ -78,7 +78,7 @@ class DeepseekV3Attention(nn.Module):
         q = q.view(-1, self.num_heads, self.nope + self.rope)
         kv_c, k_pe = self.kv_a_proj_with_mqa(h).split([self.kv_lora_rank, self.rope], dim=-1)
         rope = self.rotary_emb
-        out = self.attn(q, self.kv_a_layernorm(kv_c.contiguous()), k_pe, positions,
+        out = self.attn(q, self.kv_a_layernorm(kv_c), k_pe, positions,
                         rope.cos_sin_cache, rope.is_neox, self.kv_b_proj.weight)
         return self.o_proj(out)
 

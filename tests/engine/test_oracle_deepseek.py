@@ -177,3 +177,37 @@ def test_a_kernel_backend_without_mla_is_refused():
             atom.build_engine(cfg)
     finally:  # the backend is process-wide: later tests build on the torch one
         forward_context.set_backend(get_backend("torch"))
+
+
+def test_level3_compiled_forward_matches_eager_without_recompiling():
+    """Under torch.compile the MLA layers (and the expert loop) run eagerly between graphs: the
+    compiled forward gives eager's logits, and fresh metadata and routings reuse its graphs."""
+    from atom.kernels.backend import get_backend
+    from atom.loader.model_loader import build_model
+    from atom.models.hf_config import load_hf_config
+    from atom.runner import forward_context
+    from atom.runner.compile import CompiledForward
+    from tests.engine.stepping import SteppedBatch
+    from tests.engine.test_compile_level3 import _CountingBackend, _schedule
+
+    torch._dynamo.reset()
+    cfg = atom.compose(["model=tiny_deepseek_v3", "load=dummy", "load.dummy=xavier",
+                        "runtime=cpu"])
+    forward_context.set_backend(get_backend("torch"))
+    model = build_model(cfg, load_hf_config(cfg), torch.device("cpu"), torch.float32)
+    counting = _CountingBackend()
+    compiled = CompiledForward(model, counting)
+    schedule = _schedule(model.hf_config.vocab_size)
+    try:
+        eager_batch, compiled_batch = SteppedBatch(model, 3), SteppedBatch(model, 3)
+        for new in schedule:
+            want = eager_batch.step(model, new)
+            torch.testing.assert_close(compiled_batch.step(compiled, new), want, rtol=1e-5,
+                                       atol=1e-5)
+        built = counting.graphs
+        fresh = SteppedBatch(model, 3)
+        for new in schedule:
+            fresh.step(compiled, new)
+        assert counting.graphs == built
+    finally:
+        torch._dynamo.reset()
