@@ -47,8 +47,9 @@ def grouped_topk(router_logits: torch.Tensor, bias: torch.Tensor, top_k: int, n_
 
 
 class GroupedTopKRouter(nn.Module):
-    """DeepSeek-V3's `mlp.gate`: the router matrix and e_score_correction_bias, both float32 as
-    the checkpoint stores them (the choice among 256 experts is sensitive to rounding)."""
+    """DeepSeek-V3's `mlp.gate`: the router matrix and e_score_correction_bias, kept in float32
+    whatever the model dtype, as transformers keeps them: in bf16 the biased scores of
+    near-tied experts round together and the top-k choice flips."""
 
     def __init__(self, hidden: int, num_experts: int, top_k: int, n_group: int, topk_group: int,
                  renormalize: bool, scaling: float) -> None:
