@@ -48,7 +48,8 @@ def build_model(cfg: Config, hf: Any, device: torch.device, dtype: torch.dtype) 
         from atom.loader.safetensors_loader import checkpoint_files, count_tensors, iter_safetensors
 
         files = checkpoint_files(src)
-        tensors = iter_with_progress(iter_safetensors(files), count_tensors(files),
+        skip = getattr(model, "skip_weight", None)
+        tensors = iter_with_progress(iter_safetensors(files, skip), count_tensors(files),
                                      cfg.load.progress_bar, "loading safetensors")
     with torch.no_grad():
         loaded = load_named_tensors(model, tensors)

@@ -37,10 +37,9 @@ def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tens
     params = dict(model.named_parameters())
     mapping = getattr(model, "packed_modules_mapping", {})
     tied = bool(getattr(getattr(model, "hf_config", None), "tie_word_embeddings", False))
-    skip = getattr(model, "skip_weight", None)  # tensors a model knows it does not use
     loaded: set[str] = set()
     for name, tensor in tensors:
-        if "rotary_emb.inv_freq" in name or (skip is not None and skip(name)):
+        if "rotary_emb.inv_freq" in name:
             continue
         if tied and name == "lm_head.weight":
             continue
