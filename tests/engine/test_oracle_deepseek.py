@@ -211,3 +211,24 @@ def test_level3_compiled_forward_matches_eager_without_recompiling():
         assert counting.graphs == built
     finally:
         torch._dynamo.reset()
+
+
+def test_verify_steps_keep_greedy_output(checkpoints):
+    """Multi-token steps (a decoding sequence feeds its last token and k drafts): whatever the
+    drafts, the greedy output is the one-token-per-step output, and right drafts save steps;
+    rejected drafts' latents are left past the valid length and overwritten later."""
+    from tests.engine.test_multi_token_steps import MAX_TOKENS, SYNC, _run_with_drafts
+
+    path = checkpoints["deepseek_v3_q_lora"]
+    prompts = _prompts(lengths=(6, 13, 9))
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    reference = [o["token_ids"] for o in _engine(path).generate(prompts, greedy)]
+    engine = _engine(path, "kv_cache.block_size=4", *SYNC)
+    _, plain_steps = _run_with_drafts(engine, prompts, reference, lambda out, ref: [])
+    right = lambda out, ref: ref[len(out):len(out) + 3]  # noqa: E731
+    wrong = lambda out, ref: [(t + 1) % 256 for t in ref[len(out):len(out) + 2]]  # noqa: E731
+    for guess in (right, wrong):
+        tokens, steps = _run_with_drafts(engine, prompts, reference, guess)
+        assert tokens == reference
+        if guess is right:
+            assert steps < plain_steps - 5, (steps, plain_steps)
