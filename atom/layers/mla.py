@@ -2,7 +2,8 @@
 
 Per token the cache keeps one vector: the normed compressed KV (kv_lora_rank, 512 in R1) and the
 rotated key shared by all heads (qk_rope_head_dim, 64): 1,152 bytes in bf16, where full attention
-over R1's 128 heads (192-dim keys, 128-dim values) would keep 81,920. Two ways to attend over it give the same result:
+over R1's 128 heads (192-dim keys, 128-dim values) would keep 81,920. Two ways to attend over it
+give the same result:
 - up-projected (prefill, chunked prefill): kv_b_proj turns every cached latent into per-head keys
   (128 nope + 64 rope = 192 dims) and values (128): the cheaper way when many queries share each
   key;

@@ -98,7 +98,8 @@ class FusedMoE(nn.Module):
         else:
             param.data[expert].copy_(loaded[:, r:r + n])
 
-    def forward(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, weights: torch.Tensor,
+                experts: torch.Tensor) -> torch.Tensor:
         """x: [T, H]; weights, experts: [T, k], the router's choice → Σ weight · expert(x)."""
         out = torch.zeros_like(x, dtype=torch.float32)
         flat = experts.flatten()

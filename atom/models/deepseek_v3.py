@@ -35,8 +35,8 @@ def softmax_scale(hf: Any) -> float:
     stretched (R1: factor 40, mscale_all_dim 1.0 → 1.369² ≈ 1.874)."""
     scale = (hf.qk_nope_head_dim + hf.qk_rope_head_dim) ** -0.5
     _, scaling = rope_params(hf)
-    if rope_kind(scaling) == "yarn" and scaling.get("mscale_all_dim"):  # type: ignore[union-attr]
-        scale *= yarn_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2  # type: ignore[index]
+    if scaling is not None and rope_kind(scaling) == "yarn" and scaling.get("mscale_all_dim"):
+        scale *= yarn_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
     return scale
 
 

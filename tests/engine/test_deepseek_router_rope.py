@@ -37,8 +37,9 @@ def test_grouped_router_picks_and_weighs_like_transformers(norm):
     w, ids = ours(x)
     ours_sorted, ref_sorted = ids.sort(-1), ref_ids.sort(-1)
     assert torch.equal(ours_sorted.values, ref_sorted.values)
-    torch.testing.assert_close(w.gather(1, ours_sorted.indices), ref_w.gather(1, ref_sorted.indices))
-    assert all(len(set((row // 4).tolist())) <= 2 for row in ids), "experts from > topk_group groups"
+    torch.testing.assert_close(w.gather(1, ours_sorted.indices),
+                               ref_w.gather(1, ref_sorted.indices))
+    assert all(len(set((row // 4).tolist())) <= 2 for row in ids), "more than topk_group groups"
     plain = (torch.sigmoid(x @ ref.weight.T) + ref.e_score_correction_bias).topk(4).indices
     assert not torch.equal(plain.sort(-1).values, ours_sorted.values), \
         "the group restriction should change some token's choice here"
