@@ -81,6 +81,7 @@ def test_greedy_tokens_and_decode_logprobs_match_transformers(checkpoints, hf_mo
     got, got_lp = _run(engine, prompts)
     assert got == expected
     assert engine.stats().num_preempted_total > 0, "the KV budget was meant to force preemption"
+    assert [len(lp) for lp in got_lp] == [MAX_NEW] * len(prompts)
     for ours, ref in zip(got_lp, expected_lp):
         assert ours == pytest.approx(ref, abs=1e-4)
 
