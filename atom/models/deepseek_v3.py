@@ -40,8 +40,17 @@ def softmax_scale(hf: Any) -> float:
     return scale
 
 
+def rotary_embedding(hf: Any) -> RotaryEmbedding:
+    """The rope dims' table, one for every layer: R1's 163,840 positions × 64 dims in float32 are
+    42 MB, 2.5 GB if each of its 61 layers kept its own."""
+    theta, scaling = rope_params(hf)
+    # rope_interleave (the checkpoints' layout): the rope dims rotate in adjacent pairs.
+    return RotaryEmbedding(hf.qk_rope_head_dim, hf.qk_rope_head_dim, hf.max_position_embeddings,
+                           theta, scaling, is_neox=not getattr(hf, "rope_interleave", True))
+
+
 class DeepseekV3Attention(nn.Module):
-    def __init__(self, hf: Any, layer_idx: int, bias: bool) -> None:
+    def __init__(self, hf: Any, layer_idx: int, bias: bool, rotary: RotaryEmbedding) -> None:
         super().__init__()
         heads = hf.num_attention_heads
         self.nope, self.rope, self.v_dim = hf.qk_nope_head_dim, hf.qk_rope_head_dim, hf.v_head_dim
@@ -59,10 +68,7 @@ class DeepseekV3Attention(nn.Module):
         self.kv_a_layernorm = RMSNorm(self.kv_lora_rank, _LATENT_NORM_EPS)
         self.kv_b_proj = ColumnParallelLinear(self.kv_lora_rank, heads * (self.nope + self.v_dim))
         self.o_proj = RowParallelLinear(heads * self.v_dim, hf.hidden_size, bias=bias)
-        theta, scaling = rope_params(hf)
-        # rope_interleave (the checkpoints' layout): the rope dims rotate in adjacent pairs.
-        self.rotary_emb = RotaryEmbedding(self.rope, self.rope, hf.max_position_embeddings, theta,
-                                          scaling, is_neox=not getattr(hf, "rope_interleave", True))
+        self.rotary_emb = rotary
         self.attn = MLAAttention(self.num_heads, self.nope, self.rope, self.v_dim,
                                  self.kv_lora_rank, softmax_scale(hf), layer_idx)
 
@@ -108,9 +114,9 @@ class DeepseekV3MoE(nn.Module):
 
 
 class DeepseekV3DecoderLayer(nn.Module):
-    def __init__(self, hf: Any, layer_idx: int, qkv_bias: bool, o_bias: bool) -> None:
+    def __init__(self, hf: Any, layer_idx: int, bias: bool, rotary: RotaryEmbedding) -> None:
         super().__init__()
-        self.self_attn = DeepseekV3Attention(hf, layer_idx, qkv_bias)
+        self.self_attn = DeepseekV3Attention(hf, layer_idx, bias, rotary)
         if layer_idx >= hf.first_k_dense_replace:
             self.mlp: nn.Module = DeepseekV3MoE(hf)
         else:
@@ -130,7 +136,11 @@ class DeepseekV3DecoderLayer(nn.Module):
 
 
 class DeepseekV3Model(LlamaModel):
-    layer_cls = DeepseekV3DecoderLayer
+    def make_layers(self, hf: Any, qkv_bias: bool, o_bias: bool) -> nn.ModuleList:
+        """attention_bias is on q_a_proj, kv_a_proj_with_mqa and o_proj alike."""
+        rotary = rotary_embedding(hf)
+        return nn.ModuleList(DeepseekV3DecoderLayer(hf, i, qkv_bias, rotary)
+                             for i in range(hf.num_hidden_layers))
 
 
 class DeepseekV3ForCausalLM(LlamaForCausalLM):

@@ -106,9 +106,12 @@ class LlamaModel(nn.Module):
     def __init__(self, hf: Any, qkv_bias: bool, o_bias: bool) -> None:
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(hf.vocab_size, hf.hidden_size)
-        self.layers = nn.ModuleList(self.layer_cls(hf, i, qkv_bias, o_bias)
-                                    for i in range(hf.num_hidden_layers))
+        self.layers = self.make_layers(hf, qkv_bias, o_bias)
         self.norm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
+
+    def make_layers(self, hf: Any, qkv_bias: bool, o_bias: bool) -> nn.ModuleList:
+        return nn.ModuleList(self.layer_cls(hf, i, qkv_bias, o_bias)
+                             for i in range(hf.num_hidden_layers))
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         x, residual = self.embed_tokens(input_ids), None

@@ -233,3 +233,24 @@ def test_verify_steps_keep_greedy_output(checkpoints):
         assert tokens == reference
         if guess is right:
             assert steps < plain_steps - 5, (steps, plain_steps)
+
+
+def test_r1_config_builds_r1s_shapes():
+    """conf/model/deepseek_r1.yaml, built on the meta device (no memory): DeepSeek-V3's published
+    671B parameters (685B with the MTP module, which is not built), a 576-wide latent per token
+    and layer, and one rotary table for all 61 layers."""
+    from atom.models.deepseek_v3 import DeepseekV3ForCausalLM, DeepseekV3MoE
+    from atom.models.hf_config import load_hf_config
+    from atom.models.llama import LlamaMLP
+    from atom.runner.model_runner import model_kv_spec
+
+    hf = load_hf_config(atom.compose(["model=deepseek_r1", "load=dummy"]))
+    with torch.device("meta"):
+        model = DeepseekV3ForCausalLM(hf)
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(671e9, rel=1e-3)
+    spec = model_kv_spec(model, torch.bfloat16, 64)
+    assert spec.num_layers == 61 and {s.latent_dim for s in spec.layers} == {512 + 64}
+    tables = {id(m.self_attn.rotary_emb) for m in model.model.layers}
+    assert len(tables) == 1
+    assert isinstance(model.model.layers[2].mlp, LlamaMLP)  # first_k_dense_replace = 3
+    assert isinstance(model.model.layers[3].mlp, DeepseekV3MoE)
