@@ -67,6 +67,30 @@ class KernelBackend(Protocol):
                   sliding_window: Optional[int] = None) -> torch.Tensor:
         """Causal attention of q over the paged cache (new tokens already stored). → [T, Hq, D]."""
 
+    def mla_rope_store(self, positions: torch.Tensor, q_pe: torch.Tensor, k_pe: torch.Tensor,
+                       kv_c: torch.Tensor, latent_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                       kv_scale: float, cos_sin_cache: torch.Tensor,
+                       is_neox: bool) -> torch.Tensor:
+        """MLA's step between the projections and attention: rotates q_pe [T, H, R] and the
+        shared k_pe [T, R], stores [kv_c | rotated k_pe] (kv_c [T, L], already normed) into the
+        latent cache [num_blocks, block_size, L + R]. Returns the rotated q_pe."""
+
+    def mla_prefill_attention(self, q: torch.Tensor, latent_cache: torch.Tensor,
+                              meta: AttentionMetadata, kv_b_weight: torch.Tensor,
+                              qk_nope_head_dim: int, scale: float, kv_scale: float,
+                              first_seq: int = 0) -> torch.Tensor:
+        """MLA without absorption, for sequences first_seq.. of meta (q holds their tokens from
+        row 0): each one's cached latents are up-projected through kv_b_weight [H * (N + V), L]
+        into per-head keys (N nope dims + the shared R rope dims) and values, and q [T, H, N + R]
+        attends causally. → [T, H, V]."""
+
+    def mla_decode_attention(self, q: torch.Tensor, latent_cache: torch.Tensor,
+                             meta: AttentionMetadata, kv_lora_rank: int, scale: float,
+                             kv_scale: float) -> torch.Tensor:
+        """MLA with W_UK absorbed into q: multi-query attention of q [T, H, L + R] over the latent
+        cache (keys: the whole latent; values: its first L dims), causal within each sequence's
+        queries, any q_len per sequence. → [T, H, L], still to be multiplied by W_UV."""
+
 
 def rope_store_kv_unfused(be: KernelBackend, positions: torch.Tensor, q: torch.Tensor,
                           k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,

@@ -100,6 +100,70 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, met
     return out
 
 
+def mla_rope_store(positions: torch.Tensor, q_pe: torch.Tensor, k_pe: torch.Tensor,
+                   kv_c: torch.Tensor, latent_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                   kv_scale: float, cos_sin_cache: torch.Tensor, is_neox: bool) -> torch.Tensor:
+    q_pe, k_pe = rotary(positions, q_pe, k_pe.unsqueeze(1), cos_sin_cache, is_neox)
+    keep = slot_mapping >= 0
+    flat = latent_cache.view(-1, latent_cache.shape[-1])
+    latent = torch.cat([kv_c, k_pe.squeeze(1)], dim=-1)
+    flat[slot_mapping[keep].long()] = _quant(latent[keep], latent_cache.dtype, kv_scale)
+    return q_pe
+
+
+def _causal_mask(q_len: int, ctx_len: int, device: torch.device) -> torch.Tensor:
+    qpos = torch.arange(ctx_len - q_len, ctx_len, device=device).unsqueeze(1)
+    return torch.arange(ctx_len, device=device).unsqueeze(0) <= qpos
+
+
+def _mla_sequences(meta: AttentionMetadata, first_seq: int) -> list[tuple[int, int, int, int]]:
+    """(sequence, first query row, q_len, ctx_len) of sequences first_seq.., rows from 0."""
+    q_lens = meta.q_lens_cpu or (meta.cu_seqlens_q[1:] - meta.cu_seqlens_q[:-1]).tolist()
+    ctx_lens = meta.context_lens_cpu or meta.context_lens.tolist()
+    out, start = [], 0
+    for i in range(first_seq, len(ctx_lens)):
+        out.append((i, start, q_lens[i], ctx_lens[i]))
+        start += q_lens[i]
+    return out
+
+
+def mla_prefill_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: AttentionMetadata,
+                          kv_b_weight: torch.Tensor, qk_nope_head_dim: int, scale: float,
+                          kv_scale: float, first_seq: int = 0) -> torch.Tensor:
+    """The whole context of each sequence is up-projected at once: equal to attending over the
+    cached prefix and the chunk apart and merging by log-sum-exp, which a tiled kernel does."""
+    heads, n = q.shape[1], qk_nope_head_dim
+    v_dim = kv_b_weight.shape[0] // heads - n
+    lora = kv_b_weight.shape[1]
+    out = q.new_empty(q.shape[0], heads, v_dim)
+    for i, start, ql, cl in _mla_sequences(meta, first_seq):
+        lat = _dequant(gather_kv(latent_cache, meta.block_tables[i], cl), kv_scale, torch.float32)
+        kv = F.linear(lat[:, :lora].to(kv_b_weight.dtype), kv_b_weight).float()
+        kv = kv.view(cl, heads, n + v_dim)
+        k_pe = lat[:, lora:].unsqueeze(1).expand(cl, heads, lat.shape[1] - lora)
+        k = torch.cat([kv[..., :n], k_pe], dim=-1)
+        qi = q[start:start + ql].float()
+        o = F.scaled_dot_product_attention(
+            qi.transpose(0, 1), k.transpose(0, 1), kv[..., n:].transpose(0, 1),
+            attn_mask=_causal_mask(ql, cl, q.device), scale=scale)
+        out[start:start + ql] = o.transpose(0, 1).to(q.dtype)
+    return out
+
+
+def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: AttentionMetadata,
+                         kv_lora_rank: int, scale: float, kv_scale: float) -> torch.Tensor:
+    heads = q.shape[1]
+    out = q.new_empty(q.shape[0], heads, kv_lora_rank)
+    for i, start, ql, cl in _mla_sequences(meta, 0):
+        lat = _dequant(gather_kv(latent_cache, meta.block_tables[i], cl), kv_scale, torch.float32)
+        k = lat.unsqueeze(0).expand(heads, cl, lat.shape[1])
+        v = lat[:, :kv_lora_rank].unsqueeze(0).expand(heads, cl, kv_lora_rank)
+        o = F.scaled_dot_product_attention(q[start:start + ql].float().transpose(0, 1), k, v,
+                                           attn_mask=_causal_mask(ql, cl, q.device), scale=scale)
+        out[start:start + ql] = o.transpose(0, 1).to(q.dtype)
+    return out
+
+
 @register("torch")
 class TorchBackend:
     name = "torch"
@@ -138,3 +202,16 @@ class TorchBackend:
 
     def attention(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale, sliding_window=None):
         return attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale, sliding_window)
+
+    def mla_rope_store(self, positions, q_pe, k_pe, kv_c, latent_cache, slot_mapping, kv_scale,
+                       cos_sin_cache, is_neox):
+        return mla_rope_store(positions, q_pe, k_pe, kv_c, latent_cache, slot_mapping, kv_scale,
+                              cos_sin_cache, is_neox)
+
+    def mla_prefill_attention(self, q, latent_cache, meta, kv_b_weight, qk_nope_head_dim, scale,
+                              kv_scale, first_seq=0):
+        return mla_prefill_attention(q, latent_cache, meta, kv_b_weight, qk_nope_head_dim, scale,
+                                     kv_scale, first_seq)
+
+    def mla_decode_attention(self, q, latent_cache, meta, kv_lora_rank, scale, kv_scale):
+        return mla_decode_attention(q, latent_cache, meta, kv_lora_rank, scale, kv_scale)

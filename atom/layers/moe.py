@@ -1,7 +1,10 @@
-"""Mixture of experts in plain torch: top-k softmax routing, experts as stacked weights.
+"""Mixture of experts in plain torch: routing, experts as stacked weights.
 
-Experts' intermediate dimension is split across TP ranks like a dense MLP, so the output is an
-all-reduced partial sum. Tokens are grouped per expert, so each expert runs one matmul.
+Two routers: softmax top-k over the router logits (Qwen3-MoE), and DeepSeek-V3's grouped top-k
+(sigmoid scores, a learned per-expert bias that only steers the choice, the best `topk_group` of
+`n_group` expert groups first). Experts' intermediate dimension is split across TP ranks like a
+dense MLP, so the output is an all-reduced partial sum. Tokens are grouped per expert, so each
+expert runs one matmul.
 """
 from __future__ import annotations
 
@@ -13,11 +16,63 @@ from atom.runner.distributed import all_reduce, tp_rank, tp_size
 from atom.runner.forward_context import backend
 
 
-class FusedMoE(nn.Module):
-    def __init__(self, num_experts: int, top_k: int, hidden: int, intermediate: int,
-                 renormalize: bool) -> None:
+def softmax_topk(router_logits: torch.Tensor, top_k: int,
+                 renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weights [T, k] float32, expert ids [T, k])."""
+    weights, experts = F.softmax(router_logits.float(), dim=-1).topk(top_k, dim=-1)
+    if renormalize:
+        weights = weights / weights.sum(-1, keepdim=True)
+    return weights, experts
+
+
+def grouped_topk(router_logits: torch.Tensor, bias: torch.Tensor, top_k: int, n_group: int,
+                 topk_group: int, renormalize: bool,
+                 scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepSeek-V3's "noaux_tc" routing: a group scores the sum of its two best biased scores,
+    experts are picked among the best topk_group groups by biased score, and weighted by their
+    unbiased sigmoid score (renormalized over the k, then times routed_scaling_factor: 2.5 in
+    R1). The bias balances load without entering the output."""
+    scores = router_logits.float().sigmoid()
+    choice = scores + bias.float()
+    t, e = choice.shape
+    group_scores = choice.view(t, n_group, e // n_group).topk(2, dim=-1)[0].sum(-1)
+    groups = group_scores.topk(topk_group, dim=-1, sorted=False)[1]
+    keep = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, groups, True)
+    keep = keep.unsqueeze(-1).expand(t, n_group, e // n_group).reshape(t, e)
+    experts = choice.masked_fill(~keep, float("-inf")).topk(top_k, dim=-1, sorted=False)[1]
+    weights = scores.gather(1, experts)
+    if renormalize:
+        weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+    return weights * scaling, experts
+
+
+class GroupedTopKRouter(nn.Module):
+    """DeepSeek-V3's `mlp.gate`: the router matrix and e_score_correction_bias, kept in float32
+    whatever the model dtype, as transformers keeps them: in bf16 the biased scores of
+    near-tied experts round together and the top-k choice flips."""
+
+    def __init__(self, hidden: int, num_experts: int, top_k: int, n_group: int, topk_group: int,
+                 renormalize: bool, scaling: float) -> None:
         super().__init__()
-        self.num_experts, self.top_k, self.renormalize = num_experts, top_k, renormalize
+        self.weight = nn.Parameter(torch.empty(num_experts, hidden, dtype=torch.float32),
+                                   requires_grad=False)
+        self.e_score_correction_bias = nn.Parameter(torch.empty(num_experts, dtype=torch.float32),
+                                                    requires_grad=False)
+        self.top_k, self.n_group, self.topk_group = top_k, n_group, topk_group
+        self.renormalize, self.scaling = renormalize, scaling
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = F.linear(x.float(), self.weight)
+        return grouped_topk(logits, self.e_score_correction_bias, self.top_k, self.n_group,
+                            self.topk_group, self.renormalize, self.scaling)
+
+
+class FusedMoE(nn.Module):
+    """The experts of one MoE layer; the router's choice comes in with the tokens."""
+
+    def __init__(self, num_experts: int, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.num_experts = num_experts
         self.inter = intermediate // tp_size()
         self.w13 = nn.Parameter(torch.empty(num_experts, 2 * self.inter, hidden), requires_grad=False)
         self.w2 = nn.Parameter(torch.empty(num_experts, hidden, self.inter), requires_grad=False)
@@ -43,16 +98,14 @@ class FusedMoE(nn.Module):
         else:
             param.data[expert].copy_(loaded[:, r:r + n])
 
-    def forward(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
-        probs = F.softmax(router_logits.float(), dim=-1)
-        weights, experts = probs.topk(self.top_k, dim=-1)
-        if self.renormalize:
-            weights = weights / weights.sum(-1, keepdim=True)
+    def forward(self, x: torch.Tensor, weights: torch.Tensor,
+                experts: torch.Tensor) -> torch.Tensor:
+        """x: [T, H]; weights, experts: [T, k], the router's choice → Σ weight · expert(x)."""
         out = torch.zeros_like(x, dtype=torch.float32)
         flat = experts.flatten()
         order = flat.argsort()
         counts = torch.bincount(flat, minlength=self.num_experts).tolist()
-        token_of = order // self.top_k
+        token_of = order // experts.shape[1]
         w_sorted = weights.flatten()[order]
         start = 0
         act = backend()

@@ -10,7 +10,8 @@ from torch import nn
 
 from atom.config.schema import Config
 from atom.loader.dummy import fill_dummy
-from atom.loader.weights import check_complete, iter_with_progress, load_named_tensors
+from atom.loader.weights import (check_complete, iter_with_progress, load_named_tensors,
+                                 process_after_loading)
 from atom.models.hf_config import architecture_of, is_gguf, model_source
 from atom.models.registry import model_class
 
@@ -34,6 +35,7 @@ def build_model(cfg: Config, hf: Any, device: torch.device, dtype: torch.dtype) 
     model.eval()
     if cfg.load.dummy is not None:
         fill_dummy(model, cfg.load.dummy, cfg.load.seed)
+        process_after_loading(model)
         return model
     src = model_source(cfg)
     assert src is not None
@@ -46,9 +48,11 @@ def build_model(cfg: Config, hf: Any, device: torch.device, dtype: torch.dtype) 
         from atom.loader.safetensors_loader import checkpoint_files, count_tensors, iter_safetensors
 
         files = checkpoint_files(src)
-        tensors = iter_with_progress(iter_safetensors(files), count_tensors(files),
+        skip = getattr(model, "skip_weight", None)
+        tensors = iter_with_progress(iter_safetensors(files, skip), count_tensors(files),
                                      cfg.load.progress_bar, "loading safetensors")
     with torch.no_grad():
         loaded = load_named_tensors(model, tensors)
     check_complete(model, loaded)
+    process_after_loading(model)
     return model

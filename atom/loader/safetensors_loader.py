@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 import torch
 from safetensors import safe_open
@@ -28,8 +28,12 @@ def count_tensors(files: list[Path]) -> int:
     return n
 
 
-def iter_safetensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_safetensors(files: list[Path], skip: Optional[Callable[[str], bool]] = None
+                     ) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor but those `skip` names (a model's `skip_weight`: DeepSeek-R1's MTP layer, 14B
+    of its 685B parameters), which are never read from disk."""
     for f in files:
         with safe_open(str(f), framework="pt") as h:
             for name in h.keys():
-                yield name, h.get_tensor(name)
+                if skip is None or not skip(name):
+                    yield name, h.get_tensor(name)

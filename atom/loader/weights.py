@@ -59,6 +59,15 @@ def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tens
     return loaded
 
 
+def process_after_loading(model: nn.Module) -> None:
+    """Lets each module derive what it computes from its loaded weights once, before the first
+    forward (MLA's absorbed W_UK/W_UV), whichever way the weights came (checkpoint or dummy)."""
+    for m in model.modules():
+        hook = getattr(m, "process_weights_after_loading", None)
+        if hook is not None:
+            hook()
+
+
 def check_complete(model: nn.Module, loaded: set[str]) -> None:
     missing = [n for n, _ in model.named_parameters() if n not in loaded]
     tied = getattr(getattr(model, "hf_config", None), "tie_word_embeddings", False)

@@ -12,9 +12,10 @@ from typing import Any, Optional
 
 from atom.config.schema import Config
 
+# DeepSeek GGUFs ("deepseek2") are left out: no GGUF tensor-name mapping exists for MLA or the
+# routed experts, so validation refuses them by their GGUF name.
 GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                      "qwen3": "Qwen3ForCausalLM", "qwen3moe": "Qwen3MoeForCausalLM",
-                      "deepseek2": "DeepseekV3ForCausalLM"}
+                      "qwen3": "Qwen3ForCausalLM", "qwen3moe": "Qwen3MoeForCausalLM"}
 
 
 @dataclass

@@ -70,6 +70,9 @@ class LlamaMLP(nn.Module):
         self.gate_up_proj = MergedColumnParallelLinear(hidden, [intermediate, intermediate])
         self.down_proj = RowParallelLinear(intermediate, hidden)
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.gate_up_proj(x), silu_gate=True)
+
     def normed_forward(self, norm: RMSNorm, x: torch.Tensor,
                        residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(MLP(norm(x + residual)), x + residual), the norm fused into gate_up where it can."""
@@ -103,9 +106,12 @@ class LlamaModel(nn.Module):
     def __init__(self, hf: Any, qkv_bias: bool, o_bias: bool) -> None:
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(hf.vocab_size, hf.hidden_size)
-        self.layers = nn.ModuleList(self.layer_cls(hf, i, qkv_bias, o_bias)
-                                    for i in range(hf.num_hidden_layers))
+        self.layers = self.make_layers(hf, qkv_bias, o_bias)
         self.norm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
+
+    def make_layers(self, hf: Any, qkv_bias: bool, o_bias: bool) -> nn.ModuleList:
+        return nn.ModuleList(self.layer_cls(hf, i, qkv_bias, o_bias)
+                             for i in range(hf.num_hidden_layers))
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         x, residual = self.embed_tokens(input_ids), None

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from atom.layers.linear import ReplicatedLinear
-from atom.layers.moe import FusedMoE
+from atom.layers.moe import FusedMoE, softmax_topk
 from atom.layers.norm import RMSNorm
 from atom.models.llama import LlamaForCausalLM, LlamaMLP, LlamaModel
 from atom.models.qwen3 import Qwen3DecoderLayer
@@ -17,11 +17,12 @@ class Qwen3MoeSparseBlock(nn.Module):
     def __init__(self, hf: Any) -> None:
         super().__init__()
         self.gate = ReplicatedLinear(hf.hidden_size, hf.num_experts, bias=False)
-        self.experts = FusedMoE(hf.num_experts, hf.num_experts_per_tok, hf.hidden_size,
-                                hf.moe_intermediate_size, bool(getattr(hf, "norm_topk_prob", True)))
+        self.experts = FusedMoE(hf.num_experts, hf.hidden_size, hf.moe_intermediate_size)
+        self.top_k = hf.num_experts_per_tok
+        self.renormalize = bool(getattr(hf, "norm_topk_prob", True))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.experts(x, self.gate(x))
+        return self.experts(x, *softmax_topk(self.gate(x), self.top_k, self.renormalize))
 
     def normed_forward(self, norm: RMSNorm, x: torch.Tensor,
                        residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

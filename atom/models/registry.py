@@ -9,10 +9,11 @@ _ARCHITECTURES = {
     "Qwen2ForCausalLM": "atom.models.qwen2:Qwen2ForCausalLM",
     "Qwen3ForCausalLM": "atom.models.qwen3:Qwen3ForCausalLM",
     "Qwen3MoeForCausalLM": "atom.models.qwen3_moe:Qwen3MoeForCausalLM",
+    "DeepseekV3ForCausalLM": "atom.models.deepseek_v3:DeepseekV3ForCausalLM",
 }
 
 # Known to users, not built yet: selecting one is a clear config error, not a traceback.
-_PLANNED = {"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "KimiK2ForCausalLM",
+_PLANNED = {"DeepseekV2ForCausalLM", "KimiK2ForCausalLM",
             "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM"}
 
 

@@ -15,7 +15,8 @@ One compiled graph serves every batch: the token dimension of the inputs is dyna
 lengths and CUDA-graph capture sizes share it (dynamo specialises size 1, a second graph).
 Attention stays opaque (attention_op.py), so nothing per-step reaches dynamo's guards; so do
 mixture-of-experts blocks, whose expert loop takes its sizes from the routing (a host copy of a
-tensor): traced, every new routing would be a guard and a recompile until dynamo gave up.
+tensor): traced, every new routing would be a guard and a recompile until dynamo gave up; and
+MLA layers, which read the forward context and loop over its sequences on the host.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from torch import nn
 from atom.config.schema import Config
 from atom.layers.attention import PagedAttention
 from atom.layers.attention_op import bound_layers
+from atom.layers.mla import MLAAttention
 from atom.layers.moe import FusedMoE
 
 ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids, positions) → hidden
@@ -71,6 +73,7 @@ class CompiledForward:
     def __init__(self, model: nn.Module, backend: CompilerBackend = "inductor") -> None:
         self.layers = {m.layer_idx: m for m in model.modules() if isinstance(m, PagedAttention)}
         _run_eagerly(model, FusedMoE)
+        _run_eagerly(model, MLAAttention)
         self.compiled = torch.compile(model, backend=backend)
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -19,12 +19,31 @@ ARCHS = {
                                          moe_intermediate_size=32, norm_topk_prob=True)),
 }
 
+# DeepSeek-V3/R1's config keys at tiny sizes: the first layer dense (first_k_dense_replace), 8
+# routed experts in 4 groups of which 2 are searched, one shared expert, R1's rope (yarn, mscale
+# = mscale_all_dim, interleaved pairs) over a context stretched from 64 to 512.
+_DEEPSEEK = dict(num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32,
+                 qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=24, moe_intermediate_size=32,
+                 n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=4,
+                 topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True,
+                 first_k_dense_replace=1, rope_theta=10000.0,
+                 rope_scaling={"type": "yarn", "factor": 8.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                               "original_max_position_embeddings": 64, "beta_fast": 32,
+                               "beta_slow": 1})
+DEEPSEEK_ARCHS = {
+    # DeepSeek-V2-Lite's shape: no q compression; its yarn mscale differs from mscale_all_dim.
+    "deepseek_v3_q_full": ("DeepseekV3Config", dict(_DEEPSEEK, q_lora_rank=None, rope_scaling={
+        **_DEEPSEEK["rope_scaling"], "mscale": 0.707, "mscale_all_dim": 1.0})),
+    "deepseek_v3_q_lora": ("DeepseekV3Config", dict(_DEEPSEEK, q_lora_rank=24)),
+}
+ALL_ARCHS = {**ARCHS, **DEEPSEEK_ARCHS}
+
 
 def make_checkpoint(arch: str, root: Path, seed: int = 0) -> Path:
     import transformers
     from transformers import AutoModelForCausalLM
 
-    cls_name, extra = ARCHS[arch]
+    cls_name, extra = ALL_ARCHS[arch]
     cfg = getattr(transformers, cls_name)(**{**COMMON, **extra})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
@@ -32,6 +51,9 @@ def make_checkpoint(arch: str, root: Path, seed: int = 0) -> Path:
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.add_(torch.randn_like(p) * 0.1)
+        for name, b in model.named_buffers():  # zeros at init: it would steer no routing
+            if name.endswith("e_score_correction_bias"):
+                b.add_(torch.randn_like(b) * 0.05)
     out = root / arch
     model.save_pretrained(out, safe_serialization=True)
     return out

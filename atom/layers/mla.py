@@ -1,0 +1,87 @@
+"""Multi-head latent attention (DeepSeek-V2/V3) over a paged latent cache.
+
+Per token the cache keeps one vector: the normed compressed KV (kv_lora_rank, 512 in R1) and the
+rotated key shared by all heads (qk_rope_head_dim, 64): 1,152 bytes in bf16, where full attention
+over R1's 128 heads (192-dim keys, 128-dim values) would keep 81,920. Two ways to attend over it
+give the same result:
+- up-projected (prefill, chunked prefill): kv_b_proj turns every cached latent into per-head keys
+  (128 nope + 64 rope = 192 dims) and values (128): the cheaper way when many queries share each
+  key;
+- absorbed (decode): W_UK folds into the query (q_nope @ W_UK: 512 dims per head) and W_UV into
+  the output, so the queries attend over the latents themselves as one shared KV head (MQA) and
+  nothing is up-projected per cached token.
+
+The layer owns the absorbed weights (made once after loading, `absorb`) and reads its cache and
+this step's metadata from the forward context, like PagedAttention.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from atom.kernels.metadata import AttentionMetadata
+from atom.layers.kv_spec import MLASpec
+from atom.runner.forward_context import backend, current
+
+
+class MLAAttention(nn.Module):
+    def __init__(self, num_heads: int, qk_nope_head_dim: int, qk_rope_head_dim: int,
+                 v_head_dim: int, kv_lora_rank: int, scale: float, layer_idx: int) -> None:
+        super().__init__()
+        self.num_heads, self.nope, self.rope = num_heads, qk_nope_head_dim, qk_rope_head_dim
+        self.v_head_dim, self.kv_lora_rank = v_head_dim, kv_lora_rank
+        self.scale, self.layer_idx = scale, layer_idx
+        # q_nope [H, T, N] @ w_uk [H, N, L] → the query in latent space; out [H, T, L] @ w_uv
+        # [H, L, V] → per-head values. Contiguous copies of kv_b_proj's weight, made by absorb.
+        self.register_buffer("w_uk", torch.empty(num_heads, qk_nope_head_dim, kv_lora_rank),
+                             persistent=False)
+        self.register_buffer("w_uv", torch.empty(num_heads, kv_lora_rank, v_head_dim),
+                             persistent=False)
+
+    def kv_spec(self, dtype: torch.dtype) -> MLASpec:
+        return MLASpec(self.kv_lora_rank + self.rope, dtype)
+
+    @torch.no_grad()
+    def absorb(self, kv_b_weight: torch.Tensor) -> None:
+        """kv_b_weight: [H * (N + V), L], each head's nope-key rows then its value rows."""
+        w = kv_b_weight.view(self.num_heads, self.nope + self.v_head_dim, self.kv_lora_rank)
+        self.w_uk.copy_(w[:, :self.nope])
+        self.w_uv.copy_(w[:, self.nope:].transpose(1, 2))
+
+    def forward(self, q: torch.Tensor, kv_c: torch.Tensor, k_pe: torch.Tensor,
+                positions: torch.Tensor, cos_sin_cache: torch.Tensor, is_neox: bool,
+                kv_b_weight: torch.Tensor) -> torch.Tensor:
+        """q: [T, H, N + R] before rotary; kv_c: [T, L] normed; k_pe: [T, R] before rotary;
+        kv_b_weight: kv_b_proj's [H * (N + V), L]. → [T, H * V].
+
+        The batch's leading one-query sequences (AttentionMetadata.num_decode_seqs, or all of an
+        all-decode batch) take the absorbed path, the rest the up-projected one."""
+        ctx = current()
+        assert ctx is not None, "attention needs a forward context (set by the model runner)"
+        (latent_cache,) = ctx.kv_caches[self.layer_idx]
+        kv_scale = ctx.kv_scales[self.layer_idx][0]
+        meta, be = ctx.meta, backend()
+        q_nope, q_pe = q.split([self.nope, self.rope], dim=-1)
+        q_pe = be.mla_rope_store(positions, q_pe, k_pe, kv_c, latent_cache, meta.slot_mapping,
+                                 kv_scale, cos_sin_cache, is_neox)
+        n_dec = meta.num_seqs if meta.is_decode else meta.num_decode_seqs
+        parts = []
+        if n_dec:
+            head = meta if meta.is_decode else meta.decode_head()
+            parts.append(self.absorbed(q_nope[:n_dec], q_pe[:n_dec], latent_cache, head, kv_scale))
+        if n_dec < meta.num_seqs:
+            rest = torch.cat([q_nope[n_dec:], q_pe[n_dec:]], dim=-1)
+            parts.append(be.mla_prefill_attention(rest, latent_cache, meta, kv_b_weight, self.nope,
+                                                  self.scale, kv_scale, first_seq=n_dec))
+        out = parts[0] if len(parts) == 1 else torch.cat(parts)
+        return out.reshape(q.shape[0], self.num_heads * self.v_head_dim)
+
+    def absorbed(self, q_nope: torch.Tensor, q_pe: torch.Tensor, latent_cache: torch.Tensor,
+                 meta: AttentionMetadata, kv_scale: float) -> torch.Tensor:
+        """Attention of every sequence in meta (any q_len) through the absorbed weights:
+        q_nope [T, H, N], q_pe [T, H, R] rotated → [T, H, V]."""
+        q_lat = torch.bmm(q_nope.transpose(0, 1), self.w_uk).transpose(0, 1)
+        q_mqa = torch.cat([q_lat, q_pe], dim=-1)
+        out_lat = backend().mla_decode_attention(q_mqa, latent_cache, meta, self.kv_lora_rank,
+                                                 self.scale, kv_scale)
+        return torch.bmm(out_lat.transpose(0, 1), self.w_uv).transpose(0, 1)

@@ -1,0 +1,178 @@
+"""DeepSeek-V3 / R1 (and Kimi-K2, the same architecture at other sizes): multi-head latent
+attention and grouped-routed MoE with shared experts after `first_k_dense_replace` dense layers.
+
+Module names follow the HF checkpoints (`self_attn.q_a_proj`, `kv_a_proj_with_mqa`,
+`mlp.gate.e_score_correction_bias`, `mlp.experts.E.gate_proj`, `mlp.shared_experts.*`), so the
+weights load by name; the multi-token-prediction layers stored after the last decoder layer
+(`model.layers.61.*` in R1) are skipped: no proposer reads them yet.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from atom.config.errors import ConfigError
+from atom.layers.linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear
+from atom.layers.mla import MLAAttention
+from atom.layers.moe import FusedMoE, GroupedTopKRouter
+from atom.layers.norm import RMSNorm
+from atom.layers.rotary import RotaryEmbedding, rope_kind, rope_params, yarn_mscale
+from atom.models.llama import LlamaForCausalLM, LlamaMLP, LlamaModel
+from atom.runner.distributed import tp_size
+from atom.runner.forward_context import backend
+
+# transformers' DeepseekV3RMSNorm default, which q_a_layernorm and kv_a_layernorm keep (they do
+# not take rms_norm_eps).
+_LATENT_NORM_EPS = 1e-6
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def softmax_scale(hf: Any) -> float:
+    """1/sqrt(qk head dim), times YaRN's mscale(factor, mscale_all_dim)² when the context is
+    stretched (R1: factor 40, mscale_all_dim 1.0 → 1.369² ≈ 1.874)."""
+    scale = (hf.qk_nope_head_dim + hf.qk_rope_head_dim) ** -0.5
+    _, scaling = rope_params(hf)
+    if scaling is not None and rope_kind(scaling) == "yarn" and scaling.get("mscale_all_dim"):
+        scale *= yarn_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
+    return scale
+
+
+def rotary_embedding(hf: Any) -> RotaryEmbedding:
+    """The rope dims' table, one for every layer: R1's 163,840 positions × 64 dims in float32 are
+    42 MB, 2.5 GB if each of its 61 layers kept its own."""
+    theta, scaling = rope_params(hf)
+    # rope_interleave (the checkpoints' layout): the rope dims rotate in adjacent pairs.
+    return RotaryEmbedding(hf.qk_rope_head_dim, hf.qk_rope_head_dim, hf.max_position_embeddings,
+                           theta, scaling, is_neox=not getattr(hf, "rope_interleave", True))
+
+
+class DeepseekV3Attention(nn.Module):
+    def __init__(self, hf: Any, layer_idx: int, bias: bool, rotary: RotaryEmbedding) -> None:
+        super().__init__()
+        heads = hf.num_attention_heads
+        self.nope, self.rope, self.v_dim = hf.qk_nope_head_dim, hf.qk_rope_head_dim, hf.v_head_dim
+        self.kv_lora_rank, self.num_heads = hf.kv_lora_rank, heads // tp_size()
+        qk = self.nope + self.rope
+        self.q_lora_rank: Optional[int] = hf.q_lora_rank
+        if self.q_lora_rank is None:
+            self.q_proj = ColumnParallelLinear(hf.hidden_size, heads * qk)
+        else:
+            self.q_a_proj = ReplicatedLinear(hf.hidden_size, self.q_lora_rank, bias=bias)
+            self.q_a_layernorm = RMSNorm(self.q_lora_rank, _LATENT_NORM_EPS)
+            self.q_b_proj = ColumnParallelLinear(self.q_lora_rank, heads * qk)
+        self.kv_a_proj_with_mqa = ReplicatedLinear(hf.hidden_size, self.kv_lora_rank + self.rope,
+                                                   bias=bias)
+        self.kv_a_layernorm = RMSNorm(self.kv_lora_rank, _LATENT_NORM_EPS)
+        self.kv_b_proj = ColumnParallelLinear(self.kv_lora_rank, heads * (self.nope + self.v_dim))
+        self.o_proj = RowParallelLinear(heads * self.v_dim, hf.hidden_size, bias=bias)
+        self.rotary_emb = rotary
+        self.attn = MLAAttention(self.num_heads, self.nope, self.rope, self.v_dim,
+                                 self.kv_lora_rank, softmax_scale(hf), layer_idx)
+
+    def process_weights_after_loading(self) -> None:
+        self.attn.absorb(self.kv_b_proj.weight)
+
+    def forward(self, positions: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """h: the layer's normed input [T, hidden]."""
+        if self.q_lora_rank is None:
+            q = self.q_proj(h)
+        else:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(h)))
+        q = q.view(-1, self.num_heads, self.nope + self.rope)
+        kv_c, k_pe = self.kv_a_proj_with_mqa(h).split([self.kv_lora_rank, self.rope], dim=-1)
+        rope = self.rotary_emb
+        out = self.attn(q, self.kv_a_layernorm(kv_c), k_pe, positions,
+                        rope.cos_sin_cache, rope.is_neox, self.kv_b_proj.weight)
+        return self.o_proj(out)
+
+
+class DeepseekV3MoE(nn.Module):
+    def __init__(self, hf: Any) -> None:
+        super().__init__()
+        self.gate = GroupedTopKRouter(hf.hidden_size, hf.n_routed_experts, hf.num_experts_per_tok,
+                                      hf.n_group, hf.topk_group, bool(hf.norm_topk_prob),
+                                      float(hf.routed_scaling_factor))
+        self.experts = FusedMoE(hf.n_routed_experts, hf.hidden_size, hf.moe_intermediate_size)
+        self.shared_experts: Optional[LlamaMLP] = None
+        if hf.n_shared_experts:
+            self.shared_experts = LlamaMLP(hf.hidden_size,
+                                           hf.moe_intermediate_size * hf.n_shared_experts,
+                                           getattr(hf, "hidden_act", "silu"))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.experts(x, *self.gate(x))
+        return out if self.shared_experts is None else out + self.shared_experts(x)
+
+    def normed_forward(self, norm: RMSNorm, x: torch.Tensor,
+                       residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The router, the routed and the shared experts all read the normed x."""
+        x, residual = norm(x, residual)
+        return self(x), residual
+
+
+class DeepseekV3DecoderLayer(nn.Module):
+    def __init__(self, hf: Any, layer_idx: int, bias: bool, rotary: RotaryEmbedding) -> None:
+        super().__init__()
+        self.self_attn = DeepseekV3Attention(hf, layer_idx, bias, rotary)
+        if layer_idx >= hf.first_k_dense_replace:
+            self.mlp: nn.Module = DeepseekV3MoE(hf)
+        else:
+            self.mlp = LlamaMLP(hf.hidden_size, hf.intermediate_size,
+                                getattr(hf, "hidden_act", "silu"))
+        self.input_layernorm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor,
+                residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            h, residual = self.input_layernorm(x), x
+        else:
+            h, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(positions, h)
+        return self.mlp.normed_forward(self.post_attention_layernorm, x, residual)
+
+
+class DeepseekV3Model(LlamaModel):
+    def make_layers(self, hf: Any, qkv_bias: bool, o_bias: bool) -> nn.ModuleList:
+        """attention_bias is on q_a_proj, kv_a_proj_with_mqa and o_proj alike."""
+        rotary = rotary_embedding(hf)
+        return nn.ModuleList(DeepseekV3DecoderLayer(hf, i, qkv_bias, rotary)
+                             for i in range(hf.num_hidden_layers))
+
+
+class DeepseekV3ForCausalLM(LlamaForCausalLM):
+    model_cls = DeepseekV3Model
+    packed_modules_mapping = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+
+    def __init__(self, hf: Any) -> None:
+        refuse_what_cannot_run(hf)
+        super().__init__(hf)
+
+    def skip_weight(self, name: str) -> bool:
+        """The checkpoint's MTP layers: decoder indices at and past num_hidden_layers (also the
+        layers a reduced-depth run, model.hf_config.num_hidden_layers=N, leaves out)."""
+        m = _LAYER.match(name)
+        return m is not None and int(m.group(1)) >= self.hf_config.num_hidden_layers
+
+
+def refuse_what_cannot_run(hf: Any) -> None:
+    """Block-fp8 checkpoints (R1's own: `weight_scale_inv` per 128×128 block), routers other than
+    V3's and kernel backends without MLA stop here, before any weight is read, instead of
+    failing inside the load or computing something else."""
+    quant = getattr(hf, "quantization_config", None)
+    if quant:
+        method = quant.get("quant_method") if isinstance(quant, dict) else quant.quant_method
+        raise ConfigError("model.hf_config.quantization_config", method,
+                          "quantized DeepseekV3 weights (fp8 blocks with weight_scale_inv) are "
+                          "not implemented yet: use a bf16 checkpoint or load=dummy")
+    for key, supported in (("scoring_func", "sigmoid"), ("topk_method", "noaux_tc")):
+        value = getattr(hf, key, supported)
+        if value != supported:
+            raise ConfigError(f"model.hf_config.{key}", value,
+                              f"DeepseekV3 routing is implemented for {key}={supported} only")
+    if backend().name != "torch":
+        raise ConfigError("runtime.kernels", backend().name, "MLA has only the torch reference "
+                          "kernels yet (runtime.kernels=torch)")
