@@ -35,7 +35,7 @@ def architecture(r: Any) -> str:
 
 def hf_config(path: str) -> Any:
     """A transformers config built from the GGUF's metadata (no second parse of the file)."""
-    from transformers import AutoConfig
+    from atom.models.hf_config import config_for_model
 
     r = reader(path)
     arch = architecture(r)
@@ -60,4 +60,4 @@ def hf_config(path: str) -> Any:
     key_len = g("attention.key_length")
     if key_len:
         kw["head_dim"] = int(key_len)
-    return AutoConfig.for_model(model_type, **kw)
+    return config_for_model(model_type, **kw)

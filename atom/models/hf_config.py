@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -89,16 +90,51 @@ def architecture_of(hf: Any) -> str:
     return _MODEL_TYPES.get(hf.model_type, f"model_type:{hf.model_type}")
 
 
-def load_hf_config(cfg: Config) -> Any:
-    """transformers PretrainedConfig for the model (no weights read)."""
+def config_class(model_type: str) -> Any:
+    """The transformers config class of a model type, imported by itself. `AutoConfig` imports
+    the package of every auto class, and on some transformers releases that package pulls in
+    the auto-model factory and through it generation, scikit-learn, torch._dynamo and
+    torch.distributed.tensor: seconds of every engine start, for a class lookup. None when the
+    type has no such module (AutoConfig knows more aliases)."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(f"transformers.models.{model_type}.configuration_{model_type}")
+    except ImportError:
+        return None
+    return next((v for v in vars(mod).values()
+                 if isinstance(v, type) and getattr(v, "model_type", None) == model_type), None)
+
+
+def config_for_model(model_type: str, **kwargs: Any) -> Any:
+    """`AutoConfig.for_model`, through `config_class` where it can."""
+    cls = config_class(model_type)
+    if cls is not None:
+        return cls(**kwargs)
     from transformers import AutoConfig
 
+    return AutoConfig.for_model(model_type, **kwargs)
+
+
+def load_hf_config(cfg: Config) -> Any:
+    """transformers PretrainedConfig for the model (no weights read)."""
     src = model_source(cfg)
     if src is None:
         d = dict(cfg.model.hf_config)
-        return AutoConfig.for_model(d.pop("model_type"), **d)
+        return config_for_model(d.pop("model_type"), **d)
     if is_gguf(src):
         from atom.loader.gguf_file import hf_config
 
         return hf_config(str(src))
+    cls = None
+    if not cfg.model.trust_remote_code:
+        try:
+            with open(os.path.join(str(src), "config.json")) as f:
+                cls = config_class(json.load(f).get("model_type", ""))
+        except (OSError, ValueError):
+            cls = None
+    if cls is not None:
+        return cls.from_pretrained(str(src))
+    from transformers import AutoConfig
+
     return AutoConfig.from_pretrained(str(src), trust_remote_code=cfg.model.trust_remote_code)
