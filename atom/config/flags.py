@@ -58,6 +58,8 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
     Flag(("--draft-model",), "specdecode.draft_model"),
     Flag(("--spec-decode-acceptance-length",), "specdecode.acceptance_length"),
     Flag(("--spec-decode-acceptance-rate",), "specdecode.acceptance_rate"),
+    Flag(("--prompt-lookup-min",), "specdecode.prompt_lookup_min"),
+    Flag(("--prompt-lookup-max",), "specdecode.prompt_lookup_max"),
     Flag(("--kernels",), "runtime.kernels"),
     Flag(("--device",), "runtime.device"),
     Flag(("--seed",), "runtime.seed"),

@@ -85,11 +85,16 @@ class SchedulerConfig:
 
 @dataclass
 class SpecDecodeConfig:
-    method: Optional[str] = None  # None | mtp | eagle3
+    method: Optional[str] = None  # None | ngram | mtp | eagle3 (only ngram runs today)
     num_speculative_tokens: int = 1  # draft tokens proposed per step
     draft_model: Optional[str] = None  # the draft model's path (eagle3)
-    acceptance_length: Optional[float] = None  # simulated mean accepted length (benchmarks)
-    acceptance_rate: Optional[float] = None  # simulated per-token acceptance rate (benchmarks)
+    # benchmark-only: force this mean acceptance length (1 + accepted drafts per verify), in
+    # [1, num_speculative_tokens + 1]; the generated text is meaningless
+    acceptance_length: Optional[float] = None
+    # benchmark-only: the same as a rate in [0, 1] = (length - 1) / num_speculative_tokens
+    acceptance_rate: Optional[float] = None
+    prompt_lookup_min: int = 1  # ngram: shortest suffix n-gram looked up in the history
+    prompt_lookup_max: int = 3  # ngram: longest suffix n-gram looked up (tried first)
 
 
 @dataclass

@@ -21,7 +21,8 @@ KERNEL_BACKENDS = ("auto", "torch", "triton", "aiter")
 DEVICES = ("auto", "cpu", "cuda")
 DUMMY_KINDS = (None, "empty", "zero", "xavier")
 LOAD_FORMATS = ("auto", "safetensors", "gguf")
-SPEC_METHODS = (None, "mtp", "eagle3")
+SPEC_METHODS = (None, "ngram", "mtp", "eagle3")
+RUNNABLE_SPEC_METHODS = (None, "ngram")
 JOBS = ("serve", "generate", "throughput", "bench")
 ENGINE_SOURCES = ("model", "synthetic", "scripted")
 
@@ -84,13 +85,14 @@ def validate(cfg: Config, launching: bool = False) -> Config:
 def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
     model engine does not implement: a dp size above 1 (one engine core per server) and
-    speculative decoding (no proposer)."""
+    speculative decoding methods without a proposer (every one but ngram)."""
     rules = _Rules()
     p = cfg.parallel
     rules.check(p.data_parallel_size <= 1, "parallel.data_parallel_size", p.data_parallel_size,
                 "not implemented yet: a server runs one model replica (set 1)")
-    rules.check(not cfg.specdecode.method, "specdecode.method", cfg.specdecode.method,
-                "speculative decoding has no proposer yet (specdecode=none)")
+    rules.check(cfg.specdecode.method in RUNNABLE_SPEC_METHODS, "specdecode.method",
+                cfg.specdecode.method,
+                "not implemented yet: this method has no proposer (specdecode=ngram or none)")
     return rules.errors
 
 
@@ -199,6 +201,11 @@ def _validate_specdecode(cfg: Config, rules: _Rules) -> None:
     if s.acceptance_rate is not None:
         rules.check(0.0 <= s.acceptance_rate <= 1.0, "specdecode.acceptance_rate",
                     s.acceptance_rate, "must be in [0, 1]")
+    if s.method == "ngram":
+        rules.check(s.prompt_lookup_min >= 1, "specdecode.prompt_lookup_min",
+                    s.prompt_lookup_min, "must be >= 1")
+        rules.check(s.prompt_lookup_max >= s.prompt_lookup_min, "specdecode.prompt_lookup_max",
+                    s.prompt_lookup_max, f"must be >= prompt_lookup_min ({s.prompt_lookup_min})")
 
 
 def _validate_server(cfg: Config, rules: _Rules) -> None:

@@ -13,6 +13,8 @@ from atom.model_engine.executor_protocol import Executor, LaunchedStepProtocol
 from atom.model_engine.messages import EngineRequest, EngineStats, StepOutput
 from atom.model_engine.scheduler import ScheduledBatch, Scheduler
 from atom.model_engine.sequence import Sequence, SequenceStatus
+from atom.spec_decode.proposer import build_proposer
+from atom.spec_decode.stats import SpecDecodeRecorder
 
 log = logging.getLogger("atom.engine")
 
@@ -48,6 +50,9 @@ class EngineCore:
         self._stats = EngineStats(kv_blocks_total=executor.num_blocks)
         self._last_log = time.perf_counter()
         self._tokens_since_log = 0
+        self.proposer = build_proposer(cfg.specdecode)
+        self._spec = (SpecDecodeRecorder(self._stats, self.proposer.k)
+                      if self.proposer is not None else None)
 
     # -- requests -------------------------------------------------------------------------------
     def add_request(self, request: EngineRequest) -> None:
@@ -126,12 +131,14 @@ class EngineCore:
         log.warning("engine step of %d sequences raised %s: %s; isolating the request behind it",
                     len(batch.seqs), type(failure).__name__, failure)
         outputs: list[StepOutput] = []
-        parts = [list(zip(batch.seqs, batch.num_new_tokens))]
+        parts = [[(s, n, batch.drafts.get(i)) for i, (s, n) in
+                  enumerate(zip(batch.seqs, batch.num_new_tokens))]]
         while parts:
-            part = [(s, n) for s, n in parts.pop() if s.status is SequenceStatus.RUNNING]
+            part = [(s, n, d) for s, n, d in parts.pop() if s.status is SequenceStatus.RUNNING]
             if not part:
                 continue
-            sub = ScheduledBatch([s for s, _ in part], [n for _, n in part])
+            sub = ScheduledBatch([s for s, _, _ in part], [n for _, n, _ in part],
+                                 {j: d for j, (_, _, d) in enumerate(part) if d})
             try:
                 launched = self._launch(sub)
             except Exception as exc:
@@ -163,8 +170,9 @@ class EngineCore:
     def _may_overlap(self) -> bool:
         """Whether the next step may be scheduled before the one in flight resolves: not when
         sampling reads host token lists (penalties), nor after a verify step (the next step's
-        positions depend on how many drafts it kept)."""
-        return (self.async_scheduling and not self._penalized
+        positions depend on how many drafts it kept), nor with a proposer (it reads each
+        sequence's last token)."""
+        return (self.async_scheduling and not self._penalized and self.proposer is None
                 and not (self._inflight is not None and self._inflight[0].drafts))
 
     def _forget(self, seq: Sequence) -> None:
@@ -182,6 +190,8 @@ class EngineCore:
         sampled, logprobs = launched.result()
         outputs = []
         for i, seq in self.scheduler.resolve(batch, sampled):
+            if self._spec is not None:
+                self._speculate(seq, batch.drafts.get(i), len(sampled[i]) - 1)
             new = seq.token_ids[seq.num_prompt_tokens + seq.num_emitted:]
             seq.num_emitted += len(new)
             lp = logprobs.get(i) if logprobs else None
@@ -196,6 +206,17 @@ class EngineCore:
             self._stats.generation_tokens_total += len(new)
             self._tokens_since_log += len(new)
         return outputs
+
+    def _speculate(self, seq: Sequence, drafts: Optional[list[int]], accepted: int) -> None:
+        """Count what its verify step kept, and leave its next drafts on a decoding sequence.
+        Not for penalized requests: the runner's penalties at a verified position would not
+        count the drafts before it."""
+        assert self._spec is not None and self.proposer is not None
+        if drafts:
+            self._spec.record(len(drafts), accepted)
+        if (seq.status is SequenceStatus.RUNNING and seq.request_id not in self._penalized
+                and seq.num_computed_tokens == len(seq.token_ids) - 1):
+            seq.spec_token_ids = self.proposer.propose(seq.token_ids)
 
     # -- observability --------------------------------------------------------------------------
     def stats(self) -> EngineStats:

@@ -139,14 +139,10 @@ class LLMEngine:
         self.core.stop_profile()
 
     def print_mtp_statistics(self) -> None:
-        s = self.core.stats()
-        if not s.spec_draft_tokens:
-            print("MTP Statistics: speculative decoding is off")
-            return
-        print("MTP Statistics:")
-        print(f"  Total draft tokens: {s.spec_draft_tokens}")
-        print(f"  Accepted tokens:    {s.spec_accepted_tokens}")
-        print(f"  Acceptance rate:    {100.0 * s.spec_accepted_tokens / s.spec_draft_tokens:.2f}%")
+        """The spec's acceptance block (atom/spec_decode/stats.py), from the core's counters."""
+        from atom.spec_decode.stats import mtp_statistics_text
+
+        print(mtp_statistics_text(self.core.stats()))
 
     def shutdown(self) -> None:
         self.core.shutdown()

@@ -49,8 +49,12 @@ class EngineStats(msgspec.Struct, kw_only=True):
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
     num_steps: int = 0
-    spec_draft_tokens: int = 0
-    spec_accepted_tokens: int = 0
+    spec_num_speculative_tokens: int = 0  # k drafts per step; 0 = speculative decoding off
+    spec_draft_tokens: int = 0  # drafts verified
+    spec_accepted_tokens: int = 0  # of those, kept
+    spec_verify_forwards: int = 0  # sequence-steps that verified at least one draft
+    spec_drafts_per_position: list[int] = msgspec.field(default_factory=list)  # per draft slot
+    spec_accepted_per_position: list[int] = msgspec.field(default_factory=list)
 
     @property
     def kv_usage(self) -> float:

@@ -6,7 +6,7 @@ marks their arrival, so the host can build and queue the next step before this o
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -38,15 +38,18 @@ class LaunchedStep:
                  chosen: Optional[torch.Tensor] = None,
                  top: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
                  counts: Optional[list[int]] = None,
-                 drafts: Optional[dict[int, list[int]]] = None) -> None:
+                 drafts: Optional[dict[int, list[int]]] = None,
+                 verify: Callable[[list[int], list[int]], list[int]] = accept_drafts) -> None:
         """rows: the batch index of each sampling row; counts: positions each row sampled (None =
         one each); tokens: [positions] on the device (None when no row samples); logprob_ks: per
         row, how many alternatives it asked for (None = none); drafts: per verifying row, the
-        draft tokens its positions check."""
+        draft tokens its positions check; verify: which of them stand (exact match, or the
+        forced schedule of atom/spec_decode/acceptance.py)."""
         self.rows = rows
         self.tokens = tokens
         self.counts = counts
         self.drafts = drafts or {}
+        self.verify = verify
         self.logprob_ks = logprob_ks
         self._host = [_to_host(t) for t in (tokens, chosen, *(top or ())) if t is not None]
         self._event: Optional[torch.cuda.Event] = None
@@ -64,29 +67,29 @@ class LaunchedStep:
         host = self._host
         token_list = host[0].tolist()
         spans = self._spans(token_list)
-        sampled = {row: token_list[p:p + n] for row, p, n in spans}
+        sampled = {row: kept for row, _, kept in spans}
         logprobs: dict[int, list[TokenLogprob]] = {}
         if self.logprob_ks is not None:
             chosen = host[1].tolist()
             top_vals, top_ids = (host[2].tolist(), host[3].tolist()) if len(host) > 2 else ([], [])
-            for (row, p, n), k in zip(spans, self.logprob_ks):
+            for (row, p, kept), k in zip(spans, self.logprob_ks):
                 if k is None:
                     continue
-                logprobs[row] = [TokenLogprob(token_list[q], float(chosen[q]),
+                logprobs[row] = [TokenLogprob(tok, float(chosen[q]),
                                               list(zip(top_ids[q][:k], top_vals[q][:k]))
                                               if top_vals else [])
-                                 for q in range(p, p + n)]
+                                 for q, tok in enumerate(kept, start=p)]
         return sampled, logprobs
 
-    def _spans(self, token_list: list[int]) -> list[tuple[int, int, int]]:
-        """(row, first position, positions kept) per sampling row; a verifying row keeps its
-        accepted drafts' positions and the one after them."""
+    def _spans(self, token_list: list[int]) -> list[tuple[int, int, list[int]]]:
+        """(row, first position, tokens kept) per sampling row; a verifying row keeps what its
+        verifier lets stand: its accepted drafts and the target's token after them."""
         if self.counts is None:
-            return [(row, r, 1) for r, row in enumerate(self.rows)]
+            return [(row, r, token_list[r:r + 1]) for r, row in enumerate(self.rows)]
         spans, p = [], 0
         for row, m in zip(self.rows, self.counts):
             d = self.drafts.get(row)
-            n = len(accept_drafts(token_list[p:p + m], d)) if d else m
-            spans.append((row, p, n))
+            spans.append((row, p, self.verify(token_list[p:p + m], d) if d
+                          else token_list[p:p + m]))
             p += m
         return spans

@@ -25,7 +25,8 @@ from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from atom.runner.forward_context import ForwardContext
 from atom.runner.host_staging import HostStager
 from atom.runner.kv_cache import KVCacheSpec, allocate, describe_kv_dtype, kv_dtype, num_blocks_for
-from atom.runner.launched_step import LaunchedStep
+from atom.runner.launched_step import LaunchedStep, accept_drafts
+from atom.spec_decode.acceptance import build_verifier
 from atom.runner.profiler import StepProfiler
 
 log = logging.getLogger("atom.runner")
@@ -98,6 +99,7 @@ class ModelRunner:
 
             torch.set_num_threads(cfg.runtime.cpu_threads or max(1, (os.cpu_count() or 2) // 2))
         torch.manual_seed(cfg.runtime.seed)
+        self.verify = build_verifier(cfg.specdecode, cfg.runtime.seed, accept_drafts)
         self.hf = load_hf_config(cfg)
         self.model = build_model(cfg, self.hf, self.device, self.dtype)
         self.forward_fn = compile_forward(self.model, cfg, self.device, backend_name)
@@ -347,12 +349,13 @@ class ModelRunner:
                    for row, m in zip(inputs.rows, inputs.counts) if m > 1}
                   if inputs.counts is not None else None)
         if sb.max_logprobs < 0:
-            return LaunchedStep(inputs.rows, tokens, counts=inputs.counts, drafts=drafts)
+            return LaunchedStep(inputs.rows, tokens, counts=inputs.counts, drafts=drafts,
+                                verify=self.verify)
         chosen, top = compute_logprobs(logits, tokens, sb.max_logprobs)
         ks = [self._requests[out.requests[row].request_id].params.logprobs for row in inputs.rows]
         return LaunchedStep(inputs.rows, tokens, ks, chosen,
                             None if top is None else (top.values, top.indices),
-                            counts=inputs.counts, drafts=drafts)
+                            counts=inputs.counts, drafts=drafts, verify=self.verify)
 
 
 def _sampled_positions(cu: np.ndarray, rows: list[int], counts: Optional[list[int]]) -> np.ndarray:

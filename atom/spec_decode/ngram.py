@@ -1,0 +1,49 @@
+"""Prompt-lookup (n-gram) proposer: drafts copied from the sequence's own history.
+
+The last n tokens (n from prompt_lookup_max down to prompt_lookup_min) are looked up in the
+earlier history; the k tokens that followed their most recent earlier occurrence are the drafts.
+No weights: repetitive text (code edits, quoting the prompt) is where it pays. Verified by exact
+match (runner/launched_step.py), so the output is the target's whatever it proposes.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from atom.config.schema import SpecDecodeConfig
+
+# One lookup scans at most this many trailing tokens of the history, so a step's proposals cost
+# O(batch · window · n) whatever the context length (a 128k-token history would otherwise cost
+# milliseconds per sequence per step in Python).
+MAX_LOOKBACK = 4096
+
+
+def propose_ngram(history: Sequence[int], k: int, n_min: int, n_max: int,
+                  lookback: int = MAX_LOOKBACK) -> list[int]:
+    """Up to k tokens that followed the latest earlier occurrence of the history's longest
+    matching suffix (n_max down to n_min tokens); fewer at the end of the history, [] when no
+    suffix recurs within the last `lookback` tokens."""
+    size = len(history)
+    lo = max(0, size - lookback)
+    for n in range(min(n_max, size - 1), n_min - 1, -1):
+        suffix = list(history[size - n:])
+        first = suffix[0]
+        # Scan start positions from the latest earlier one back: the most recent context is the
+        # best guess of what follows (and the run being repeated right now is found first).
+        for start in range(size - n - 1, lo - 1, -1):
+            if history[start] == first and list(history[start:start + n]) == suffix:
+                follow = history[start + n:start + n + k]
+                if follow:
+                    return list(follow)
+    return []
+
+
+class NgramProposer:
+    """`propose(history)` → drafts for one decoding sequence, from the specdecode config."""
+
+    def __init__(self, cfg: SpecDecodeConfig) -> None:
+        self.k = cfg.num_speculative_tokens
+        self.n_min = cfg.prompt_lookup_min
+        self.n_max = cfg.prompt_lookup_max
+
+    def propose(self, history: Sequence[int]) -> list[int]:
+        return propose_ngram(history, self.k, self.n_min, self.n_max)
