@@ -135,8 +135,8 @@ def format_report(m: BenchmarkMetrics, selected_metrics: Sequence[str],
         lines += [_rule("Speculative Decoding"),
                   _line("Draft tokens:", spec.draft_tokens),
                   _line("Accepted draft tokens:", spec.accepted_tokens),
-                  _line("Acceptance rate (%):", spec.acceptance_rate * 100.0)]
+                  _line("Acceptance Rate (%):", spec.acceptance_rate * 100.0)]
         if spec.accept_length is not None:
-            lines.append(_line("Accept length (tokens/forward):", spec.accept_length))
+            lines.append(_line("Accept Length (tokens/forward):", spec.accept_length))
     lines.append("=" * WIDTH)
     return "\n".join(lines)

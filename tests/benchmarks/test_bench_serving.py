@@ -83,7 +83,7 @@ def test_profile_and_spec_decode_stats(tokenizer_dir, capsys):
     assert spec["acceptance_rate"] == pytest.approx(0.5)
     assert spec["accept_length"] == pytest.approx(2.0)
     out = capsys.readouterr().out
-    assert "Acceptance rate (%):" in out and "Accept length" in out
+    assert "Acceptance Rate (%):" in out and "Accept Length" in out
 
 
 @pytest.mark.parametrize("backend,protocol", [("openai-chat", "chat"), ("tgi", "tgi"),

@@ -132,11 +132,13 @@ def create_app(cfg: Config, client: Any, *, tokenizer: Any = None,
 
     v1 = Router("/v1", route_handlers=[chat_completions, completions, models,
                                        messages_handler(ctx, chat_io)])
+    from atom.entrypoints.openai.mtp_stats import mtp_stats_handler
     from atom.entrypoints.openai.serving_tokenize import tokenize_handlers
 
     app = Litestar(
         route_handlers=[v1, health, metrics_route, openapi_route, *profile_handlers(profiling),
-                        *tokenize_handlers(ctx, chat_io, [])],
+                        *tokenize_handlers(ctx, chat_io, []),
+                        mtp_stats_handler(cfg, lambda: client.stats)],
         guards=[_api_key_guard(cfg.server.api_key)], exception_handlers={Exception: handle_error},
         on_startup=[on_startup], on_shutdown=[on_shutdown], openapi_config=None,
         logging_config=None, debug=False)

@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 
 from atom.model_engine.messages import EngineStats
 from atom.model_engine.output_processor import RequestOutput
+from atom.spec_decode.stats import acceptance_rate, average_tokens_per_forward, per_position_acceptance
 
 # Litestar appends "; charset=utf-8" to a text/* media type itself (named here, it was sent twice).
 CONTENT_TYPE = "text/plain; version=0.0.4"
@@ -56,6 +57,29 @@ class _EngineStatsCollector(Collector):
                 ("atom:spec_decode_num_draft_tokens", "Draft tokens proposed", s.spec_draft_tokens),
                 ("atom:spec_decode_num_accepted_tokens", "Draft tokens accepted", s.spec_accepted_tokens)):
             yield CounterMetricFamily(name, doc, value=value)
+        if s.spec_num_speculative_tokens:
+            yield from _mtp_metrics(s)
+
+
+def _mtp_metrics(s: EngineStats) -> Iterable[Any]:
+    """`atom:mtp_*`: the /debug/mtp_stats figures (atom/spec_decode/stats.py) as metrics."""
+    for name, doc, value in (
+            ("atom:mtp_draft_tokens", "Draft tokens verified", s.spec_draft_tokens),
+            ("atom:mtp_accepted_tokens", "Draft tokens accepted", s.spec_accepted_tokens),
+            ("atom:mtp_verify_forwards", "Sequence-steps that verified drafts",
+             s.spec_verify_forwards)):
+        yield CounterMetricFamily(name, doc, value=value)
+    yield GaugeMetricFamily("atom:mtp_acceptance_rate", "Accepted / drafted tokens",
+                            value=acceptance_rate(s))
+    yield GaugeMetricFamily("atom:mtp_average_tokens_per_forward",
+                            "Tokens per verify forward (1 + accepted drafts)",
+                            value=average_tokens_per_forward(s))
+    per_position = GaugeMetricFamily("atom:mtp_per_position_acceptance_rate",
+                                     "Share of drafts at a slot that were accepted",
+                                     labels=["position"])
+    for j, rate in enumerate(per_position_acceptance(s)):
+        per_position.add_metric([str(j)], rate)
+    yield per_position
 
 
 class AtomMetricsExporter:
