@@ -1,0 +1,137 @@
+"""Speculative decoding with the n-gram proposer, end to end on tiny random checkpoints.
+
+Repetitive prompts make the proposer's lookups right often (real acceptance), and greedy
+output must still be the plain one token for token; stops (EOS, stop tokens, stop strings,
+max_tokens) that land inside a run of accepted tokens must cut the output exactly where the
+plain output ends.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import atom
+from atom import SamplingParams
+from atom.model_engine.messages import EngineRequest
+from tests.engine.checkpoints import make_checkpoint
+
+NGRAM = ("specdecode=ngram", "specdecode.num_speculative_tokens=4")
+MAX_TOKENS = 40
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def ckpt(request, tmp_path_factory):
+    return make_checkpoint(request.param, tmp_path_factory.mktemp(f"ngram_{request.param}"))
+
+
+def _engine(path, *extra: str):
+    return atom.build_engine(atom.compose([
+        "model=local", f"model.path={path}", "runtime=cpu", "load.progress_bar=false",
+        "kv_cache.block_size=4", *extra]))
+
+
+def _prompts() -> list[list[int]]:
+    """Repeated random phrases: what follows a recurring n-gram is often what followed it before."""
+    g = torch.Generator().manual_seed(7)
+    phrase = lambda n: torch.randint(3, 256, (n,), generator=g).tolist()  # noqa: E731
+    return [phrase(8) * 4, phrase(5) * 6 + phrase(3), phrase(11)]
+
+
+def _run(engine, prompts, params: SamplingParams) -> tuple[list[list[list[int]]], int]:
+    """Steps the core; returns each request's tokens as the chunks steps delivered, and the
+    number of steps."""
+    core = engine.core
+    for i, p in enumerate(prompts):
+        core.add_request(EngineRequest(request_id=str(i), prompt_token_ids=p,
+                                       sampling_params=params))
+    chunks: dict[str, list[list[int]]] = {str(i): [] for i in range(len(prompts))}
+    steps = 0
+    while core.has_unfinished():
+        for o in core.step():
+            if o.new_token_ids:
+                chunks[o.request_id].append(o.new_token_ids)
+        steps += 1
+    s = core.stats()
+    assert s.kv_blocks_free == s.kv_blocks_total  # rejected drafts' blocks came back too
+    return [chunks[str(i)] for i in range(len(prompts))], steps
+
+
+def _flat(chunks: list[list[int]]) -> list[int]:
+    return [t for c in chunks for t in c]
+
+
+@pytest.fixture(scope="module")
+def engines(ckpt):
+    return _engine(ckpt), _engine(ckpt, *NGRAM)
+
+
+def test_greedy_output_with_ngram_is_the_plain_output_in_fewer_steps(engines):
+    plain, spec = engines
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    ref, plain_steps = _run(plain, _prompts(), greedy)
+    got, spec_steps = _run(spec, _prompts(), greedy)
+    assert [_flat(c) for c in got] == [_flat(c) for c in ref]
+    s = spec.core.stats()
+    assert s.spec_draft_tokens > 0 and s.spec_accepted_tokens > 0
+    assert s.spec_accepted_tokens <= s.spec_draft_tokens
+    assert spec_steps < plain_steps
+    assert any(len(c) > 1 for chunks in got for c in chunks)  # several tokens in one step
+
+
+def _inside_runs(chunks: list[list[int]]) -> list[int]:
+    """Output positions that arrived after another token of the same step (inside an accepted
+    run), each the first occurrence of its token in the output."""
+    flat, seen, out, p = _flat(chunks), set(), [], 0
+    first = {t: flat.index(t) for t in set(flat)}
+    for c in chunks:
+        for j, t in enumerate(c):
+            if j > 0 and first[t] == p + j and t not in seen:
+                out.append(p + j)
+            seen.add(t)
+        p += len(c)
+    return out
+
+
+@pytest.mark.parametrize("how", ["max_tokens", "stop_token", "eos"])
+def test_a_stop_inside_an_accepted_run_ends_where_the_plain_output_ends(engines, how):
+    plain, spec = engines
+    prompt = _prompts()[:1]
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    chunks = _run(spec, prompt, greedy)[0][0]
+    full = _flat(chunks)
+    positions = _inside_runs(chunks)
+    assert positions, chunks
+    for p in positions[:3]:
+        if how == "max_tokens":
+            params = SamplingParams(temperature=0, max_tokens=p + 1, ignore_eos=True)
+        elif how == "stop_token":
+            params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True,
+                                    stop_token_ids=[full[p]])
+        else:
+            params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
+            for e in engines:  # this test's EOS: the token at p (the scheduler reads its set)
+                e.core.scheduler.eos = {full[p]}
+        try:
+            want = _flat(_run(plain, prompt, params)[0][0])
+            got = _flat(_run(spec, prompt, params)[0][0])
+        finally:
+            for e in engines:
+                e.core.scheduler.eos = set(e.core.executor.eos_token_ids)
+        assert want == full[:p + 1]
+        assert got == want, (how, p)
+
+
+def test_a_stop_string_inside_an_accepted_run_cuts_the_text_where_plain_does(engines):
+    plain, spec = engines
+    prompt = _prompts()[:1]
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    chunks = _run(spec, prompt, greedy)[0][0]
+    p = _inside_runs(chunks)[0]
+    stop = plain.tokenizer.decode(_flat(chunks)[p:p + 1])
+    if not stop.strip():
+        pytest.skip("the token inside the run decodes to whitespace")
+    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True,
+                            stop_strings=[stop])
+    want, got = plain.generate(prompt, params)[0], spec.generate(prompt, params)[0]
+    assert got["text"] == want["text"] and got["finish_reason"] == want["finish_reason"] == "stop"
+    assert got["token_ids"] == want["token_ids"]
