@@ -56,6 +56,12 @@ def test_local_model_needs_an_existing_path(tmp_path):
      "specdecode.acceptance_length", "mutually exclusive"),
     (["specdecode=mtp", "specdecode.acceptance_rate=1.5"], "specdecode.acceptance_rate",
      "must be in [0, 1]"),
+    (["specdecode=ngram", "specdecode.prompt_lookup_min=0"], "specdecode.prompt_lookup_min",
+     "must be >= 1"),
+    (["specdecode=ngram", "specdecode.prompt_lookup_min=3", "specdecode.prompt_lookup_max=2"],
+     "specdecode.prompt_lookup_max", "must be >= prompt_lookup_min (3)"),
+    (["specdecode=ngram", "specdecode.acceptance_rate=0.5", "specdecode.acceptance_length=2"],
+     "specdecode.acceptance_length", "mutually exclusive"),
     (["model=tiny_llama"], "load.dummy", "needs load.dummy"),
     (["kv_cache.block_size=abc"], "kv_cache.block_size", "could not be converted to Integer"),
     (["runtime.kernels=aiter"], "runtime.kernels", "aiter backend needs ROCm"),
@@ -122,6 +128,22 @@ def test_every_broken_rule_is_reported_at_once_the_most_fundamental_first():
     with pytest.raises(ConfigError) as e:
         atom.compose(["model=deepseek_r1", glm, "parallel=tp8", "specdecode=mtp"])
     assert [x.field for x in e.value.errors] == ["model", "load.dummy"]
+
+
+@pytest.mark.parametrize("method,runs", [("ngram", True), ("mtp", False), ("eagle3", False)])
+def test_only_methods_with_a_proposer_launch(method, runs):
+    """ngram has a proposer; the others compose (benchmark configs name them) but are refused
+    when a model engine is about to be built."""
+    from atom.config.compose import compose
+
+    extra = ["specdecode.draft_model=/tmp"] if method == "eagle3" else []
+    if runs:
+        assert compose([f"specdecode={method}", *extra], launching=True).specdecode.method == method
+        return
+    with pytest.raises(ConfigError) as e:
+        compose([f"specdecode={method}", *extra], launching=True)
+    assert [x.field for x in e.value.errors] == ["specdecode.method"]
+    assert "has no proposer" in str(e.value)
 
 
 def test_compose_leaves_no_global_hydra_state():
