@@ -135,3 +135,30 @@ def test_a_stop_string_inside_an_accepted_run_cuts_the_text_where_plain_does(eng
     want, got = plain.generate(prompt, params)[0], spec.generate(prompt, params)[0]
     assert got["text"] == want["text"] and got["finish_reason"] == want["finish_reason"] == "stop"
     assert got["token_ids"] == want["token_ids"]
+
+
+def test_a_step_with_drafts_that_raises_is_isolated_and_the_others_keep_their_output(engines):
+    """A request whose sampling raises joins sequences that are verifying drafts: the step is
+    rerun in halves with each sequence's drafts, and the others' output is the plain one."""
+    plain, spec = engines
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    prompts = _prompts()
+    want = [o["token_ids"] for o in plain.generate(prompts, greedy)]
+    ids = spec.add_request(prompts, greedy)
+    results: dict[str, dict] = {}
+    running = spec.core.scheduler.running
+    while not any(seq.spec_token_ids for seq in running):  # the next step verifies drafts
+        for done in spec.step():
+            results[done["request_id"]] = done
+    poison = SamplingParams(temperature=0.8, max_tokens=6, seed=1)
+    poison.seed = 2**70  # torch.Generator.manual_seed raises on it, inside the step
+    drafts_before = spec.stats().spec_draft_tokens
+    bad = spec.add_request(prompts[0], poison)[0]
+    while not spec.is_finished():
+        for done in spec.step():
+            results[done["request_id"]] = done
+    assert results[bad]["finish_reason"] == "error"
+    assert [results[i]["token_ids"] for i in ids] == want
+    assert spec.stats().spec_draft_tokens > drafts_before
+    s = spec.stats()
+    assert s.kv_blocks_free == s.kv_blocks_total
