@@ -42,7 +42,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.mark.parametrize("override,length", [("specdecode.acceptance_length=3.78", 3.78),
                                              ("specdecode.acceptance_rate=0.25", 2.75)])
-def test_realized_acceptance_matches_the_request_over_2000_drafts(ckpt, override, length):
+def test_realized_acceptance_matches_the_request_over_2000_drafts(ckpt, override, length, capsys):
     engine = atom.build_engine(atom.compose([
         "model=local", f"model.path={ckpt}", "runtime=cpu", "load.progress_bar=false",
         "specdecode=ngram", "specdecode.num_speculative_tokens=7", override]))
@@ -59,3 +59,7 @@ def test_realized_acceptance_matches_the_request_over_2000_drafts(ckpt, override
             assert got[j] == p, (j, got)  # the schedule's certain slots are exact
         else:
             assert got[j] == pytest.approx(p, abs=0.06), (j, got)
+    engine.print_mtp_statistics()
+    printed = capsys.readouterr().out
+    assert printed.startswith("MTP Statistics:\n")
+    assert f"Total draft tokens: {s.spec_draft_tokens}\n" in printed
