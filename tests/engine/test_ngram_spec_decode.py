@@ -162,3 +162,51 @@ def test_a_step_with_drafts_that_raises_is_isolated_and_the_others_keep_their_ou
     assert spec.stats().spec_draft_tokens > drafts_before
     s = spec.stats()
     assert s.kv_blocks_free == s.kv_blocks_total
+
+
+@pytest.mark.parametrize("extra", [("scheduler.async_scheduling=true",),
+                                   ("kv_cache.num_blocks=24",)], ids=["async", "preempting"])
+def test_async_scheduling_and_preemption_keep_greedy_output(ckpt, engines, extra):
+    """With async scheduling asked for, a proposer still waits for each step's tokens; with a
+    cache too small for the batch, preempted sequences are recomputed and speculate again."""
+    plain, _ = engines
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    want = [o["token_ids"] for o in plain.generate(_prompts(), greedy)]
+    spec = _engine(ckpt, *NGRAM, *extra)
+    got, _ = _run(spec, _prompts(), greedy)
+    assert [_flat(c) for c in got] == want
+    s = spec.core.stats()
+    assert s.spec_accepted_tokens > 0
+    if "preempting" in str(extra):
+        assert s.num_preempted_total > 0
+
+
+def test_logprobs_of_kept_tokens_are_the_plain_ones(engines):
+    plain, spec = engines
+    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=2)
+
+    def records(engine):
+        core = engine.core
+        core.add_request(EngineRequest(request_id="lp", prompt_token_ids=_prompts()[0],
+                                       sampling_params=params))
+        out = []
+        while core.has_unfinished():
+            for o in core.step():
+                out += o.logprobs or []
+        return out
+
+    want, got = records(plain), records(spec)
+    assert [r.token_id for r in got] == [r.token_id for r in want]
+    assert [r.logprob for r in got] == pytest.approx([r.logprob for r in want], abs=1e-4)
+    assert [[t for t, _ in r.top] for r in got] == [[t for t, _ in r.top] for r in want]
+
+
+def test_seeded_sampling_with_drafts_runs_to_length(engines):
+    """Temperature > 0: exact-match verification keeps only the target's own samples; the run
+    ends at max_tokens with every block back."""
+    _, spec = engines
+    params = SamplingParams(temperature=0.7, max_tokens=MAX_TOKENS, ignore_eos=True, seed=3)
+    before = spec.core.stats().spec_draft_tokens
+    got, _ = _run(spec, _prompts(), params)
+    assert [len(_flat(c)) for c in got] == [MAX_TOKENS] * 3
+    assert spec.core.stats().spec_draft_tokens > before
