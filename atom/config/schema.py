@@ -47,7 +47,7 @@ class LoadConfig:
 
 @dataclass
 class ParallelConfig:
-    tensor_parallel_size: int = 1  # GPUs one model is split across (the engine runs 1 today)
+    tensor_parallel_size: int = 1  # devices one model is split across: one worker process per rank
     data_parallel_size: int = 1  # model replicas (the engine runs 1 today)
     enable_expert_parallel: bool = False  # shard MoE experts across ranks instead of within
     enable_dp_attention: bool = False  # data-parallel attention beside expert-parallel MoE
