@@ -30,9 +30,14 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
         from atom.model_engine.scripted_core import ScriptedEngineCore
 
         return ScriptedEngineCore(cfg, build_tokenizer(cfg))
+    from atom.config.errors import ConfigError
     from atom.model_engine.engine_core import EngineCore
 
     _refuse_what_cannot_run(cfg)
+    if cfg.parallel.data_parallel_size > 1:
+        raise ConfigError("parallel.data_parallel_size", cfg.parallel.data_parallel_size,
+                          "replicas run behind the server (python -m atom.run); an in-process "
+                          "engine is one replica (set 1)")
     return EngineCore(cfg, build_executor(cfg, _tokenizer_eos(cfg, tokenizer)))
 
 
@@ -90,7 +95,13 @@ def build_app(cfg: Config) -> Any:
 
     if cfg.server.engine_source == "model":
         _refuse_what_cannot_run(cfg)  # here too, so no core process is needed to report it
-    client = EngineClient(cfg)
+    dp = cfg.parallel.data_parallel_size
+    if dp > 1:
+        from atom.model_engine.dp_engine_client import DataParallelEngineClient
+
+        client: Any = DataParallelEngineClient(cfg, dp)
+    else:
+        client = EngineClient(cfg)
     client.launch()  # the core loads the model while this process loads the tokenizer
     try:
         from atom.model_engine.fast_codec import fast_codec

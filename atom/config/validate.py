@@ -83,12 +83,13 @@ def validate(cfg: Config, launching: bool = False) -> Config:
 
 def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
-    model engine does not implement: a dp size above 1 (one engine core per server), expert
+    model engine does not implement: data parallelism over tensor-parallel replicas, expert
     parallelism and DP attention, and speculative decoding (no proposer)."""
     rules = _Rules()
     p = cfg.parallel
-    rules.check(p.data_parallel_size <= 1, "parallel.data_parallel_size", p.data_parallel_size,
-                "not implemented yet: a server runs one model replica (set 1)")
+    rules.check(p.data_parallel_size <= 1 or p.tensor_parallel_size == 1,
+                "parallel.data_parallel_size", p.data_parallel_size,
+                "not implemented yet with tensor_parallel_size > 1 (replicas of one device each)")
     for field, on in (("parallel.enable_expert_parallel", p.enable_expert_parallel),
                       ("parallel.enable_dp_attention", p.enable_dp_attention)):
         rules.check(not on, field, on, "not implemented yet: experts and attention shard with "

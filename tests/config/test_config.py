@@ -72,10 +72,11 @@ def test_invalid_config_names_field_value_and_rule(overrides, field, rule):
 
 
 def test_a_parallel_size_the_server_cannot_run_exits_with_one_line_and_no_core():
-    """dp2 composes, but one engine core serves: the builder refuses it in the API process,
+    """dp2 over tp2 replicas composes, but is not implemented: refused in the API process,
     before a core process is spawned or a weight is read."""
     r = subprocess.run([sys.executable, "-m", "atom.run", "model=tiny_llama", "load=dummy",
-                        "runtime=cpu", "parallel=dp2"], capture_output=True, text=True, timeout=120)
+                        "runtime=cpu", "parallel=tp2", "parallel.data_parallel_size=2"],
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     err = [line for line in r.stderr.splitlines() if line.strip()]
     assert err[-1].startswith("atom: invalid config: parallel.data_parallel_size=2: not implemented "

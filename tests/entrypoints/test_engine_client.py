@@ -104,3 +104,36 @@ def test_a_burst_of_requests_never_blocks_the_event_loop():
         assert asyncio.run(_burst(client, Collector(), 5000)) < 2.0
     finally:
         client.close()
+
+
+def test_data_parallel_requests_go_to_the_least_loaded_replica():
+    """Two real (synthetic) core processes behind one DataParallelEngineClient: requests in
+    flight split evenly, an abort reaches the replica that holds the request, stats add up."""
+    from atom.model_engine.dp_engine_client import DataParallelEngineClient
+
+    cfg = compose(["model=tiny_llama", "load=dummy", "server.engine_source=synthetic",
+                   "server.synthetic_tokens_per_s=5", f"server.synthetic_token_ids={HELLO_IDS}",
+                   "kv_cache.num_blocks=64", "runtime.enable_log_stats=false"])
+    dp = DataParallelEngineClient(cfg, 2)
+    dp.launch()
+    try:
+        dp.set_tokenizer(build_tokenizer(cfg))
+        dp.wait_ready()
+
+        async def run() -> None:
+            dp.attach(Collector())
+            for i in range(6):
+                dp.add_request(f"r{i}", [65, 66], SamplingParams(max_tokens=500), time.monotonic())
+            assert [len(c.processor.states) for c in dp.clients] == [3, 3]
+            dp.abort(["r0", "r1"])
+            assert sorted(len(c.processor.states) for c in dp.clients) == [2, 2]
+            deadline = time.monotonic() + 10
+            while dp.stats.num_running != 4 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert dp.stats.num_running == 4
+            assert dp.stats.kv_blocks_total == 2 * 64
+
+        asyncio.run(run())
+        assert dp.alive
+    finally:
+        dp.close()
