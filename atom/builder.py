@@ -56,16 +56,28 @@ def build_executor(cfg: Config, eos_token_id: Any) -> Any:
 
 def _tokenizer_eos(cfg: Config, tokenizer: Any) -> Any:
     """The tokenizer's EOS id (the runner adds the model config's own): from the tokenizer the
-    caller has, else one loaded for it; a model without a loadable tokenizer runs on ids."""
+    caller has, else one loaded for it; a model without a loadable tokenizer runs on ids. A
+    GGUF's header is its tokenizer's: its EOS is already in the model config, and converting
+    the GGUF vocabulary for it cost a first start ~15 s here, beside the API process doing the
+    same."""
+    if tokenizer is None and _is_gguf_model(cfg):
+        return None
     if tokenizer is None:
         try:
-            tokenizer = build_tokenizer(cfg)
+            tokenizer = build_tokenizer(cfg, announce=False)  # the API process announces it
         except Exception as e:
             import logging
 
             logging.getLogger("atom.engine").info("no tokenizer EOS for %s: %s", cfg.model.name, e)
             return None
     return getattr(tokenizer, "eos_token_id", None)
+
+
+def _is_gguf_model(cfg: Config) -> bool:
+    from atom.models.hf_config import is_gguf, model_source
+
+    src = model_source(cfg) if cfg.load.dummy is None else None
+    return src is not None and is_gguf(src)
 
 
 def _refuse_what_cannot_run(cfg: Config) -> None:

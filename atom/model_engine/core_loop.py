@@ -182,12 +182,9 @@ def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
     encode = msgspec.msgpack.Encoder().encode
     core = None
     try:
-        from atom.builder import build_core, build_tokenizer
+        from atom.builder import build_core
 
-        # The model core needs the tokenizer's EOS id; the stand-in cores build what they need.
-        runs_model = cfg.server.engine_source == "model"
-        tokenizer = build_tokenizer(cfg, announce=False) if runs_model else None
-        core = build_core(cfg, tokenizer) if tokenizer is not None else build_core(cfg)
+        core = build_core(cfg)  # a model core loads its tokenizer only for an EOS id it lacks
         max_len = int(getattr(core, "max_model_len", None) or cfg.model.max_model_len or 0)
         push.send(encode(CoreReady(os.getpid(), max_len)))
         push.send(encode(StepBatch([], core.stats())))  # the pool as it starts, before any request
