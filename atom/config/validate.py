@@ -143,8 +143,10 @@ def _validate_parallel(cfg: Config, rules: _Rules,
         return
     rules.check(shape.num_attention_heads % tp == 0, "parallel.tensor_parallel_size", tp,
                 f"must divide the number of attention heads ({shape.num_attention_heads})")
-    rules.check(shape.num_key_value_heads % tp == 0, "parallel.tensor_parallel_size", tp,
-                f"must divide the number of KV heads ({shape.num_key_value_heads})")
+    kv = shape.num_key_value_heads
+    rules.check(kv % tp == 0 or tp % kv == 0, "parallel.tensor_parallel_size", tp,
+                f"must divide the number of KV heads ({kv}) or be a multiple of it (each KV "
+                f"head then replicated on tp / {kv} ranks)")
 
 
 def _validate_kv(cfg: Config, rules: _Rules) -> None:

@@ -72,14 +72,21 @@ class QKVParallelLinear(ColumnParallelLinear):
     def __init__(self, hidden: int, head_dim: int, num_heads: int, num_kv_heads: int,
                  bias: bool = False) -> None:
         self.head_dim, self.num_heads, self.num_kv_heads = head_dim, num_heads, num_kv_heads
-        super().__init__(hidden, (num_heads + 2 * num_kv_heads) * head_dim, bias)
+        n = tp_size()
+        kv_rows = max(num_kv_heads, n) * head_dim  # every rank keeps at least one KV head
+        super().__init__(hidden, num_heads * head_dim + 2 * kv_rows, bias)
 
     def weight_loader(self, param, loaded, shard_id=None):
         n = tp_size()
         q = self.num_heads * self.head_dim // n
-        kv = self.num_kv_heads * self.head_dim // n
+        kv = max(1, self.num_kv_heads // n) * self.head_dim
         offset, size = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[shard_id]
-        param.data.narrow(0, offset, size).copy_(_shard(loaded, 0))
+        if shard_id != "q" and self.num_kv_heads < n:  # this rank's replica of one KV head
+            head = tp_rank() * self.num_kv_heads // n
+            loaded = loaded.narrow(0, head * self.head_dim, self.head_dim)
+        else:
+            loaded = _shard(loaded, 0)
+        param.data.narrow(0, offset, size).copy_(loaded)
 
 
 class RowParallelLinear(LinearBase):
