@@ -7,7 +7,7 @@ from atom.config.schema import Config
 
 if TYPE_CHECKING:
     from atom.model_engine.core_protocol import EngineCoreProtocol
-    from atom.model_engine.llm_engine import LLMEngine
+    from atom.llm_engine import LLMEngine
 
 
 def build_tokenizer(cfg: Config, announce: bool = True) -> Any:
@@ -93,7 +93,7 @@ def _refuse_what_cannot_run(cfg: Config) -> None:
 
 def build_engine(cfg: Config) -> "LLMEngine":
     """`atom.build_engine(cfg)`: an in-process LLMEngine over a core built from cfg."""
-    from atom.model_engine.llm_engine import LLMEngine
+    from atom.llm_engine import LLMEngine
 
     return LLMEngine.from_config(cfg)
 
@@ -107,13 +107,15 @@ def build_app(cfg: Config) -> Any:
 
     if cfg.server.engine_source == "model":
         _refuse_what_cannot_run(cfg)  # here too, so no core process is needed to report it
+    from atom.core_process import run_core
+
     dp = cfg.parallel.data_parallel_size
     if dp > 1:
         from atom.model_engine.dp_engine_client import DataParallelEngineClient
 
-        client: Any = DataParallelEngineClient(cfg, dp)
+        client: Any = DataParallelEngineClient(cfg, dp, run_core)
     else:
-        client = EngineClient(cfg)
+        client = EngineClient(cfg, core_main=run_core)
     client.launch()  # the core loads the model while this process loads the tokenizer
     try:
         from atom.model_engine.fast_codec import fast_codec

@@ -9,7 +9,7 @@ silence) is the whole: alive while every core is, stats summed.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from atom.config.schema import Config
 from atom.model_engine.engine_client import EngineClient
@@ -27,9 +27,10 @@ def replica_config(cfg: Config, rank: int) -> Config:
 
 
 class DataParallelEngineClient:
-    def __init__(self, cfg: Config, size: int) -> None:
+    def __init__(self, cfg: Config, size: int, core_main: Callable[..., None]) -> None:
         self.cfg = cfg
-        self.clients = [EngineClient(replica_config(cfg, r)) for r in range(size)]
+        self.clients = [EngineClient(replica_config(cfg, r), core_main=core_main)
+                        for r in range(size)]
         self.max_model_len = 0
 
     # -- lifecycle --------------------------------------------------------------------------

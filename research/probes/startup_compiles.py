@@ -64,7 +64,7 @@ def main() -> None:
     compiles: list[dict[str, Any]] = []
     _record(compiles, t0)
     from atom.config.compose import compose
-    from atom.model_engine.llm_engine import LLMEngine
+    from atom.llm_engine import LLMEngine
 
     cfg = compose([f"model={args.model}", "load=dummy", *args.overrides])
     cfg.load.progress_bar = False

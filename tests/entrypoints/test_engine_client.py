@@ -13,6 +13,7 @@ import time
 
 from atom.builder import build_tokenizer
 from atom.config.compose import compose
+from atom.core_process import run_core
 from atom.model_engine.engine_client import EngineClient
 from atom.sampling_params import SamplingParams
 
@@ -63,7 +64,7 @@ def test_stop_string_aborts_reach_the_core_and_never_wedge_the_reader():
     cfg = compose(["model=tiny_llama", "load=dummy", "server.engine_source=synthetic",
                    "server.synthetic_tokens_per_s=20000", f"server.synthetic_token_ids={HELLO_IDS}",
                    "kv_cache.num_blocks=4096", "runtime.enable_log_stats=false"])
-    client = EngineClient(cfg, build_tokenizer(cfg)).start()
+    client = EngineClient(cfg, build_tokenizer(cfg), core_main=run_core).start()
     collector = Collector()
     try:
         asyncio.run(_run_stop_string_requests(client, collector))
@@ -99,7 +100,7 @@ def test_a_burst_of_requests_never_blocks_the_event_loop():
     cfg = compose(["model=tiny_llama", "load=dummy", "server.engine_source=synthetic",
                    "server.synthetic_tokens_per_s=0.25", f"server.synthetic_token_ids={HELLO_IDS}",
                    "kv_cache.num_blocks=4096", "runtime.enable_log_stats=false"])
-    client = EngineClient(cfg, build_tokenizer(cfg)).start()
+    client = EngineClient(cfg, build_tokenizer(cfg), core_main=run_core).start()
     try:
         assert asyncio.run(_burst(client, Collector(), 5000)) < 2.0
     finally:
@@ -114,7 +115,7 @@ def test_data_parallel_requests_go_to_the_least_loaded_replica():
     cfg = compose(["model=tiny_llama", "load=dummy", "server.engine_source=synthetic",
                    "server.synthetic_tokens_per_s=5", f"server.synthetic_token_ids={HELLO_IDS}",
                    "kv_cache.num_blocks=64", "runtime.enable_log_stats=false"])
-    dp = DataParallelEngineClient(cfg, 2)
+    dp = DataParallelEngineClient(cfg, 2, run_core)
     dp.launch()
     try:
         dp.set_tokenizer(build_tokenizer(cfg))
