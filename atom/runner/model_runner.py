@@ -14,8 +14,7 @@ from atom.kernels.backend import get_backend, resolve_backend_name
 from atom.kernels.metadata import AttentionMetadata, leading_decodes
 from atom.layers.sampler import PenaltyBatch, SamplingBatch, compute_logprobs, sample
 from atom.loader.model_loader import build_model
-from atom.model_engine.scheduler_output import ScheduledRequest, SchedulerOutput
-from atom.model_engine.sequence import PENDING_TOKEN
+from atom.runner.scheduler_output import PENDING_TOKEN, ScheduledRequest, SchedulerOutput
 from atom.sampling_params import SamplingParams
 from atom.models.hf_config import load_hf_config
 from atom.runner import forward_context
