@@ -698,8 +698,8 @@ def bench_sampler() -> dict[str, Any]:
 def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
     """Logits after `tokens`, one prefill through the engine's own runner (engine idle)."""
     from atom.kernels.metadata import AttentionMetadata
-    from atom.runner import forward_context
-    from atom.runner.forward_context import ForwardContext
+    from atom.layers import forward_context
+    from atom.layers.forward_context import ForwardContext
 
     r = eng.core.executor.runner
     n, dev = len(tokens), r.device

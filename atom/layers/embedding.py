@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from atom.runner.distributed import all_gather_last_dim, all_reduce, tp_rank, tp_size
-from atom.runner.forward_context import backend
+from atom.layers.distributed import all_gather_last_dim, all_reduce, tp_rank, tp_size
+from atom.layers.forward_context import backend
 
 
 class VocabParallelEmbedding(nn.Module):

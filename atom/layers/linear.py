@@ -7,8 +7,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from atom.runner.distributed import all_reduce, tp_rank, tp_size
-from atom.runner.forward_context import backend
+from atom.layers.distributed import all_reduce, tp_rank, tp_size
+from atom.layers.forward_context import backend
 
 
 def _shard(t: torch.Tensor, dim: int) -> torch.Tensor:

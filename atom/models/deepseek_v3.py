@@ -21,8 +21,8 @@ from atom.layers.moe import FusedMoE, GroupedTopKRouter
 from atom.layers.norm import RMSNorm
 from atom.layers.rotary import RotaryEmbedding, rope_kind, rope_params, yarn_mscale
 from atom.models.llama import LlamaForCausalLM, LlamaMLP, LlamaModel
-from atom.runner.distributed import tp_size
-from atom.runner.forward_context import backend
+from atom.layers.distributed import tp_size
+from atom.layers.forward_context import backend
 
 # transformers' DeepseekV3RMSNorm default, which q_a_layernorm and kv_a_layernorm keep (they do
 # not take rms_norm_eps).

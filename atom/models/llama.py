@@ -15,7 +15,7 @@ from atom.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from atom.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from atom.layers.norm import RMSNorm
 from atom.layers.rotary import RotaryEmbedding, rope_params
-from atom.runner.distributed import tp_size
+from atom.layers.distributed import tp_size
 
 
 def head_dim_of(hf: Any) -> int:

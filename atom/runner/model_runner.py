@@ -17,11 +17,11 @@ from atom.loader.model_loader import build_model
 from atom.runner.scheduler_output import PENDING_TOKEN, ScheduledRequest, SchedulerOutput
 from atom.sampling_params import SamplingParams
 from atom.models.hf_config import load_hf_config
-from atom.runner import forward_context
+from atom.layers import forward_context
 from atom.runner.annotation import annotate
 from atom.runner.compile import compile_forward, describe_level
 from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
-from atom.runner.forward_context import ForwardContext
+from atom.layers.forward_context import ForwardContext
 from atom.runner.host_staging import HostStager
 from atom.runner.kv_cache import KVCacheSpec, allocate, describe_kv_dtype, kv_dtype, num_blocks_for
 from atom.runner.launched_step import LaunchedStep
