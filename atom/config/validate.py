@@ -11,7 +11,7 @@ from atom.config.errors import ConfigError
 from atom.config.schema import Config
 
 KV_DTYPES = ("bf16", "fp8")
-KERNEL_BACKENDS = ("auto", "torch", "triton", "aiter")
+KERNEL_BACKENDS = ("auto", "torch", "cpu", "triton", "aiter")
 DEVICES = ("auto", "cpu", "cuda")
 DUMMY_KINDS = (None, "empty", "zero", "xavier")
 LOAD_FORMATS = ("auto", "safetensors", "gguf")
