@@ -15,33 +15,61 @@ import torch
 import torch.nn.functional as F
 
 from atom.kernels import cpu_woq, torch_ref
-from atom.kernels.backend import register
+from atom.kernels.backend import register, rope_store_kv_unfused
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.quantized_weight import QuantizedWeight
 
 
+class DecodeGather:
+    """What every layer's decode attention shares in one step: the pages to gather and the
+    mask of real keys (built once per step, not once per layer)."""
+
+    def __init__(self, block_tables: torch.Tensor, context_lens: torch.Tensor, max_context: int,
+                 block_size: int, sliding_window: Optional[int]) -> None:
+        nblocks = -(-max_context // block_size)
+        self.pages = block_tables[:, :nblocks].clamp(min=0).long()
+        kpos = torch.arange(nblocks * block_size)
+        last = (context_lens.long() - 1).unsqueeze(1)
+        mask = kpos <= last
+        if sliding_window is not None:
+            mask &= kpos > last - sliding_window
+        self.mask = mask.view(mask.shape[0], 1, 1, -1)
+
+
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     block_tables: torch.Tensor, context_lens: torch.Tensor, max_context: int,
-                     scale: float, k_scale: float, v_scale: float,
-                     sliding_window: Optional[int]) -> torch.Tensor:
+                     g: DecodeGather, scale: float, k_scale: float, v_scale: float) -> torch.Tensor:
     """One query per sequence: q [B, Hq, D] over each sequence's first context_lens keys.
     The padded block tables gather every sequence's pages at once; a GQA group's queries ride
     as the query-length axis of one SDPA, so K/V are never repeated per head."""
     b, hq, d = q.shape
-    bs, hk = k_cache.shape[1], k_cache.shape[2]
-    nblocks = -(-max_context // bs)
-    pages = block_tables[:, :nblocks].clamp(min=0).long()
-    k = torch_ref._dequant(k_cache[pages].view(b, nblocks * bs, hk, d), k_scale, q.dtype)
-    v = torch_ref._dequant(v_cache[pages].view(b, nblocks * bs, hk, d), v_scale, q.dtype)
-    kpos = torch.arange(nblocks * bs)
-    last = (context_lens.long() - 1).unsqueeze(1)
-    mask = kpos <= last
-    if sliding_window is not None:
-        mask &= kpos > last - sliding_window
+    hk = k_cache.shape[2]
+    t = g.pages.shape[1] * k_cache.shape[1]
+    k = torch_ref._dequant(k_cache[g.pages].view(b, t, hk, d), k_scale, q.dtype)
+    v = torch_ref._dequant(v_cache[g.pages].view(b, t, hk, d), v_scale, q.dtype)
     o = F.scaled_dot_product_attention(q.view(b, hk, hq // hk, d), k.transpose(1, 2),
-                                       v.transpose(1, 2), attn_mask=mask.view(b, 1, 1, -1),
-                                       scale=scale)
+                                       v.transpose(1, 2), attn_mask=g.mask, scale=scale)
     return o.reshape(b, hq, d)
+
+
+def _neox_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, H, D] rotated in its first rot = 2 * cos.shape[-1] dims (NeoX halves layout)."""
+    half = cos.shape[-1]
+    rot = 2 * half
+    x1, x2 = x[..., :half], x[..., half:rot]
+    parts = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
+    if rot < x.shape[-1]:
+        parts.append(x[..., rot:])
+    return torch.cat(parts, dim=-1)
+
+
+def _adjacent_heads(q: torch.Tensor, k: torch.Tensor) -> Optional[torch.Tensor]:
+    """q and k as one [T, Hq + Hk, D] view when k's heads follow q's in memory (both are
+    views of one qkv projection): one rotation instead of two."""
+    t, hq, d = q.shape
+    if (k.shape[0] != t or k.shape[2] != d or q.stride() != k.stride() or q.stride(2) != 1
+            or q.stride(1) != d or k.data_ptr() != q.data_ptr() + hq * d * q.element_size()):
+        return None
+    return q.as_strided((t, hq + k.shape[1], d), q.stride())
 
 
 @register("cpu")
@@ -51,6 +79,52 @@ class CpuBackend(torch_ref.TorchBackend):
     def __init__(self) -> None:
         # (shape, planes, group) → rows up to which the int4 kernel won: one timing per shape.
         self._int4_rows: dict[tuple, int] = {}
+        # Per-step values every layer would otherwise rebuild, keyed by the step's own tensors
+        # (held, so an identity is never reused within a step).
+        self._slots: Optional[tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]] = None
+        self._rope: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = None
+        self._gather: Optional[tuple[AttentionMetadata, Optional[int], DecodeGather]] = None
+
+    def rms_norm(self, x, weight, eps):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    def fused_add_rms_norm(self, x, residual, weight, eps):
+        s = x + residual
+        return self.rms_norm(s, weight, eps), s
+
+    def _cos_sin(self, positions: torch.Tensor, cache: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._rope is None or self._rope[0] is not positions or self._rope[1] is not cache:
+            cos, sin = cache.index_select(0, positions.long()).unsqueeze(1).chunk(2, dim=-1)
+            self._rope = (positions, cache, cos, sin)
+        return self._rope[2], self._rope[3]
+
+    def store_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
+        if self._slots is None or self._slots[0] is not slot_mapping:
+            keep = slot_mapping >= 0
+            rows = None if bool(keep.all()) else keep
+            self._slots = (slot_mapping, slot_mapping.long() if rows is None else
+                           slot_mapping[rows].long(), rows)
+        _, slots, rows = self._slots
+        if rows is not None:
+            k, v = k[rows], v[rows]
+        kc = k_cache.view(-1, *k_cache.shape[2:])
+        vc = v_cache.view(-1, *v_cache.shape[2:])
+        kc.index_copy_(0, slots, torch_ref._quant(k, k_cache.dtype, k_scale))
+        vc.index_copy_(0, slots, torch_ref._quant(v, v_cache.dtype, v_scale))
+
+    def rope_store_kv(self, positions, q, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale,
+                      cos_sin_cache, is_neox, q_norm_weight=None, k_norm_weight=None,
+                      norm_eps=0.0):
+        qk = _adjacent_heads(q, k) if is_neox and q_norm_weight is None else None
+        if qk is None:
+            return rope_store_kv_unfused(self, positions, q, k, v, k_cache, v_cache,
+                                         slot_mapping, k_scale, v_scale, cos_sin_cache, is_neox,
+                                         q_norm_weight, k_norm_weight, norm_eps)
+        rotated = _neox_rotate(qk, *self._cos_sin(positions, cos_sin_cache))
+        hq = q.shape[1]
+        self.store_kv(rotated[:, hq:], v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+        return rotated[:, :hq]
 
     def prepare_weight(self, qw: QuantizedWeight) -> Optional[Any]:
         if qw.codes.is_floating_point():
@@ -68,18 +142,28 @@ class CpuBackend(torch_ref.TorchBackend):
     def attention(self, q, k_cache, v_cache, meta: AttentionMetadata, scale, k_scale, v_scale,
                   sliding_window=None):
         n = meta.num_seqs if meta.is_decode else meta.num_decode_seqs
-        if n < 2:
+        if n == 0:
             return torch_ref.attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale,
                                        sliding_window)
-        max_ctx = max(meta.context_lens_cpu[:n]) if meta.context_lens_cpu else meta.max_context_len
-        head = decode_attention(q[:n], k_cache, v_cache, meta.block_tables[:n],
-                                meta.context_lens[:n], max_ctx, scale, k_scale, v_scale,
-                                sliding_window)
+        head = decode_attention(q[:n], k_cache, v_cache, self._decode_gather(meta, n, k_cache,
+                                                                             sliding_window),
+                                scale, k_scale, v_scale)
         if n == meta.num_seqs:
             return head
         rest = torch_ref.attention(q[n:], k_cache, v_cache, _tail(meta, n), scale, k_scale,
                                    v_scale, sliding_window)
         return torch.cat([head, rest])
+
+    def _decode_gather(self, meta: AttentionMetadata, n: int, k_cache: torch.Tensor,
+                       sliding_window: Optional[int]) -> DecodeGather:
+        if (self._gather is None or self._gather[0] is not meta
+                or self._gather[1] != sliding_window):
+            ctx = meta.context_lens_cpu
+            max_ctx = max(ctx[:n]) if ctx else meta.max_context_len
+            self._gather = (meta, sliding_window,
+                            DecodeGather(meta.block_tables[:n], meta.context_lens[:n], max_ctx,
+                                         k_cache.shape[1], sliding_window))
+        return self._gather[2]
 
 
 def _tail(meta: AttentionMetadata, n: int) -> AttentionMetadata:

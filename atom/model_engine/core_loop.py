@@ -128,7 +128,9 @@ def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
     core = None
     try:
         from atom.builder import build_core, build_tokenizer
+        from atom.runner.cpu_threads import cpu_threads
 
+        cfg.runtime.cpu_threads = cpu_threads(cfg.runtime.cpu_threads, serving=True)
         # The model core needs the tokenizer's EOS id; the stand-in cores build what they need.
         tokenizer = build_tokenizer(cfg) if cfg.server.engine_source == "model" else None
         core = build_core(cfg, tokenizer) if tokenizer is not None else build_core(cfg)

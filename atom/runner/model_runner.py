@@ -21,6 +21,7 @@ from atom.models.llama import head_dim_of
 from atom.runner import forward_context
 from atom.runner.annotation import annotate
 from atom.runner.compile import compile_forward, compiles
+from atom.runner.cpu_threads import cpu_threads
 from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from atom.runner.distributed import tp_size
 from atom.runner.forward_context import ForwardContext
@@ -78,9 +79,7 @@ class ModelRunner:
         forward_context.set_backend(get_backend(backend_name))
         self.backend_name = backend_name
         if self.device.type == "cpu":
-            import os
-
-            torch.set_num_threads(cfg.runtime.cpu_threads or max(1, (os.cpu_count() or 2) // 2))
+            torch.set_num_threads(cpu_threads(cfg.runtime.cpu_threads, serving=False))
         torch.manual_seed(cfg.runtime.seed)
         self.hf = load_hf_config(cfg)
         self.model = build_model(cfg, self.hf, self.device, self.dtype)
