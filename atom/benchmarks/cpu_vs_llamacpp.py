@@ -41,15 +41,21 @@ def atom_decode_rate(engine: Any, n: int, max_tokens: int) -> float:
     """Decode tokens per second of n streams after every stream has its first token."""
     from atom import SamplingParams
 
+    counts: dict[str, int] = {}
+    marks: list[float] = []
+
+    def on_output(out: Any) -> None:
+        counts[out.request_id] = counts.get(out.request_id, 0) + len(out.token_ids)
+
     sp = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    engine.add_request(prompts_for(n), sp)
-    produced, start = 0, None
+    engine.add_request(prompts_for(n), sp, stream_callback=on_output)
+    base = 0
     while not engine.is_finished():
         engine.step()
-        produced = sum(len(t) for t in engine._tokens.values())
-        if start is None and all(engine._tokens[r] for r in engine._tokens):
-            start, base = time.perf_counter(), produced
-    return (n * max_tokens - base) / (time.perf_counter() - start)
+        if not marks and len(counts) == n:
+            marks.append(time.perf_counter())
+            base = sum(counts.values())
+    return (n * max_tokens - base) / (time.perf_counter() - marks[0])
 
 
 # -- llama.cpp ----------------------------------------------------------------------------------
