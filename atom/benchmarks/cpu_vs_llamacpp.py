@@ -5,8 +5,9 @@ tokens after short prompts, one stream and batches of `--batch` streams (distinc
 no prefix is shared). The rate is decode only: from the step at which every stream has its
 first token to the last one. llama.cpp runs through llama-cpp-python (`pip install
 'atom[bench-cpu]'`): its high-level API for one stream, its batch API (one sequence id per
-stream, one llama_decode per step) for the batches. Prints one line per case with the ratios,
-and writes them as JSON with `--out`. A shared machine skews both: check the load first.
+stream, one llama_decode per step) for the batches. The two alternate, repeat by repeat. Prints
+one line per case with the ratios, and writes them as JSON with `--out`. A shared machine skews
+both (two OpenMP threads with a core taken stall at every barrier): check the load first.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import os
 import statistics
 import subprocess
 import time
-from typing import Any, Callable
+from typing import Any
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, there was a",
            "The three primary colors are", "Water boils at a temperature of",
@@ -76,6 +77,11 @@ class LlamaCpp:
         self.batch = llama_cpp.llama_batch_init(512, 0, 1)
         self.n_vocab = self.llm.n_vocab()
 
+    def close(self) -> None:
+        self.lib.llama_batch_free(self.batch)
+        self.lib.llama_free(self.ctx)
+        self.llm.close()
+
     def single_rate(self, max_tokens: int) -> float:
         tokens = self.llm.tokenize(PROMPTS[0].encode())
         gen = self.llm.generate(tokens, temp=0.0, reset=True)
@@ -118,10 +124,6 @@ class LlamaCpp:
 
 
 # -- the run ------------------------------------------------------------------------------------
-def median_of(fn: Callable[[], float], repeats: int) -> float:
-    return statistics.median(fn() for _ in range(repeats))
-
-
 def machine() -> dict[str, Any]:
     import platform
 
@@ -161,15 +163,17 @@ def main() -> None:
     ref = LlamaCpp(path, args.threads, max(args.batch or [1]), 64 + args.max_tokens)
     ref.single_rate(8)
     rows = []
-    single_ref = median_of(lambda: ref.single_rate(args.max_tokens), args.repeats)
-    single_atom = median_of(lambda: atom_decode_rate(engine, 1, args.max_tokens), args.repeats)
-    rows.append({"streams": 1, "atom_tok_s": single_atom, "llamacpp_tok_s": single_ref})
-    for n in args.batch:
-        rows.append({"streams": n,
-                     "atom_tok_s": median_of(lambda: atom_decode_rate(engine, n, args.max_tokens),
-                                             args.repeats),
-                     "llamacpp_tok_s": median_of(lambda: ref.batch_rate(n, args.max_tokens),
-                                                 args.repeats)})
+    for n in [1, *args.batch]:
+        ours, theirs = [], []
+        for _ in range(args.repeats):  # alternated, so a change in the machine's load hits both
+            theirs.append(ref.single_rate(args.max_tokens) if n == 1 else
+                          ref.batch_rate(n, args.max_tokens))
+            ours.append(atom_decode_rate(engine, n, args.max_tokens))
+        rows.append({"streams": n, "atom_tok_s": statistics.median(ours),
+                     "llamacpp_tok_s": statistics.median(theirs), "atom_runs": ours,
+                     "llamacpp_runs": theirs})
+    ref.close()
+    single_ref = rows[0]["llamacpp_tok_s"]
     for r in rows:
         r["atom_over_llamacpp"] = r["atom_tok_s"] / r["llamacpp_tok_s"]
         r["atom_over_llamacpp_single"] = r["atom_tok_s"] / single_ref
