@@ -41,6 +41,10 @@ class KernelBackend(Protocol):
         """qw in the form this backend's linear takes in place of a weight tensor, or None: no
         kernel for it here, so the layer runs on qw dequantized (the float oracle)."""
 
+    def weights_prepared(self) -> None:
+        """Every weight of the model has been through prepare_weight: a backend that picks
+        kernels by timing them over the whole model does it here."""
+
     def silu_and_mul_linear(self, x: torch.Tensor, weight: torch.Tensor,
                             bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """linear(silu_and_mul(x), weight, bias): a gated MLP's down projection, which a backend

@@ -83,7 +83,9 @@ class CpuBackend(torch_ref.TorchBackend):
     name = "cpu"
 
     def __init__(self) -> None:
-        # (shape, planes, group) → rows up to which the int4 kernel won: one timing per shape.
+        # Prepared since the last weights_prepared, and then (shape, planes, group) → rows up
+        # to which the int4 kernel won.
+        self._unchosen: list[cpu_woq.CpuQuantizedLinear] = []
         self._int4_rows: dict[tuple, int] = {}
         # Per-step values every layer would otherwise rebuild, keyed by the step's own tensors
         # (held, so an identity is never reused within a step).
@@ -135,7 +137,13 @@ class CpuBackend(torch_ref.TorchBackend):
     def prepare_weight(self, qw: QuantizedWeight) -> Optional[Any]:
         if qw.codes.is_floating_point():
             return None
-        return cpu_woq.prepare(qw, self._int4_rows)
+        lin = cpu_woq.prepare(qw)
+        self._unchosen.append(lin)
+        return lin
+
+    def weights_prepared(self) -> None:
+        self._int4_rows.update(cpu_woq.choose(self._unchosen))
+        self._unchosen = []
 
     def linear(self, x, weight, bias=None):
         if isinstance(weight, torch.Tensor):

@@ -99,7 +99,7 @@ class CpuQuantizedLinear:
         return y if bias is None else y + bias
 
 
-def _seconds(fn: Callable[[], torch.Tensor], reps: int = 3) -> float:
+def _seconds(fn: Callable[[], object], reps: int = 2) -> float:
     fn()
     best = float("inf")
     for _ in range(reps):
@@ -109,30 +109,43 @@ def _seconds(fn: Callable[[], torch.Tensor], reps: int = 3) -> float:
     return best
 
 
-def int4_max_rows(int4: Int4Planes, dense: torch.Tensor,
-                  rows: tuple[int, ...] = TIMED_ROWS) -> int:
-    """The largest timed row count at which the int4 kernel beats dense bf16 (0: never). Timed
-    in increasing order and stopped at the first loss: int4's cost grows with the rows, dense
-    bf16's barely does, so past one crossover there is no other."""
-    k = dense.shape[1]
+def int4_max_rows(linears: list[CpuQuantizedLinear], rows: tuple[int, ...] = TIMED_ROWS) -> int:
+    """The largest timed row count at which the int4 kernel beats dense bf16 (0: never), timed
+    over every layer's weight of one shape in turn, as a forward reads them: one weight timed
+    alone stays in the core's cache, where dense bf16's 4x bytes cost nothing, and in a real
+    forward they come from memory (dense bf16 ran 2-3x slower in the engine than alone at 8
+    rows). Stopped at the first loss: int4's cost grows with the rows, dense bf16's barely
+    does, so past one crossover there is no other."""
+    k = linears[0].dense.shape[1]
     best = 0
     for m in rows:
         x = torch.randn(m, k).to(torch.bfloat16)
-        if _seconds(lambda: int4(x)) >= _seconds(lambda: F.linear(x, dense)):
+        int4 = _seconds(lambda: [lin.int4(x) for lin in linears])  # type: ignore[misc]
+        dense = _seconds(lambda: [F.linear(x, lin.dense) for lin in linears])
+        if int4 >= dense:
             break
         best = m
     return best
 
 
-def prepare(qw: QuantizedWeight, choices: dict[tuple, int]) -> CpuQuantizedLinear:
-    """Build the kernels for qw and keep those that win. `choices` caches each crossover by
-    shape and packing (one timing per distinct shape in the model, not per layer)."""
-    dense = qw.dequantize(torch.float32).to(torch.bfloat16)
-    int4 = int4_planes(qw)
-    if int4 is None:
-        return CpuQuantizedLinear(None, dense, 0)
-    key = (tuple(qw.shape), int4.planes, int4.group_size)
-    if key not in choices:
-        choices[key] = int4_max_rows(int4, dense)
-    limit = choices[key]
-    return CpuQuantizedLinear(int4 if limit else None, dense, limit)
+def prepare(qw: QuantizedWeight) -> CpuQuantizedLinear:
+    """Both kernels for qw; `choose` then sets, per shape, up to which row count int4 serves."""
+    return CpuQuantizedLinear(int4_planes(qw), qw.dequantize(torch.float32).to(torch.bfloat16), 0)
+
+
+def choose(linears: list[CpuQuantizedLinear]) -> dict[tuple, int]:
+    """Time each shape once over all its weights; drop the int4 kernel where it never wins.
+    Returns the crossover per (shape, planes, group)."""
+    groups: dict[tuple, list[CpuQuantizedLinear]] = {}
+    for lin in linears:
+        if lin.int4 is not None:
+            key = (tuple(lin.dense.shape), lin.int4.planes, lin.int4.group_size)
+            groups.setdefault(key, []).append(lin)
+    out = {}
+    for key, group in groups.items():
+        out[key] = limit = int4_max_rows(group)
+        for lin in group:
+            lin.int4_max_rows = limit
+            if limit == 0:
+                lin.int4 = None
+    return out

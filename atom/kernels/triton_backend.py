@@ -32,6 +32,9 @@ class TritonBackend:
     def prepare_weight(self, qw):
         return None  # no quantized GEMM kernels yet: the model dtype's dequantized weight
 
+    def weights_prepared(self):
+        pass
+
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return rms_norm.rms_norm(x, weight, eps)
 

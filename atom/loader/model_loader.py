@@ -66,3 +66,4 @@ def prepare_weights(model: nn.Module) -> None:
         prepare = getattr(module, "prepare_weights", None)
         if prepare is not None:
             prepare(be)
+    be.weights_prepared()

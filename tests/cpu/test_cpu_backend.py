@@ -38,12 +38,15 @@ def test_quantized_linear_matches_dequantized_float(qt, rows):
         assert out.dtype == x.dtype and rel_err(out, ref) < BF16_TOL, (limit, rel_err(out, ref))
 
 
-def test_prepare_times_each_shape_once_and_declines_groups_it_cannot_pack():
+def test_kernels_are_chosen_once_per_shape_and_groups_it_cannot_pack_go_dense():
     rng = np.random.default_rng(0)
     be = get_backend("cpu")
     w = quantize(rng.standard_normal((32, 256)).astype(np.float32), T.Q4_1)
     first, second = (be.prepare_weight(decode(w, T.Q4_1, (32, 256))) for _ in range(2))
-    assert len(be._int4_rows) == 1 and first.int4_max_rows == second.int4_max_rows
+    be.weights_prepared()
+    assert list(be._int4_rows) == [((32, 256), 1, 32)]
+    assert first.int4_max_rows == second.int4_max_rows == be._int4_rows[((32, 256), 1, 32)]
+    assert (first.int4 is None) == (first.int4_max_rows == 0)
     q6 = rng.integers(0, 256, (32 * 256 // 256, 210), dtype=np.uint8)
     q6[:, 208:210] = np.full((q6.shape[0], 1), 0.01, np.float16).view(np.uint8)
     assert cpu_woq.int4_planes(decode(q6.reshape(32, -1), T.Q6_K, (32, 256))) is None  # groups of 16
