@@ -47,14 +47,23 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     than permuting the gathered cache for one 4-d matmul at 8-32 sequences)."""
     b, hq, d = q.shape
     hk = k_cache.shape[2]
-    k = torch_ref._dequant(k_cache.index_select(0, g.pages), k_scale, q.dtype).view(b, g.keys, hk, d)
-    v = torch_ref._dequant(v_cache.index_select(0, g.pages), v_scale, q.dtype).view(b, g.keys, hk, d)
+    k = _read(k_cache.index_select(0, g.pages), k_scale, q.dtype).view(b, g.keys, hk, d)
+    v = _read(v_cache.index_select(0, g.pages), v_scale, q.dtype).view(b, g.keys, hk, d)
     groups = q.view(b, hk, hq // hk, d)
     out = torch.empty_like(groups)
-    for h in range(hk):
-        scores = torch.baddbmm(g.bias, groups[:, h], k[:, :, h].transpose(1, 2), alpha=scale)
-        torch.bmm(torch.softmax(scores, dim=-1), v[:, :, h], out=out[:, h])
+    for qh, kh, vh, oh in zip(groups.unbind(1), k.unbind(2), v.unbind(2), out.unbind(1)):
+        scores = torch.baddbmm(g.bias, qh, kh.transpose(1, 2), alpha=scale)
+        torch.bmm(torch.softmax(scores, dim=-1), vh, out=oh)
     return out.view(b, hq, d)
+
+
+def _read(x: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """Cached values in dtype (a call saved per layer when the cache already is dtype)."""
+    return x if x.dtype == dtype else torch_ref._dequant(x, scale, dtype)
+
+
+def _write(x: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
+    return x if x.dtype == dtype else torch_ref._quant(x, dtype, scale)
 
 
 def _neox_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -72,8 +81,9 @@ def _adjacent_heads(q: torch.Tensor, k: torch.Tensor) -> Optional[torch.Tensor]:
     """q and k as one [T, Hq + Hk, D] view when k's heads follow q's in memory (both are
     views of one qkv projection): one rotation instead of two."""
     t, hq, d = q.shape
-    if (k.shape[0] != t or k.shape[2] != d or q.stride() != k.stride() or q.stride(2) != 1
-            or q.stride(1) != d or k.data_ptr() != q.data_ptr() + hq * d * q.element_size()):
+    if (k.shape[0] != t or k.shape[2] != d or q.stride()[1:] != (d, 1) or k.stride()[1:] != (d, 1)
+            or (t > 1 and q.stride(0) != k.stride(0))
+            or k.data_ptr() != q.data_ptr() + hq * d * q.element_size()):
         return None
     return q.as_strided((t, hq + k.shape[1], d), q.stride())
 
@@ -118,8 +128,8 @@ class CpuBackend(torch_ref.TorchBackend):
             k, v = k[rows], v[rows]
         kc = k_cache.view(-1, *k_cache.shape[2:])
         vc = v_cache.view(-1, *v_cache.shape[2:])
-        kc.index_copy_(0, slots, torch_ref._quant(k, k_cache.dtype, k_scale))
-        vc.index_copy_(0, slots, torch_ref._quant(v, v_cache.dtype, v_scale))
+        kc.index_copy_(0, slots, _write(k, k_cache.dtype, k_scale))
+        vc.index_copy_(0, slots, _write(v, v_cache.dtype, v_scale))
 
     def rope_store_kv(self, positions, q, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale,
                       cos_sin_cache, is_neox, q_norm_weight=None, k_norm_weight=None,

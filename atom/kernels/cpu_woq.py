@@ -89,13 +89,15 @@ class CpuQuantizedLinear:
         self.int4, self.dense, self.int4_max_rows = int4, dense, int4_max_rows
 
     def __call__(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-        shape = x.shape
-        xb = x.reshape(-1, shape[-1]).to(torch.bfloat16)
+        flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        xb = flat.to(torch.bfloat16)
         if self.int4 is not None and xb.shape[0] <= self.int4_max_rows:
             y = self.int4(xb)
         else:
             y = F.linear(xb, self.dense)
-        y = y.to(x.dtype).view(*shape[:-1], y.shape[-1])
+        y = y.to(x.dtype)
+        if x.dim() != 2:
+            y = y.view(*x.shape[:-1], y.shape[-1])
         return y if bias is None else y + bias
 
 

@@ -8,7 +8,7 @@ import torch
 from gguf import GGMLQuantizationType as T
 from gguf.quants import quantize
 
-from atom.kernels import cpu_woq, get_backend, torch_ref
+from atom.kernels import cpu_backend, cpu_woq, get_backend, torch_ref
 from atom.kernels.metadata import AttentionMetadata
 from atom.loader.gguf_blocks import decode
 
@@ -83,14 +83,16 @@ def test_batched_decode_attention_matches_reference(window):
     assert rel_err(out, ref) < 1e-6
 
 
-def test_rope_store_kv_matches_reference():
-    t, hq, hk, d, page = 3, 4, 2, 16, 4
+@pytest.mark.parametrize("t", [1, 3])  # one row: its views' row strides are arbitrary
+def test_rope_store_kv_matches_reference(t):
+    hq, hk, d, page = 4, 2, 16, 4
     qkv = torch.randn(t, (hq + 2 * hk) * d)
     q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
-    q, k, v = q.view(t, hq, d), k.view(t, hk, d), v.view(t, hk, d)
-    positions = torch.tensor([0, 5, 9])
+    q, k, v = q.reshape(-1, hq, d), k.reshape(-1, hk, d), v.reshape(-1, hk, d)  # as the model does
+    assert cpu_backend._adjacent_heads(q, k) is not None  # the one-rotation path, not the fallback
+    positions = torch.tensor([0, 5, 9])[:t]
     cos_sin = torch.randn(16, 12)  # partial rotary: 12 of 16 dims
-    slots = torch.tensor([3, -1, 6])
+    slots = torch.tensor([3, -1, 6])[:t]
     results = []
     for be in (get_backend("cpu"), get_backend("torch")):
         kc, vc = torch.zeros(3, page, hk, d), torch.zeros(3, page, hk, d)
