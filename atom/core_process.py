@@ -46,7 +46,9 @@ def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
     core = None
     try:
         from atom.builder import build_core
+        from atom.runner.cpu_threads import cpu_threads
 
+        cfg.runtime.cpu_threads = cpu_threads(cfg.runtime.cpu_threads, serving=True)
         core = build_core(cfg)  # a model core loads its tokenizer only for an EOS id it lacks
         max_len = int(getattr(core, "max_model_len", None) or cfg.model.max_model_len or 0)
         push.send(encode(CoreReady(os.getpid(), max_len)))

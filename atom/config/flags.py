@@ -60,6 +60,8 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
     Flag(("--spec-decode-acceptance-rate",), "specdecode.acceptance_rate"),
     Flag(("--kernels",), "runtime.kernels"),
     Flag(("--device",), "runtime.device"),
+    Flag(("--cpu-threads",), "runtime.cpu_threads",
+         help="CPU forward threads; 0: every core offline, all but one serving"),
     Flag(("--seed",), "runtime.seed"),
 )
 

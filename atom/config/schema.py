@@ -109,8 +109,8 @@ class RuntimeConfig:
         default_factory=lambda: [1, 2, 4] + list(range(8, 257, 8))
     )
     seed: int = 0  # the engine's random seed (requests without their own seed)
-    # CPU matmul threads; 0 = half the cores (OpenMP threads that outnumber free cores spin and
-    # run tens of times slower, and the API process and clients share the machine).
+    # CPU matmul threads; 0 = OMP_NUM_THREADS if set, else every core offline and all but one
+    # when serving (atom/runner/cpu_threads.py says why).
     cpu_threads: int = 0
     enable_log_stats: bool = True  # log throughput, batch and KV usage while serving
     throughput_log_interval: float = 10.0  # seconds between those log lines

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from atom.models.hf_config import ArchitectureShape
 
 KV_DTYPES = ("bf16", "fp8")
-KERNEL_BACKENDS = ("auto", "torch", "triton", "aiter")
+KERNEL_BACKENDS = ("auto", "torch", "cpu", "triton", "aiter")
 DEVICES = ("auto", "cpu", "cuda")
 DUMMY_KINDS = (None, "empty", "zero", "xavier")
 LOAD_FORMATS = ("auto", "safetensors", "gguf")

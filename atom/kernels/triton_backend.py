@@ -29,6 +29,12 @@ class TritonBackend:
     def __init__(self) -> None:
         self._blas: Optional[blas_table.BlasTable] = None  # this GPU's, read at the first GEMM
 
+    def prepare_weight(self, qw):
+        return None  # no quantized GEMM kernels yet: the model dtype's dequantized weight
+
+    def weights_prepared(self):
+        pass
+
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return rms_norm.rms_norm(x, weight, eps)
 

@@ -173,6 +173,6 @@ def refuse_what_cannot_run(hf: Any) -> None:
         if value != supported:
             raise ConfigError(f"model.hf_config.{key}", value,
                               f"DeepseekV3 routing is implemented for {key}={supported} only")
-    if backend().name != "torch":
+    if not hasattr(backend(), "mla_decode_attention"):
         raise ConfigError("runtime.kernels", backend().name, "MLA has only the torch reference "
-                          "kernels yet (runtime.kernels=torch)")
+                          "kernels yet (runtime.kernels=torch; on a CPU, cpu works too)")

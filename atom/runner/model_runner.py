@@ -20,6 +20,7 @@ from atom.models.hf_config import load_hf_config
 from atom.layers import forward_context
 from atom.runner.annotation import annotate
 from atom.runner.compile import compile_forward, describe_level
+from atom.runner.cpu_threads import cpu_threads
 from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from atom.layers.forward_context import ForwardContext
 from atom.runner.host_staging import HostStager
@@ -93,9 +94,7 @@ class ModelRunner:
         forward_context.set_backend(get_backend(backend_name))
         self.backend_name = backend_name
         if self.device.type == "cpu":
-            import os
-
-            torch.set_num_threads(cfg.runtime.cpu_threads or max(1, (os.cpu_count() or 2) // 2))
+            torch.set_num_threads(cpu_threads(cfg.runtime.cpu_threads, serving=False))
         torch.manual_seed(cfg.runtime.seed)
         self.hf = load_hf_config(cfg)
         self.model = build_model(cfg, self.hf, self.device, self.dtype)
