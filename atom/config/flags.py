@@ -60,8 +60,7 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
     Flag(("--spec-decode-acceptance-rate",), "specdecode.acceptance_rate"),
     Flag(("--kernels",), "runtime.kernels"),
     Flag(("--device",), "runtime.device"),
-    Flag(("--cpu-threads",), "runtime.cpu_threads",
-         help="CPU forward threads; 0: every core offline, all but one serving"),
+    Flag(("--cpu-threads",), "runtime.cpu_threads"),
     Flag(("--seed",), "runtime.seed"),
 )
 

@@ -53,7 +53,7 @@ def test_greedy_matches_transformers_on_gguf(engine, reference):
 def test_quantized_cpu_path_follows_the_float32_oracle(engine, reference, capsys):
     quant = atom.build_engine(atom.compose(["runtime.device=cpu", "runtime.kernels=cpu",
                                             "load.progress_bar=false"]))
-    assert type(quant.core.runner.model.lm_head.head_weight).__name__ == "CpuQuantizedLinear"
+    assert type(quant.core.executor.runner.model.lm_head.head_weight).__name__ == "CpuQuantizedLinear"
     tok = quant.tokenizer
     sp = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
     outs = quant.generate(PROMPTS, sp) + quant.generate(PROMPTS[:1], sp)  # batch 5 and 1
