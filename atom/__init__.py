@@ -7,7 +7,7 @@ from atom.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from atom.config.schema import Config
-    from atom.model_engine.llm_engine import LLMEngine
+    from atom.llm_engine import LLMEngine
 
 __all__ = ["LLMEngine", "SamplingParams", "build_engine", "compose"]
 
@@ -26,7 +26,7 @@ def build_engine(cfg: "Config") -> "LLMEngine":
 
 def __getattr__(name: str) -> Any:  # LLMEngine imports torch: only when asked for
     if name == "LLMEngine":
-        from atom.model_engine.llm_engine import LLMEngine
+        from atom.llm_engine import LLMEngine
 
         return LLMEngine
     raise AttributeError(name)

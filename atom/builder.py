@@ -7,7 +7,7 @@ from atom.config.schema import Config
 
 if TYPE_CHECKING:
     from atom.model_engine.core_protocol import EngineCoreProtocol
-    from atom.model_engine.llm_engine import LLMEngine
+    from atom.llm_engine import LLMEngine
 
 
 def build_tokenizer(cfg: Config, announce: bool = True) -> Any:
@@ -30,9 +30,14 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
         from atom.model_engine.scripted_core import ScriptedEngineCore
 
         return ScriptedEngineCore(cfg, build_tokenizer(cfg))
+    from atom.config.errors import ConfigError
     from atom.model_engine.engine_core import EngineCore
 
     _refuse_what_cannot_run(cfg)
+    if cfg.parallel.data_parallel_size > 1:
+        raise ConfigError("parallel.data_parallel_size", cfg.parallel.data_parallel_size,
+                          "replicas run behind the server (python -m atom.run); an in-process "
+                          "engine is one replica (set 1)")
     return EngineCore(cfg, build_executor(cfg, _tokenizer_eos(cfg, tokenizer)))
 
 
@@ -51,16 +56,28 @@ def build_executor(cfg: Config, eos_token_id: Any) -> Any:
 
 def _tokenizer_eos(cfg: Config, tokenizer: Any) -> Any:
     """The tokenizer's EOS id (the runner adds the model config's own): from the tokenizer the
-    caller has, else one loaded for it; a model without a loadable tokenizer runs on ids."""
+    caller has, else one loaded for it; a model without a loadable tokenizer runs on ids. A
+    GGUF's header is its tokenizer's: its EOS is already in the model config, and converting
+    the GGUF vocabulary for it cost a first start ~15 s here, beside the API process doing the
+    same."""
+    if tokenizer is None and _is_gguf_model(cfg):
+        return None
     if tokenizer is None:
         try:
-            tokenizer = build_tokenizer(cfg)
+            tokenizer = build_tokenizer(cfg, announce=False)  # the API process announces it
         except Exception as e:
             import logging
 
             logging.getLogger("atom.engine").info("no tokenizer EOS for %s: %s", cfg.model.name, e)
             return None
     return getattr(tokenizer, "eos_token_id", None)
+
+
+def _is_gguf_model(cfg: Config) -> bool:
+    from atom.models.hf_config import is_gguf, model_source
+
+    src = model_source(cfg) if cfg.load.dummy is None else None
+    return src is not None and is_gguf(src)
 
 
 def _refuse_what_cannot_run(cfg: Config) -> None:
@@ -76,7 +93,7 @@ def _refuse_what_cannot_run(cfg: Config) -> None:
 
 def build_engine(cfg: Config) -> "LLMEngine":
     """`atom.build_engine(cfg)`: an in-process LLMEngine over a core built from cfg."""
-    from atom.model_engine.llm_engine import LLMEngine
+    from atom.llm_engine import LLMEngine
 
     return LLMEngine.from_config(cfg)
 
@@ -90,7 +107,15 @@ def build_app(cfg: Config) -> Any:
 
     if cfg.server.engine_source == "model":
         _refuse_what_cannot_run(cfg)  # here too, so no core process is needed to report it
-    client = EngineClient(cfg)
+    from atom.core_process import run_core
+
+    dp = cfg.parallel.data_parallel_size
+    if dp > 1:
+        from atom.model_engine.dp_engine_client import DataParallelEngineClient
+
+        client: Any = DataParallelEngineClient(cfg, dp, run_core)
+    else:
+        client = EngineClient(cfg, core_main=run_core)
     client.launch()  # the core loads the model while this process loads the tokenizer
     try:
         from atom.model_engine.fast_codec import fast_codec

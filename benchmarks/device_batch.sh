@@ -5,7 +5,7 @@
 #   ATOM_COMMIT=<sha> bash benchmarks/device_batch.sh tests bench:throughput_8b,throughput_8b_fp8
 #
 # Parts: `tests` (the GPU-marked tests), `bench:<names>` (gpu_bench.py --only <names> at the default level),
-# `script:<path>` (a benchmark script taking --out, e.g. benchmarks/sm_partition_probe.py),
+# `script:<path>` (a benchmark script taking --out, e.g. research/probes/sm_partition_probe.py),
 # `blas_ab` (this GPU's BLAS table from gemm_shape_probe.py --table, then throughput_8b with the
 # table and without it, back to back on one machine: the A/B a ~1% change needs).
 # PART_TIMEOUT (seconds, default 280) bounds each part, so one stuck part cannot eat the command.

@@ -39,7 +39,7 @@ RUN_EXTRA: list[str] = []
 
 def engine(model: str, *extra: str):
     from atom.config.compose import compose
-    from atom.model_engine.llm_engine import LLMEngine
+    from atom.llm_engine import LLMEngine
 
     cfg = compose([f"model={model}", "load=dummy", *RUN_EXTRA, *extra])
     cfg.load.progress_bar = False
@@ -582,7 +582,7 @@ def bench_startup(model: str) -> dict[str, Any]:
     code = ("import time,sys,logging;t=time.time();"
             "logging.basicConfig(level=logging.INFO,format='%(relativeCreated)d ms %(name)s: %(message)s');"
             "from atom.config.compose import compose;"
-            "from atom.model_engine.llm_engine import LLMEngine;"
+            "from atom.llm_engine import LLMEngine;"
             "logging.getLogger('atom').info('imports done');"
             f"c=compose({['model=' + model, 'load=dummy', *RUN_EXTRA]!r});c.load.progress_bar=False;"
             "e=LLMEngine.from_config(c);print('READY',flush=True)")
@@ -698,8 +698,8 @@ def bench_sampler() -> dict[str, Any]:
 def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
     """Logits after `tokens`, one prefill through the engine's own runner (engine idle)."""
     from atom.kernels.metadata import AttentionMetadata
-    from atom.runner import forward_context
-    from atom.runner.forward_context import ForwardContext
+    from atom.layers import forward_context
+    from atom.layers.forward_context import ForwardContext
 
     r = eng.core.executor.runner
     n, dev = len(tokens), r.device

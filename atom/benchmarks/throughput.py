@@ -110,7 +110,7 @@ def run(cfg: Config, workload: Optional[Workload] = None, with_transformers: boo
 
 
 def main() -> None:
-    from atom.model_engine.arg_utils import EngineArgs
+    from atom.engine_args import EngineArgs
 
     logging.basicConfig(level=logging.WARNING)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -62,6 +62,7 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
     Flag(("--prompt-lookup-max",), "specdecode.prompt_lookup_max"),
     Flag(("--kernels",), "runtime.kernels"),
     Flag(("--device",), "runtime.device"),
+    Flag(("--cpu-threads",), "runtime.cpu_threads"),
     Flag(("--seed",), "runtime.seed"),
 )
 

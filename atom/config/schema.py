@@ -47,7 +47,7 @@ class LoadConfig:
 
 @dataclass
 class ParallelConfig:
-    tensor_parallel_size: int = 1  # GPUs one model is split across (the engine runs 1 today)
+    tensor_parallel_size: int = 1  # devices one model is split across: one worker process per rank
     data_parallel_size: int = 1  # model replicas (the engine runs 1 today)
     enable_expert_parallel: bool = False  # shard MoE experts across ranks instead of within
     enable_dp_attention: bool = False  # data-parallel attention beside expert-parallel MoE
@@ -114,8 +114,8 @@ class RuntimeConfig:
         default_factory=lambda: [1, 2, 4] + list(range(8, 257, 8))
     )
     seed: int = 0  # the engine's random seed (requests without their own seed)
-    # CPU matmul threads; 0 = half the cores (OpenMP threads that outnumber free cores spin and
-    # run tens of times slower, and the API process and clients share the machine).
+    # CPU matmul threads; 0 = OMP_NUM_THREADS if set, else every core offline and all but one
+    # when serving (atom/runner/cpu_threads.py says why).
     cpu_threads: int = 0
     enable_log_stats: bool = True  # log throughput, batch and KV usage while serving
     throughput_log_interval: float = 10.0  # seconds between those log lines

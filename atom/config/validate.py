@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from atom.models.hf_config import ArchitectureShape
 
 KV_DTYPES = ("bf16", "fp8")
-KERNEL_BACKENDS = ("auto", "torch", "triton", "aiter")
+KERNEL_BACKENDS = ("auto", "torch", "cpu", "triton", "aiter")
 DEVICES = ("auto", "cpu", "cuda")
 DUMMY_KINDS = (None, "empty", "zero", "xavier")
 LOAD_FORMATS = ("auto", "safetensors", "gguf")
@@ -84,12 +84,17 @@ def validate(cfg: Config, launching: bool = False) -> Config:
 
 def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
-    model engine does not implement: a dp size above 1 (one engine core per server) and
-    speculative decoding methods without a proposer (every one but ngram)."""
+    model engine does not implement: data parallelism over tensor-parallel replicas, expert
+    parallelism and DP attention, and speculative decoding methods without a proposer (every one but ngram)."""
     rules = _Rules()
     p = cfg.parallel
-    rules.check(p.data_parallel_size <= 1, "parallel.data_parallel_size", p.data_parallel_size,
-                "not implemented yet: a server runs one model replica (set 1)")
+    rules.check(p.data_parallel_size <= 1 or p.tensor_parallel_size == 1,
+                "parallel.data_parallel_size", p.data_parallel_size,
+                "not implemented yet with tensor_parallel_size > 1 (replicas of one device each)")
+    for field, on in (("parallel.enable_expert_parallel", p.enable_expert_parallel),
+                      ("parallel.enable_dp_attention", p.enable_dp_attention)):
+        rules.check(not on, field, on, "not implemented yet: experts and attention shard with "
+                    "tensor parallelism (set false)")
     rules.check(cfg.specdecode.method in RUNNABLE_SPEC_METHODS, "specdecode.method",
                 cfg.specdecode.method,
                 "not implemented yet: this method has no proposer (specdecode=ngram or none)")
@@ -140,8 +145,10 @@ def _validate_parallel(cfg: Config, rules: _Rules,
         return
     rules.check(shape.num_attention_heads % tp == 0, "parallel.tensor_parallel_size", tp,
                 f"must divide the number of attention heads ({shape.num_attention_heads})")
-    rules.check(shape.num_key_value_heads % tp == 0, "parallel.tensor_parallel_size", tp,
-                f"must divide the number of KV heads ({shape.num_key_value_heads})")
+    kv = shape.num_key_value_heads
+    rules.check(kv % tp == 0 or tp % kv == 0, "parallel.tensor_parallel_size", tp,
+                f"must divide the number of KV heads ({kv}) or be a multiple of it (each KV "
+                f"head then replicated on tp / {kv} ranks)")
 
 
 def _validate_kv(cfg: Config, rules: _Rules) -> None:

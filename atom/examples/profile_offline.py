@@ -11,7 +11,7 @@ import argparse
 import random
 import time
 
-from atom.model_engine.arg_utils import EngineArgs
+from atom.engine_args import EngineArgs
 from atom.sampling_params import SamplingParams
 
 DEFAULT_DIR = "./profiler_traces"

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from atom.config.schema import Config
-from atom.model_engine.arg_utils import EngineArgs
+from atom.engine_args import EngineArgs
 from atom.sampling_params import SamplingParams
 
 PROMPTS = [

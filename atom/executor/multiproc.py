@@ -26,7 +26,7 @@ from atom.config.schema import Config
 from atom.executor.worker import WorkerSpec
 from atom.executor.worker_ipc import (NO_MULTICAST_ENV, FromWorker, Flush, RunStep, StepResult,
                                       Stop, WorkerFailed, WorkerReady)
-from atom.model_engine.scheduler_output import SchedulerOutput
+from atom.runner.scheduler_output import SchedulerOutput
 
 log = logging.getLogger("atom.executor")
 

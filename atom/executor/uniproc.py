@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from atom.model_engine.scheduler_output import SchedulerOutput
+from atom.runner.scheduler_output import SchedulerOutput
 from atom.runner.launched_step import LaunchedStep
 from atom.runner.model_runner import ModelRunner
 

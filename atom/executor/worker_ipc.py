@@ -10,7 +10,7 @@ from typing import Union
 import msgspec
 
 from atom.model_engine.messages import TokenLogprob
-from atom.model_engine.scheduler_output import SchedulerOutput
+from atom.runner.scheduler_output import SchedulerOutput
 
 
 class RunStep(msgspec.Struct, tag="step"):

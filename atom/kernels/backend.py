@@ -9,11 +9,12 @@
 """
 from __future__ import annotations
 
-from typing import Optional, Protocol
+from typing import Any, Optional, Protocol
 
 import torch
 
 from atom.kernels.metadata import AttentionMetadata
+from atom.kernels.quantized_weight import QuantizedWeight
 
 
 class KernelBackend(Protocol):
@@ -35,6 +36,14 @@ class KernelBackend(Protocol):
     def linear(self, x: torch.Tensor, weight: torch.Tensor,
                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x @ weight.T + bias; a backend may take the single-row (batch-1 decode) case itself."""
+
+    def prepare_weight(self, qw: QuantizedWeight) -> Optional[Any]:
+        """qw in the form this backend's linear takes in place of a weight tensor, or None: no
+        kernel for it here, so the layer runs on qw dequantized (the float oracle)."""
+
+    def weights_prepared(self) -> None:
+        """Every weight of the model has been through prepare_weight: a backend that picks
+        kernels by timing them over the whole model does it here."""
 
     def silu_and_mul_linear(self, x: torch.Tensor, weight: torch.Tensor,
                             bias: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -134,20 +143,22 @@ def register(name: str):
 
 
 def resolve_backend_name(requested: str, device: torch.device) -> str:
-    """`auto`: triton on a GPU (CUDA or ROCm), torch on CPU. aiter is taken only when asked for
+    """`auto`: triton on a GPU (CUDA or ROCm), cpu on a CPU (torch is its float32 oracle). aiter is taken only when asked for
     by name, and no aiter kernels exist yet (see get_backend)."""
     import importlib.util
 
     if requested != "auto":
         return requested
     if device.type != "cuda":
-        return "torch"
+        return "cpu"
     return "triton" if importlib.util.find_spec("triton") is not None else "torch"
 
 
 def get_backend(name: str) -> KernelBackend:
     if name == "torch":
         from atom.kernels import torch_ref  # noqa: F401  (registers)
+    elif name == "cpu":
+        from atom.kernels import cpu_backend  # noqa: F401
     elif name == "triton":
         from atom.kernels import triton_backend  # noqa: F401
     elif name == "aiter":

@@ -184,6 +184,12 @@ class TorchBackend:
     def linear(self, x, weight, bias=None):
         return F.linear(x, weight, bias)
 
+    def prepare_weight(self, qw):
+        return None  # the oracle runs on the dequantized float weight
+
+    def weights_prepared(self):
+        pass
+
     def silu_and_mul_linear(self, x, weight, bias=None):
         return F.linear(silu_and_mul(x), weight, bias)
 

@@ -29,6 +29,12 @@ class TritonBackend:
     def __init__(self) -> None:
         self._blas: Optional[blas_table.BlasTable] = None  # this GPU's, read at the first GEMM
 
+    def prepare_weight(self, qw):
+        return None  # no quantized GEMM kernels yet: the model dtype's dequantized weight
+
+    def weights_prepared(self):
+        pass
+
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return rms_norm.rms_norm(x, weight, eps)
 
@@ -43,7 +49,7 @@ class TritonBackend:
     def linear(self, x: torch.Tensor, weight: torch.Tensor,
                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Single-row (batch-1 decode) linears through the Triton GEMV, +7% 8B and +16%
-        Qwen3-0.6B single-request decode in run 3; F.linear otherwise, through the BLAS library
+        Qwen3-0.6B single-request decode on the H200; F.linear otherwise, through the BLAS library
         this GPU's table names for the shape (blas_table.py)."""
         if gemv.takes(x, weight):
             return gemv.gemv(x, weight, bias)
@@ -73,7 +79,7 @@ class TritonBackend:
                             ) -> tuple[torch.Tensor, torch.Tensor]:
         """The norm inside the projection's GEMV where the GEMV takes the row (batch-1 decode)
         and the projection is narrow: every program re-reads x, the residual and the norm
-        weight, so the L2 traffic grows with the output rows. Run 9 on the H200 (gpu_bench
+        weight, so the L2 traffic grows with the output rows. On the H200 (gpu_bench
         fused_gemv, µs fused vs two kernels): Qwen3-0.6B qkv 4.48 vs 4.93, gate_up 5.73 vs
         6.05 (16-row blocks), Llama-3-8B qkv 16.78 vs 17.5 (16-row blocks), but 8B gate_up
         (28,672 rows) 65.5 vs 63.7. The norm kernel and the GEMV otherwise."""

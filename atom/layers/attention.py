@@ -16,7 +16,7 @@ from torch import nn
 
 from atom.layers.attention_op import paged_attention
 from atom.layers.kv_spec import FullAttentionSpec
-from atom.runner.forward_context import backend, current
+from atom.layers.forward_context import backend, current
 
 
 class PagedAttention(nn.Module):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, Optional
 
 import torch
 
-from atom.runner import forward_context
+from atom.layers import forward_context
 
 if TYPE_CHECKING:
     from atom.layers.attention import PagedAttention

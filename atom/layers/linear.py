@@ -1,21 +1,32 @@
 """Tensor-parallel linear layers. Each parameter carries a `weight_loader` that takes the full
-checkpoint tensor and keeps this rank's shard, so the loader never needs to know the TP layout."""
+checkpoint tensor and keeps this rank's shard, so the loader never needs to know the TP layout.
+
+A weight may arrive quantized (QuantizedWeight, in shards for the packed q|k|v and gate|up):
+the layer keeps the pieces and, once loading is done, `prepare_weights` hands the whole matrix
+to the kernel backend, whose prepared form replaces the float parameter. The float parameter
+was allocated with torch.empty and never written, so it cost no memory."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import nn
 
-from atom.runner.distributed import all_reduce, tp_rank, tp_size
-from atom.runner.forward_context import backend
+from atom.kernels.backend import KernelBackend
+from atom.kernels.quantized_weight import QuantizedWeight, cat_rows
+from atom.layers.distributed import all_reduce, tp_rank, tp_size
+from atom.layers.forward_context import backend
+
+Loaded = Union[torch.Tensor, QuantizedWeight]
 
 
-def _shard(t: torch.Tensor, dim: int) -> torch.Tensor:
+def _shard(t: Loaded, dim: int) -> Loaded:
     n = tp_size()
     if n == 1:
         return t
     size = t.shape[dim] // n
+    if isinstance(t, QuantizedWeight):
+        return t.rows(tp_rank() * size, size) if dim == 0 else t.columns(tp_rank() * size, size)
     return t.narrow(dim, tp_rank() * size, size)
 
 
@@ -24,14 +35,40 @@ class LinearBase(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
         self.weight.weight_loader = self.weight_loader  # type: ignore[attr-defined]
+        self.weight.takes_quantized = True  # type: ignore[attr-defined]
         if bias:
             self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False)
             self.bias.weight_loader = self.weight_loader  # type: ignore[attr-defined]
         else:
             self.register_parameter("bias", None)
+        self._quantized: list[tuple[int, QuantizedWeight]] = []  # (first row, rows) as loaded
 
-    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
-        param.data.copy_(loaded)
+    def weight_loader(self, param: nn.Parameter, loaded: Loaded, shard_id=None) -> None:
+        self._put(param, 0, loaded)
+
+    def _put(self, param: nn.Parameter, row: int, loaded: Loaded) -> None:
+        """Rows [row, row + len(loaded)) of param: copied, or kept quantized for prepare_weights."""
+        if isinstance(loaded, QuantizedWeight):
+            self._quantized.append((row, loaded))
+        else:
+            param.data.narrow(0, row, loaded.shape[0]).copy_(loaded)
+
+    def prepare_weights(self, be: KernelBackend) -> None:
+        """The weight in the backend's form when every row came quantized and the backend has
+        a kernel for it; else quantized pieces are dequantized into the float parameter."""
+        parts, self._quantized = sorted(self._quantized, key=lambda p: p[0]), []
+        if not parts:
+            return
+        w = self.weight
+        prepared: Any = None
+        if sum(p.shape[0] for _, p in parts) == w.shape[0]:
+            prepared = be.prepare_weight(cat_rows([p for _, p in parts]))
+        if prepared is None:
+            for row, p in parts:
+                w.data.narrow(0, row, p.shape[0]).copy_(p.dequantize(w.dtype))
+            return
+        del self.weight
+        self.weight = prepared
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return backend().linear(x, self.weight, self.bias)
@@ -49,7 +86,7 @@ class ColumnParallelLinear(LinearBase):
         super().__init__(in_features, out_features // tp_size(), bias)
 
     def weight_loader(self, param, loaded, shard_id=None):
-        param.data.copy_(_shard(loaded, 0))
+        self._put(param, 0, _shard(loaded, 0))
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -62,8 +99,7 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
     def weight_loader(self, param, loaded, shard_id=None):
         n = tp_size()
         offset = sum(self.output_sizes[:shard_id]) // n
-        size = self.output_sizes[shard_id] // n
-        param.data.narrow(0, offset, size).copy_(_shard(loaded, 0))
+        self._put(param, offset, _shard(loaded, 0))
 
 
 class QKVParallelLinear(ColumnParallelLinear):
@@ -72,14 +108,22 @@ class QKVParallelLinear(ColumnParallelLinear):
     def __init__(self, hidden: int, head_dim: int, num_heads: int, num_kv_heads: int,
                  bias: bool = False) -> None:
         self.head_dim, self.num_heads, self.num_kv_heads = head_dim, num_heads, num_kv_heads
-        super().__init__(hidden, (num_heads + 2 * num_kv_heads) * head_dim, bias)
+        n = tp_size()
+        kv_rows = max(num_kv_heads, n) * head_dim  # every rank keeps at least one KV head
+        super().__init__(hidden, num_heads * head_dim + 2 * kv_rows, bias)
 
     def weight_loader(self, param, loaded, shard_id=None):
         n = tp_size()
         q = self.num_heads * self.head_dim // n
-        kv = self.num_kv_heads * self.head_dim // n
-        offset, size = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[shard_id]
-        param.data.narrow(0, offset, size).copy_(_shard(loaded, 0))
+        kv = max(1, self.num_kv_heads // n) * self.head_dim
+        offset = {"q": 0, "k": q, "v": q + kv}[shard_id]
+        if shard_id != "q" and self.num_kv_heads < n:  # this rank's replica of one KV head
+            start = tp_rank() * self.num_kv_heads // n * self.head_dim
+            loaded = (loaded.rows(start, self.head_dim) if isinstance(loaded, QuantizedWeight)
+                      else loaded.narrow(0, start, self.head_dim))
+        else:
+            loaded = _shard(loaded, 0)
+        self._put(param, offset, loaded)
 
 
 class RowParallelLinear(LinearBase):
@@ -90,7 +134,7 @@ class RowParallelLinear(LinearBase):
         super().__init__(in_features // tp_size(), out_features, bias)
 
     def weight_loader(self, param, loaded, shard_id=None):
-        param.data.copy_(_shard(loaded, 1) if param.dim() == 2 else loaded)
+        self._put(param, 0, _shard(loaded, 1) if param.dim() == 2 else loaded)
 
     def forward(self, x: torch.Tensor, silu_gate: bool = False) -> torch.Tensor:
         """With silu_gate, x is a gated MLP's [gate | up] and silu(gate) * up is what gets

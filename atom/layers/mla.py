@@ -21,7 +21,7 @@ from torch import nn
 
 from atom.kernels.metadata import AttentionMetadata
 from atom.layers.kv_spec import MLASpec
-from atom.runner.forward_context import backend, current
+from atom.layers.forward_context import backend, current
 
 
 class MLAAttention(nn.Module):

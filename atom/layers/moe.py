@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from atom.runner.distributed import all_reduce, tp_rank, tp_size
-from atom.runner.forward_context import backend
+from atom.layers.distributed import all_reduce, tp_rank, tp_size
+from atom.layers.forward_context import backend
 
 
 def softmax_topk(router_logits: torch.Tensor, top_k: int,

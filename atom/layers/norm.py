@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from atom.layers.linear import ColumnParallelLinear
-from atom.runner.forward_context import backend
+from atom.layers.forward_context import backend
 
 
 class RMSNorm(nn.Module):

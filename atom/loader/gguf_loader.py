@@ -1,4 +1,6 @@
-"""GGUF checkpoints, dequantized to float at load with the `gguf` package.
+"""GGUF checkpoints: quantized matrices stay quantized (QuantizedWeight, gguf_blocks.py) for the
+kernel backend to prepare or dequantize; float tensors and formats without a decoder there are
+dequantized to float32 with the `gguf` package.
 
 llama.cpp stores tensors under its own names and, for llama-family attention, with the rows of
 q and k permuted for its interleaved rotary; both are undone here so the model sees HF weights.
@@ -7,10 +9,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Union
 
 import numpy as np
 import torch
+
+from atom.kernels.quantized_weight import QuantizedWeight
+from atom.loader.gguf_blocks import decode, keeps_quantized
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
@@ -34,17 +39,23 @@ def hf_name(gguf_name: str) -> str:
     return f"model.layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
 
 
-def _unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
+Weight = Union[torch.Tensor, QuantizedWeight]
+
+
+def _unpermute(w: Weight, n_head: int) -> Weight:
     """Inverse of llama.cpp's q/k row permutation (interleaved → halves rotary layout)."""
     rows = w.shape[0]
-    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+    order = torch.arange(rows).reshape(n_head, rows // n_head // 2, 2).transpose(1, 2).reshape(-1)
+    return w.permute_rows(order) if isinstance(w, QuantizedWeight) else w[order]
 
 
-def _dequantize(t: Any) -> torch.Tensor:
+def _read(t: Any) -> Weight:
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
     shape = tuple(int(s) for s in reversed(t.shape))  # GGUF lists dims innermost first
+    if len(shape) == 2 and keeps_quantized(t.tensor_type):
+        return decode(t.data, t.tensor_type, shape)  # type: ignore[arg-type]
     if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
         arr = np.asarray(t.data)
     else:
@@ -52,7 +63,7 @@ def _dequantize(t: Any) -> torch.Tensor:
     return torch.from_numpy(np.array(arr, dtype=np.float32).reshape(shape))
 
 
-def iter_gguf(path: Path, hf_config: Any) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_gguf(path: Path, hf_config: Any) -> Iterator[tuple[str, Weight]]:
     from atom.loader.gguf_file import architecture, reader as open_reader
 
     reader = open_reader(str(path))
@@ -60,7 +71,7 @@ def iter_gguf(path: Path, hf_config: Any) -> Iterator[tuple[str, torch.Tensor]]:
     permuted = arch in _PERMUTED_ARCHS
     for t in reader.tensors:
         name = hf_name(t.name)
-        w = _dequantize(t)
+        w = _read(t)
         if permuted and name.endswith("q_proj.weight"):
             w = _unpermute(w, hf_config.num_attention_heads)
         elif permuted and name.endswith("k_proj.weight"):

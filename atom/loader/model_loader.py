@@ -53,6 +53,21 @@ def build_model(cfg: Config, hf: Any, device: torch.device, dtype: torch.dtype) 
                                      cfg.load.progress_bar, "loading safetensors")
     with torch.no_grad():
         loaded = load_named_tensors(model, tensors)
-    check_complete(model, loaded)
-    process_after_loading(model)
+        check_complete(model, loaded)
+        prepare_weights(model)
+        process_after_loading(model)
     return model
+
+
+def prepare_weights(model: nn.Module) -> None:
+    """Hand weights that arrived quantized to the kernel backend (forward_context's, which the
+    runner sets before building the model): it prepares them for its kernels or declines, and
+    then they are dequantized."""
+    from atom.layers.forward_context import backend
+
+    be = backend()
+    for module in model.modules():
+        prepare = getattr(module, "prepare_weights", None)
+        if prepare is not None:
+            prepare(be)
+    be.weights_prepared()

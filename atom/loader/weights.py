@@ -8,6 +8,8 @@ from typing import Iterable, Iterator
 import torch
 from torch import nn
 
+from atom.kernels.quantized_weight import QuantizedWeight
+
 log = logging.getLogger("atom.loader")
 
 _EXPERT = re.compile(r"\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
@@ -32,8 +34,11 @@ def _route(name: str, mapping: dict) -> tuple[str, object]:
     return name, None
 
 
-def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-    """Load every tensor; return the names of parameters that received data."""
+def load_named_tensors(model: nn.Module,
+                       tensors: Iterable[tuple[str, torch.Tensor | QuantizedWeight]]) -> set[str]:
+    """Load every tensor; return the names of parameters that received data. A QuantizedWeight
+    goes to the parameter's weight_loader as it is (the layer keeps it for the backend) or,
+    where the parameter has no loader that takes one, in float."""
     params = dict(model.named_parameters())
     mapping = getattr(model, "packed_modules_mapping", {})
     tied = bool(getattr(getattr(model, "hf_config", None), "tie_word_embeddings", False))
@@ -48,7 +53,11 @@ def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tens
         if param is None:
             raise KeyError(f"checkpoint tensor {name!r} has no place in the model (looked for {pname!r})")
         loader = getattr(param, "weight_loader", None)
-        tensor = tensor.to(param.dtype)
+        if isinstance(tensor, QuantizedWeight):
+            if not getattr(param, "takes_quantized", False):
+                tensor = tensor.dequantize(param.dtype)
+        else:
+            tensor = tensor.to(param.dtype)
         if loader is None:
             param.data.copy_(tensor)
         elif shard is None:

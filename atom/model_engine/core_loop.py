@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import time
-import traceback
 from typing import Any, Optional
 
 import msgspec
 import zmq
 
-from atom.config.errors import ConfigError
 from atom.config.schema import Config
 from atom.model_engine.core_ipc import (AbortRequests, AddRequests, ControlCall, ControlReply,
-                                        CoreFailed, CoreReady, Heartbeat, StepBatch,
+                                        Heartbeat, StepBatch,
                                         to_core_decoder)
 from atom.model_engine.messages import EngineStats, StepOutput
 
@@ -157,57 +154,3 @@ class CoreLoop:
             self.send(ControlReply(call.call_id, True))
         except Exception as exc:  # reported to the caller, the loop carries on
             self.send(ControlReply(call.call_id, False, f"{type(exc).__name__}: {exc}"))
-
-
-def _exit_quietly(signum: int, frame: Any) -> None:
-    raise SystemExit(0)
-
-
-def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
-    """Process entry point (spawned by EngineClient). A SIGTERM or Ctrl-C sent to the whole
-    process group (timeout, systemd, a terminal) exits through the `finally` below and Python's
-    own shutdown, like the API's shutdown call: killed outright, the core leaked the semaphore
-    tqdm's lock holds, which the resource tracker then reported at exit."""
-    from atom.log_setup import configure_logging
-
-    configure_logging()
-    signal.signal(signal.SIGTERM, _exit_quietly)
-    ctx = zmq.Context()
-    push = ctx.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 2000)
-    push.connect(out_addr)
-    pull = ctx.socket(zmq.PULL)
-    pull.setsockopt(zmq.RCVHWM, 0)
-    pull.bind(in_addr)  # binds so that every PUSH of the API process (requests, stop aborts) reaches it
-    encode = msgspec.msgpack.Encoder().encode
-    core = None
-    try:
-        from atom.builder import build_core, build_tokenizer
-
-        # The model core needs the tokenizer's EOS id; the stand-in cores build what they need.
-        runs_model = cfg.server.engine_source == "model"
-        tokenizer = build_tokenizer(cfg, announce=False) if runs_model else None
-        core = build_core(cfg, tokenizer) if tokenizer is not None else build_core(cfg)
-        max_len = int(getattr(core, "max_model_len", None) or cfg.model.max_model_len or 0)
-        push.send(encode(CoreReady(os.getpid(), max_len)))
-        push.send(encode(StepBatch([], core.stats())))  # the pool as it starts, before any request
-        CoreLoop(cfg, core, pull, push, parent_pid).run()
-    except (SystemExit, KeyboardInterrupt):  # asked to stop: not a failure
-        raise SystemExit(0)
-    except ConfigError as exc:  # the launcher prints it as its one line
-        log.error("engine core failed: %s", exc)
-        push.send(encode(CoreFailed(str(exc), (exc.field, repr(exc.value), exc.rule))))
-        raise SystemExit(1)
-    except BaseException as exc:  # the API side turns this into 503s and failed streams
-        log.error("engine core failed: %s", exc)
-        push.send(encode(CoreFailed(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")))
-        raise SystemExit(1)
-    finally:
-        if core is not None:
-            try:
-                core.shutdown()
-            except Exception:
-                log.exception("engine core shutdown failed")
-        pull.close(0)
-        push.close()
-        ctx.term()

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import msgspec
 import zmq
@@ -62,12 +62,16 @@ def _config_error(field: str, shown: str, rule: str) -> Exception:
 
 
 class EngineClient:
-    """Create with `EngineClient(cfg, tokenizer).start()` (or `launch()`, load the tokenizer while
+    """Create with `EngineClient(cfg, tokenizer, core_main=run_core).start()` (or `launch()`, load the tokenizer while
     the core loads the model, `set_tokenizer()`, `wait_ready()`); then `attach(dispatcher)` on the
     event loop."""
 
-    def __init__(self, cfg: Config, tokenizer: Any = None) -> None:
+    def __init__(self, cfg: Config, tokenizer: Any = None, *,
+                 core_main: Callable[[Config, str, str, int], None]) -> None:
+        """`core_main`: the core process's entry point (atom.core_process.run_core), handed in by
+        the builder so that this package never imports what wires the core."""
         self.cfg = cfg
+        self._core_main = core_main
         self.tokenizer = tokenizer
         self.processor = OutputProcessor(tokenizer)
         self.max_model_len = 0
@@ -106,13 +110,11 @@ class EngineClient:
 
     def launch(self) -> None:
         """Spawn the core process; returns at once (the model loads over there)."""
-        from atom.model_engine.core_loop import run_core
-
         self._recv_sock = self._ctx.socket(zmq.PULL)
         self._recv_sock.bind(self._out_addr)
         self._send_sock = self._socket_to_core()
         self._proc = mp.get_context("spawn").Process(
-            target=run_core, args=(self.cfg, self._in_addr, self._out_addr, os.getpid()),
+            target=self._core_main, args=(self.cfg, self._in_addr, self._out_addr, os.getpid()),
             name="atom-engine-core", daemon=True)
         self._proc.start()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from atom.model_engine.scheduler_output import SchedulerOutput
+from atom.runner.scheduler_output import SchedulerOutput
 
 
 class LaunchedStepProtocol(Protocol):

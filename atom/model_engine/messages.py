@@ -8,6 +8,7 @@ from typing import Optional
 
 import msgspec
 
+from atom.runner.scheduler_output import TokenLogprob
 from atom.sampling_params import SamplingParams
 
 
@@ -16,12 +17,6 @@ class EngineRequest(msgspec.Struct, kw_only=True):
     prompt_token_ids: list[int]
     sampling_params: SamplingParams
     arrival_time: float = 0.0
-
-
-class TokenLogprob(msgspec.Struct, array_like=True):
-    token_id: int
-    logprob: float
-    top: list[tuple[int, float]]  # (token_id, logprob) for the top-k alternatives
 
 
 class StepOutput(msgspec.Struct, kw_only=True, array_like=True):

@@ -16,8 +16,9 @@ from typing import Optional
 
 from atom.config.schema import Config
 from atom.model_engine.block_manager import BlockManager
-from atom.model_engine.scheduler_output import NewRequest, ScheduledRequest, SchedulerOutput
-from atom.model_engine.sequence import PENDING_TOKEN, Sequence, SequenceStatus
+from atom.runner.scheduler_output import NewRequest, ScheduledRequest, SchedulerOutput
+from atom.model_engine.sequence import Sequence, SequenceStatus
+from atom.runner.scheduler_output import PENDING_TOKEN
 
 
 @dataclass

@@ -6,10 +6,6 @@ from typing import Optional
 
 from atom.sampling_params import SamplingParams
 
-# Stands in for a token the device has sampled but the host has not read yet (async scheduling):
-# always the last token of a sequence, replaced when its step is resolved.
-PENDING_TOKEN = -1
-
 
 class SequenceStatus(Enum):
     WAITING = auto()

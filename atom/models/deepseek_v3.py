@@ -21,8 +21,8 @@ from atom.layers.moe import FusedMoE, GroupedTopKRouter
 from atom.layers.norm import RMSNorm
 from atom.layers.rotary import RotaryEmbedding, rope_kind, rope_params, yarn_mscale
 from atom.models.llama import LlamaForCausalLM, LlamaMLP, LlamaModel
-from atom.runner.distributed import tp_size
-from atom.runner.forward_context import backend
+from atom.layers.distributed import tp_size
+from atom.layers.forward_context import backend
 
 # transformers' DeepseekV3RMSNorm default, which q_a_layernorm and kv_a_layernorm keep (they do
 # not take rms_norm_eps).
@@ -173,6 +173,6 @@ def refuse_what_cannot_run(hf: Any) -> None:
         if value != supported:
             raise ConfigError(f"model.hf_config.{key}", value,
                               f"DeepseekV3 routing is implemented for {key}={supported} only")
-    if backend().name != "torch":
+    if not hasattr(backend(), "mla_decode_attention"):
         raise ConfigError("runtime.kernels", backend().name, "MLA has only the torch reference "
-                          "kernels yet (runtime.kernels=torch)")
+                          "kernels yet (runtime.kernels=torch; on a CPU, cpu works too)")

@@ -15,7 +15,7 @@ from atom.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from atom.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from atom.layers.norm import RMSNorm
 from atom.layers.rotary import RotaryEmbedding, rope_params
-from atom.runner.distributed import tp_size
+from atom.layers.distributed import tp_size
 
 
 def head_dim_of(hf: Any) -> int:
@@ -30,7 +30,8 @@ class LlamaAttention(nn.Module):
         n = tp_size()
         self.head_dim = head_dim_of(hf)
         self.num_heads = hf.num_attention_heads // n
-        self.num_kv_heads = hf.num_key_value_heads // n
+        # Fewer KV heads than ranks: each rank keeps one, replicated on n / kv_heads ranks.
+        self.num_kv_heads = max(1, hf.num_key_value_heads // n)
         self.qkv_proj = QKVParallelLinear(hf.hidden_size, self.head_dim, hf.num_attention_heads,
                                           hf.num_key_value_heads, bias=qkv_bias)
         self.o_proj = RowParallelLinear(hf.num_attention_heads * self.head_dim, hf.hidden_size,

@@ -23,8 +23,8 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from atom.kernels.metadata import AttentionMetadata
-from atom.runner import forward_context
-from atom.runner.forward_context import ForwardContext
+from atom.layers import forward_context
+from atom.layers.forward_context import ForwardContext
 
 log = logging.getLogger("atom.runner")
 

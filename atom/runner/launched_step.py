@@ -10,7 +10,7 @@ from typing import Callable, Optional
 
 import torch
 
-from atom.model_engine.messages import TokenLogprob
+from atom.runner.scheduler_output import TokenLogprob
 
 
 def _to_host(t: torch.Tensor) -> torch.Tensor:

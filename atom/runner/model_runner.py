@@ -14,15 +14,15 @@ from atom.kernels.backend import get_backend, resolve_backend_name
 from atom.kernels.metadata import AttentionMetadata, leading_decodes
 from atom.layers.sampler import PenaltyBatch, SamplingBatch, compute_logprobs, sample
 from atom.loader.model_loader import build_model
-from atom.model_engine.scheduler_output import ScheduledRequest, SchedulerOutput
-from atom.model_engine.sequence import PENDING_TOKEN
+from atom.runner.scheduler_output import PENDING_TOKEN, ScheduledRequest, SchedulerOutput
 from atom.sampling_params import SamplingParams
 from atom.models.hf_config import load_hf_config
-from atom.runner import forward_context
+from atom.layers import forward_context
 from atom.runner.annotation import annotate
 from atom.runner.compile import compile_forward, describe_level
+from atom.runner.cpu_threads import cpu_threads
 from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
-from atom.runner.forward_context import ForwardContext
+from atom.layers.forward_context import ForwardContext
 from atom.runner.host_staging import HostStager
 from atom.runner.kv_cache import KVCacheSpec, allocate, describe_kv_dtype, kv_dtype, num_blocks_for
 from atom.runner.launched_step import LaunchedStep, accept_drafts
@@ -95,9 +95,7 @@ class ModelRunner:
         forward_context.set_backend(get_backend(backend_name))
         self.backend_name = backend_name
         if self.device.type == "cpu":
-            import os
-
-            torch.set_num_threads(cfg.runtime.cpu_threads or max(1, (os.cpu_count() or 2) // 2))
+            torch.set_num_threads(cpu_threads(cfg.runtime.cpu_threads, serving=False))
         torch.manual_seed(cfg.runtime.seed)
         self.verify = build_verifier(cfg.specdecode, cfg.runtime.seed, accept_drafts)
         self.hf = load_hf_config(cfg)

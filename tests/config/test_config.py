@@ -45,8 +45,9 @@ def test_local_model_needs_an_existing_path(tmp_path):
     (["kv_cache.dtype=fp16"], "kv_cache.dtype", "must be one of bf16, fp8"),
     (["model=qwen3_0_6b", "load=dummy", "parallel.tensor_parallel_size=3"],
      "parallel.tensor_parallel_size", "must divide the number of attention heads"),
-    (["model=tiny_qwen3", "load=dummy", "parallel=tp4"], "parallel.tensor_parallel_size",
-     "must divide the number of KV heads"),
+    (["model=tiny_qwen3", "load=dummy", "model.hf_config.num_attention_heads=12",
+      "model.hf_config.num_key_value_heads=3", "parallel=tp4"], "parallel.tensor_parallel_size",
+     "must divide the number of KV heads (3) or be a multiple of it"),
     (["scheduler.max_num_batched_tokens=8"], "scheduler.max_num_batched_tokens",
      "must be >= kv_cache.block_size"),
     (["specdecode=eagle3"], "specdecode.draft_model", "a draft model is required for method eagle3"),
@@ -78,10 +79,11 @@ def test_invalid_config_names_field_value_and_rule(overrides, field, rule):
 
 
 def test_a_parallel_size_the_server_cannot_run_exits_with_one_line_and_no_core():
-    """dp2 composes, but one engine core serves: the builder refuses it in the API process,
+    """dp2 over tp2 replicas composes, but is not implemented: refused in the API process,
     before a core process is spawned or a weight is read."""
     r = subprocess.run([sys.executable, "-m", "atom.run", "model=tiny_llama", "load=dummy",
-                        "runtime=cpu", "parallel=dp2"], capture_output=True, text=True, timeout=120)
+                        "runtime=cpu", "parallel=tp2", "parallel.data_parallel_size=2"],
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     err = [line for line in r.stderr.splitlines() if line.strip()]
     assert err[-1].startswith("atom: invalid config: parallel.data_parallel_size=2: not implemented "

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import torch
 
 from atom.kernels.metadata import AttentionMetadata, leading_decodes
-from atom.runner import forward_context
-from atom.runner.forward_context import ForwardContext
+from atom.layers import forward_context
+from atom.layers.forward_context import ForwardContext
 from atom.runner.kv_cache import allocate
 from atom.runner.model_runner import model_kv_spec
 

@@ -62,7 +62,8 @@ def test_sharded_checkpoint_loads_like_the_single_file(ckpt, tmp_path):
 
 
 @pytest.mark.parametrize("override,field,rule", [
-    ("parallel=dp2", "parallel.data_parallel_size", "2: not implemented yet"),
+    ("parallel=dp2", "parallel.data_parallel_size", "2: replicas run behind the server"),
+    ("parallel.enable_expert_parallel=true", "parallel.enable_expert_parallel", "True: not implemented"),
     ("specdecode=mtp", "specdecode.method", "'mtp': not implemented yet: this method has no proposer")])
 def test_a_setting_the_engine_cannot_run_is_refused_before_weights_load(override, field, rule,
                                                                         monkeypatch):

@@ -15,7 +15,7 @@ import torch
 import atom
 from atom import SamplingParams
 from atom.model_engine.messages import EngineRequest
-from atom.model_engine.scheduler_output import SchedulerOutput
+from atom.runner.scheduler_output import SchedulerOutput
 from atom.runner.launched_step import accept_drafts
 from tests.engine.checkpoints import make_checkpoint
 

@@ -169,7 +169,7 @@ def test_what_cannot_run_is_refused_naming_the_field(override, field):
 def test_a_kernel_backend_without_mla_is_refused():
     from atom.config.errors import ConfigError
     from atom.kernels.backend import get_backend
-    from atom.runner import forward_context
+    from atom.layers import forward_context
 
     cfg = atom.compose(["model=tiny_deepseek_v3", "load=dummy", "runtime=cpu",
                         "runtime.kernels=triton"])
@@ -186,7 +186,7 @@ def test_level3_compiled_forward_matches_eager_without_recompiling():
     from atom.kernels.backend import get_backend
     from atom.loader.model_loader import build_model
     from atom.models.hf_config import load_hf_config
-    from atom.runner import forward_context
+    from atom.layers import forward_context
     from atom.runner.compile import CompiledForward
     from tests.engine.stepping import SteppedBatch
     from tests.engine.test_compile_level3 import _CountingBackend, _schedule

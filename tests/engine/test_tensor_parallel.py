@@ -63,6 +63,26 @@ def test_two_ranks_give_the_one_process_tokens(ckpt):
         assert _gone(pids), "a rank outlived the engine's shutdown"
 
 
+def test_fewer_kv_heads_than_ranks_replicate_them(tmp_path):
+    """One KV head over two ranks: each rank keeps a copy (its 2 query heads share it)."""
+    import transformers
+
+    from tests.engine.checkpoints import COMMON
+
+    cfg = transformers.Qwen3Config(**{**COMMON, "num_key_value_heads": 1, "head_dim": 16})
+    torch.manual_seed(1)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "mqa")
+    greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    one = _engine(tmp_path / "mqa", 1).generate(_prompts(), greedy)
+    tp = _engine(tmp_path / "mqa", 2)
+    try:
+        assert tp.core.executor.num_blocks == 64
+        two = tp.generate(_prompts(), greedy)
+    finally:
+        tp.shutdown()
+    assert [o["token_ids"] for o in two] == [o["token_ids"] for o in one]
+
+
 def test_a_rank_that_dies_fails_the_engine_at_once(ckpt):
     tp = _engine(ckpt, 2)
     try:

@@ -89,3 +89,33 @@ def test_a_tensor_parallel_server_serves_and_stops_with_its_ranks(tmp_path):
     finally:
         srv.stop()
     assert srv.graceful and all(_gone(p) for p in ranks)
+
+
+def test_a_data_parallel_server_spreads_requests_over_its_replicas(tmp_path):
+    """dp=2: two engine cores behind one API process. Concurrent requests land on both (each
+    core's KV pool fills), greedy answers equal the single replica's, stats are the sum."""
+    import asyncio
+
+    srv = ServerProcess(["--model", "tiny_llama", "--load-dummy", "xavier", "--no-enable-log-stats",
+                         "--data-parallel-size", "2", "kv_cache.num_blocks=64", "runtime=cpu"],
+                        log_path=tmp_path / "server.log", startup_timeout_s=240)
+    try:
+        cores = [int(p) for p in open(f"/proc/{srv.proc.pid}/task/{srv.proc.pid}/children").read()
+                 .split() if b"resource_tracker" not in open(f"/proc/{p}/cmdline", "rb").read()]
+        assert len(cores) == 2
+        assert metric(srv.base_url, "atom:kv_cache_total_blocks") == 2 * 64
+        body = {"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0,
+                "ignore_eos": True}
+
+        async def many() -> list[str]:
+            async with httpx.AsyncClient(timeout=60) as http:
+                rs = await asyncio.gather(*(http.post(srv.base_url + "/v1/completions", json=body)
+                                            for _ in range(8)))
+            return [r.json()["choices"][0]["text"] for r in rs]
+
+        texts = asyncio.run(many())
+        assert len(set(texts)) == 1 and texts[0]
+        assert metric(srv.base_url, "atom:generation_tokens_total") == 8 * 16
+    finally:
+        srv.stop()
+    assert srv.graceful and all(_gone(p) for p in cores)

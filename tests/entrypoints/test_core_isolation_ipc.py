@@ -15,6 +15,7 @@ import pytest
 from atom.config.compose import compose
 from atom.entrypoints.openai.errors import engine_error
 from atom.entrypoints.openai.streaming_dispatch import StreamBatchDispatcher, StreamOutputCollector
+from atom.core_process import run_core
 from atom.model_engine.engine_client import EngineClient, RequestFailed
 from atom.sampling_params import SamplingParams
 
@@ -52,12 +53,12 @@ def test_a_request_the_core_refuses_fails_alone_over_ipc():
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     bad = SamplingParams(temperature=0.5, max_tokens=8)
     bad.temperature = float("nan")
-    client = EngineClient(cfg).start()
+    client = EngineClient(cfg, core_main=run_core).start()
     try:
         clean = asyncio.run(_generate(client, [greedy] * 6))
     finally:
         client.close()
-    client = EngineClient(cfg).start()
+    client = EngineClient(cfg, core_main=run_core).start()
     try:
         mixed = asyncio.run(_generate(client, [greedy, bad, greedy, greedy, bad, greedy]))
         assert client.alive

@@ -13,6 +13,7 @@ import time
 
 from atom.builder import build_tokenizer
 from atom.config.compose import compose
+from atom.core_process import run_core
 from atom.model_engine.engine_client import EngineClient
 from atom.sampling_params import SamplingParams
 
@@ -63,7 +64,7 @@ def test_stop_string_aborts_reach_the_core_and_never_wedge_the_reader():
     cfg = compose(["model=tiny_llama", "load=dummy", "server.engine_source=synthetic",
                    "server.synthetic_tokens_per_s=20000", f"server.synthetic_token_ids={HELLO_IDS}",
                    "kv_cache.num_blocks=4096", "runtime.enable_log_stats=false"])
-    client = EngineClient(cfg, build_tokenizer(cfg)).start()
+    client = EngineClient(cfg, build_tokenizer(cfg), core_main=run_core).start()
     collector = Collector()
     try:
         asyncio.run(_run_stop_string_requests(client, collector))
@@ -99,8 +100,41 @@ def test_a_burst_of_requests_never_blocks_the_event_loop():
     cfg = compose(["model=tiny_llama", "load=dummy", "server.engine_source=synthetic",
                    "server.synthetic_tokens_per_s=0.25", f"server.synthetic_token_ids={HELLO_IDS}",
                    "kv_cache.num_blocks=4096", "runtime.enable_log_stats=false"])
-    client = EngineClient(cfg, build_tokenizer(cfg)).start()
+    client = EngineClient(cfg, build_tokenizer(cfg), core_main=run_core).start()
     try:
         assert asyncio.run(_burst(client, Collector(), 5000)) < 2.0
     finally:
         client.close()
+
+
+def test_data_parallel_requests_go_to_the_least_loaded_replica():
+    """Two real (synthetic) core processes behind one DataParallelEngineClient: requests in
+    flight split evenly, an abort reaches the replica that holds the request, stats add up."""
+    from atom.model_engine.dp_engine_client import DataParallelEngineClient
+
+    cfg = compose(["model=tiny_llama", "load=dummy", "server.engine_source=synthetic",
+                   "server.synthetic_tokens_per_s=5", f"server.synthetic_token_ids={HELLO_IDS}",
+                   "kv_cache.num_blocks=64", "runtime.enable_log_stats=false"])
+    dp = DataParallelEngineClient(cfg, 2, run_core)
+    dp.launch()
+    try:
+        dp.set_tokenizer(build_tokenizer(cfg))
+        dp.wait_ready()
+
+        async def run() -> None:
+            dp.attach(Collector())
+            for i in range(6):
+                dp.add_request(f"r{i}", [65, 66], SamplingParams(max_tokens=500), time.monotonic())
+            assert [len(c.processor.states) for c in dp.clients] == [3, 3]
+            dp.abort(["r0", "r1"])
+            assert sorted(len(c.processor.states) for c in dp.clients) == [2, 2]
+            deadline = time.monotonic() + 10
+            while dp.stats.num_running != 4 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert dp.stats.num_running == 4
+            assert dp.stats.kv_blocks_total == 2 * 64
+
+        asyncio.run(run())
+        assert dp.alive
+    finally:
+        dp.close()

@@ -14,7 +14,7 @@ PROMPTS = [[1, 2, 3, 4] * 5, [5, 6, 7], list(range(10, 50))]
 
 def _greedy(model: str, *overrides: str) -> list[list[int]]:
     from atom.config.compose import compose
-    from atom.model_engine.llm_engine import LLMEngine
+    from atom.llm_engine import LLMEngine
     from atom.sampling_params import SamplingParams
 
     cfg = compose([f"model={model}", "load=dummy", "kv_cache.num_blocks=64", *overrides])

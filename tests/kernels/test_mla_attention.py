@@ -11,7 +11,7 @@ import torch
 
 from atom.kernels import torch_ref
 from atom.layers.mla import MLAAttention
-from atom.runner.forward_context import ForwardContext, forward_context
+from atom.layers.forward_context import ForwardContext, forward_context
 from tests.kernels.kernel_helpers import paged_case, rel_err
 
 H = 4

@@ -2,7 +2,7 @@
 
 Why: neither library wins every shape. On the H200 at 416 rows (the 8B run's decode batch)
 cuBLASLt ran o_proj at 582 TFLOP/s against cuBLAS's 502 and down_proj at 678 against 633, but
-qkv at 557 against 598 and gate_up at 592 against 631 (run 23, benchmarks/gemm_shape_probe.py).
+qkv at 557 against 598 and gate_up at 592 against 631 (benchmarks/gemm_shape_probe.py on the H200).
 The choice comes from a committed table (`blas_tables/<GPU name>.json`, written by
 `gemm_shape_probe.py --table`), never from timing at start-up: the same GPU always runs the same
 kernels, so outputs are reproducible from one start to the next. A GPU or shape the table does

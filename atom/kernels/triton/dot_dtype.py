@@ -22,7 +22,7 @@ def interpreted() -> bool:
 def dot_dtype(dtype: torch.dtype, kv_dtype: torch.dtype | None = None):
     """An fp8 cache is read into fp16, not bf16: e4m3 → f16 is one instruction on Hopper and
     exact, e4m3 → bf16 goes through f32 and made the fp8 kernels slower than bf16 ones (1.7 vs
-    4.1 TB/s, run 2). q then goes to fp16 too (more mantissa than bf16; post-norm q is far from
+    4.1 TB/s on the H200). q then goes to fp16 too (more mantissa than bf16; post-norm q is far from
     fp16's 65504 limit)."""
     if interpreted():
         return tl.float32

@@ -1,7 +1,7 @@
 """y = x @ W.T (+ b) for a single row x: the decode-time linear of one sequence.
 
 At M = 1 a linear is a pure weight stream, and cuBLAS reaches only 1.7–2.2 TB/s on the 8B
-attention projections (run 2: qkv 2.0, o_proj 1.7, down 2.8 TB/s against a 4.18 TB/s copy).
+attention projections (H200: qkv 2.0, o_proj 1.7, down 2.8 TB/s against a 4.18 TB/s copy).
 Here each program owns BLOCK_N whole rows and streams them along K with 16-byte loads, no
 split-K and so no second pass or atomics: one launch, bf16 out, fp32 accumulation.
 
@@ -80,11 +80,11 @@ def _config(n_rows: int, k_dim: int, rms_norm: bool = False) -> tuple[int, int, 
     """(BLOCK_N, BLOCK_K, num_warps) from the run-3 sweep on the H200 (TB/s, cuBLAS → this):
     narrow outputs (N ≤ 2048: Qwen3-0.6B o_proj 0.33 → 1.21, down 0.82 → 1.49) want 4-row
     blocks and 8 warps for more programs and longer streams; long K (8B down_proj) 8 warps;
-    everything else 8 rows × 512 (8B qkv 2.57 → 3.05, o_proj 2.26 → 2.71). Run 10's sweep
-    (gemv_sweep, with PDL): 4096 rows of K ≥ 4096 (8B o_proj, down_proj) stream faster as
+    everything else 8 rows × 512 (8B qkv 2.57 → 3.05, o_proj 2.26 → 2.71). The gemv_sweep
+    (with PDL): 4096 rows of K ≥ 4096 (8B o_proj, down_proj) stream faster as
     16 rows × 1024 (o_proj 2.81 → 2.97, down 3.42 → 3.46). With the norm fused in, every
     program re-reads x, the residual and the norm weight, and above 4096 rows 16-row blocks
-    halve those re-reads (run 9 fused_gemv: 8B qkv 19.95 → 16.78 µs, 0.6B gate_up 6.22 → 5.73)."""
+    halve those re-reads (fused_gemv: 8B qkv 19.95 → 16.78 µs, 0.6B gate_up 6.22 → 5.73)."""
     if n_rows <= 2048:
         return 4, 1024, 8
     if n_rows <= 4096 and k_dim >= 4096:

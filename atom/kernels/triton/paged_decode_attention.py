@@ -60,9 +60,8 @@ def _load_e4m3_as_f16(ptr, off, row_mask, ROWS: tl.constexpr, HEAD_DIM: tl.const
     after a 16-byte load. V is the dot's second operand along its rows: given a plain e4m3 load
     and `.to(f16)`, Triton converts after the shared-memory transpose, which for one-byte
     elements is a byte-by-byte, bank-conflicted read (the fp8 kernel read its bytes at half bf16's
-    rate, the same elements per second, run 3). Two e4m3 at a time as one int16, one cvt each,
-    keeps that transpose in 16 bits (ldmatrix.trans): 2.28 → 2.86 TB/s at 416 × 1.5k (runs 14,
-    16)."""
+    rate, the same elements per second). Two e4m3 at a time as one int16, one cvt each,
+    keeps that transpose in 16 bits (ldmatrix.trans): 2.28 → 2.86 TB/s at 416 × 1.5k."""
     pairs = tl.load(ptr.to(tl.pointer_type(tl.int16)) + (off // 2)[:, None]
                     + tl.arange(0, HEAD_DIM // 2)[None, :], mask=row_mask[:, None], other=0)
     lo, hi = tl.inline_asm_elementwise(
@@ -73,10 +72,10 @@ def _load_e4m3_as_f16(ptr, off, row_mask, ROWS: tl.constexpr, HEAD_DIM: tl.const
 
 
 # The block table's row stride is the batch's widest table outside CUDA graphs: specialised on it,
-# the kernel compiled again mid-serving for each new divisibility (run 9: twice in one workload).
+# the kernel compiled again mid-serving for each new divisibility (twice in one workload).
 # The split count is a runtime value too: as a constexpr, each of its six values (1..32, one per
-# range of batch sizes) was a variant of its own, ~0.8 s of compiling each at a cold start (run 39:
-# 4.8 of the 8.6 s a Qwen3-0.6B start spent compiling). Now there are two: split or not.
+# range of batch sizes) was a variant of its own, ~0.8 s of compiling each at a cold start
+# (4.8 of the 8.6 s a Qwen3-0.6B start spent compiling). Now there are two: split or not.
 @triton.jit(do_not_specialize=["bt_stride", "n_splits"])
 def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_ptr, ctx_ptr, bt_ptr,
                    q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
@@ -195,12 +194,12 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         assert counters.numel() >= batch * n_kv_heads, "split_counters too small for the batch"
     else:
         mid_o = mid_lse = counters = out
-    fp8 = k_cache.dtype == torch.float8_e4m3fn  # run 2: 128-token tiles suit one-byte loads
+    fp8 = k_cache.dtype == torch.float8_e4m3fn  # 128-token tiles suit one-byte loads
     # Unsplit (large batches), 128-token tiles read bf16 faster too: 416 sequences at 1k / 1.5k /
-    # 2k context, 4.04-4.23 TB/s against 3.90-4.15 at 64 (runs 17, 20, 22, 25); split small
+    # 2k context, 4.04-4.23 TB/s against 3.90-4.15 at 64; split small
     # batches keep the 64 their sweep chose.
     block_n = block_n or (32 if head_pad > 128 else 128 if fp8 or n_split == 1 else 64)
-    num_stages = num_stages or (3 if fp8 else 2)  # run 16, 416 x 1.5k: fp8 2.86 TB/s vs 2.61 at 2
+    num_stages = num_stages or (3 if fp8 else 2)  # 416 x 1.5k: fp8 2.86 TB/s vs 2.61 at 2
     _decode_kernel[(batch, n_kv_heads, n_split)](
         q, k_cache, v_cache, out, mid_o, mid_lse, counters, meta.context_lens, meta.block_tables,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),

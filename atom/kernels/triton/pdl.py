@@ -9,7 +9,7 @@ waits in every program, so the guarantee chains: when a kernel passes its wait, 
 kernels are complete.
 
 On by default where it can be; ATOM_TRITON_PDL=0 turns it off. gpu_bench `decode_*_nopdl` is the
-A/B (run 9 on the H200, graph replay with PDL off -> on: Qwen3-0.6B 0.965 -> 0.876 ms,
+A/B (on the H200, graph replay with PDL off -> on: Qwen3-0.6B 0.965 -> 0.876 ms,
 Llama-3-8B 4.485 -> 4.334 ms).
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ distribution, and the expected number of rounds grows only logarithmically with 
 Rows without top-k/top-p (and greedy rows beside them) are split into vocabulary chunks, one
 program each, then one small kernel picks each row's best chunk: a program per row walked 128k
 logits twice in a chain of dependent loads (0.26 ms of the 8B run's 25.5 ms decode step at 415
-rows, run 24 trace; chunked 0.15-0.16 ms, runs 28 and 30, and 14 µs for one row). Each token's
+rows, traced; chunked 0.15-0.16 ms, and 14 µs for one row). Each token's
 score depends only on its logit, its index and the row's seed, and ties go to the lowest index
 at both levels, so the chunked draw is the one-pass draw exactly.
 """

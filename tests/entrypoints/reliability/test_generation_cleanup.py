@@ -19,6 +19,7 @@ from atom.entrypoints.openai.context import ServerContext
 from atom.entrypoints.openai.generation import Generation
 from atom.entrypoints.openai.metrics import AtomMetricsExporter
 from atom.entrypoints.openai.streaming_dispatch import SilenceWatchdog, StreamBatchDispatcher
+from atom.core_process import run_core
 from atom.model_engine.engine_client import EngineClient
 from atom.sampling_params import SamplingParams
 
@@ -53,7 +54,7 @@ def test_a_request_failing_mid_submit_frees_everything():
     cfg = compose(["model=tiny_llama", "load=dummy", "server.engine_source=synthetic",
                    "server.synthetic_tokens_per_s=200", f"server.synthetic_token_ids={HELLO_IDS}",
                    "kv_cache.num_blocks=4096", "runtime.enable_log_stats=false"])
-    client = EngineClient(cfg, build_tokenizer(cfg)).start()
+    client = EngineClient(cfg, build_tokenizer(cfg), core_main=run_core).start()
     watchdog = SilenceWatchdog()
     ctx = ServerContext(cfg, client, client.tokenizer, watchdog,
                         AtomMetricsExporter(lambda: client.stats, watchdog.longest_silence, "t"),

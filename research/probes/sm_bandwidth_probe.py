@@ -22,10 +22,12 @@ conversion, not the loads, bounds it); bf16 bigpage 4.30-4.43 against 4.27. Run 
 into the engine (128-token heads-outer pages): its decode step's attention was 2% slower at the
 8B run's mixed contexts, and it was reverted (results/H200.md).
 
-    python benchmarks/sm_bandwidth_probe.py --out probe.json
+    python research/probes/sm_bandwidth_probe.py --out probe.json
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 import argparse
 from typing import Any, Callable
 
@@ -34,6 +36,7 @@ import triton
 import triton.language as tl
 
 from atom.kernels.triton.dot_dtype import dot_dtype
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # probe_kit
 from probe_kit import (decode_case, error_text, median_ms, on_streams, online_softmax_step,
                        probe_meta, report)
 

@@ -8,7 +8,7 @@ stays within the cache. Step time is the traced per-step cost (run 15, results/H
 attention per KV token, GEMMs per row (with the weight-read floor) and a fixed 2.6 ms. It is a
 model, not a measurement: it reproduces the measured run (~104 s) under greedy admission.
 
-    python benchmarks/stagger_model.py   # bf16 KV (851k tokens; the rates are bf16's)
+    python research/probes/stagger_model.py   # bf16 KV (851k tokens; the rates are bf16's)
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from atom.config.flags import ENGINE_FLAGS, add_cli_args, config_from_args
 
 if TYPE_CHECKING:
     from atom.config.schema import Config
-    from atom.model_engine.llm_engine import LLMEngine
+    from atom.llm_engine import LLMEngine
 
 
 @dataclass

@@ -7,7 +7,7 @@ times the host's parts of a step (schedule, prepare, sampling batch, resolve, ou
 for 415 running sequences of ~1.5k tokens with a tiny model; its CPU forward and sampling, which
 a GPU runs, are left out of host_ms_per_step.
 
-    PYTHONPATH=. python benchmarks/host_step_cost.py [--seqs 415] [--context 1500]
+    PYTHONPATH=. python research/probes/host_step_cost.py [--seqs 415] [--context 1500]
 """
 from __future__ import annotations
 

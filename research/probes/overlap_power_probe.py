@@ -13,15 +13,18 @@ Cases (N SMs for the stream or attention, the rest for the GEMMs, cuBLASLt told 
 GEMMs alone (all SMs; the rest), a plain stream, an evict_first stream and the bigpage attention
 alone on N, each of the three beside the GEMMs, and attention then GEMMs in series on all SMs.
 
-    python benchmarks/overlap_power_probe.py --out probe.json
+    python research/probes/overlap_power_probe.py --out probe.json
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 import argparse
 from typing import Callable
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # probe_kit
 from probe_kit import GpuSampler, error_text, on_streams, probe_meta, report, sustained
 from sm_bandwidth_probe import _stream_plain, bigpage, bigpage_case
 from sm_partition_probe import LAYERS, _gemms

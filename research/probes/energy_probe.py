@@ -15,15 +15,18 @@ with the GPU sampled (probe_kit.sustained):
 The ceiling counts idle power once, as if everything overlapped perfectly: the most any
 schedule could get from this GPU at these kernels' energy per FLOP and per byte.
 
-    python benchmarks/energy_probe.py --out probe.json
+    python research/probes/energy_probe.py --out probe.json
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 import argparse
 from typing import Any, Callable
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # probe_kit
 from probe_kit import GpuSampler, decode_case, error_text, nvidia_smi, probe_meta, report, sustained
 from sm_bandwidth_probe import _stream_plain
 from sm_partition_probe import LAYERS, _gemms

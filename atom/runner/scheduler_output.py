@@ -13,6 +13,17 @@ import msgspec
 
 from atom.sampling_params import SamplingParams
 
+# Stands in for a token the device has sampled but the host has not read yet (async scheduling):
+# always the last token of a sequence, replaced when its step is resolved; the runner reads it
+# from the previous step's device output.
+PENDING_TOKEN = -1
+
+
+class TokenLogprob(msgspec.Struct, array_like=True):
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]  # (token_id, logprob) for the top-k alternatives
+
 
 class NewRequest(msgspec.Struct, array_like=True):
     """Sent with the first step that schedules a request."""

@@ -22,15 +22,18 @@ beside 416 decodes on 48 SMs: 4.17 ms against 3.64; two halves on 64 SMs: 2 x 2.
 3.64): the two slow each other down far beyond their share of SMs, so it is not the attention
 kernel that stops overlap on this GPU.
 
-    python benchmarks/sm_partition_probe.py --out probe.json
+    python research/probes/sm_partition_probe.py --out probe.json
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 import argparse
 from typing import Any, Callable
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # probe_kit
 from probe_kit import decode_case, error_text, median_ms, on_streams, probe_meta, report
 from sm_bandwidth_probe import bigpage, bigpage_case
 

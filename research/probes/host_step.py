@@ -5,7 +5,7 @@ scheduler, `prepare`, sampling, resolving and output processing at a realistic b
 nano-vllm workload's shape on a tiny model). On a GPU host this is the time async scheduling must
 hide behind each device step. CPU sampling is included (on the GPU it is a Triton kernel).
 
-    python benchmarks/host_step.py [--seqs 256] [--profile]
+    python research/probes/host_step.py [--seqs 256] [--profile]
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ that the real launch does not have, so they are given here as the launch would. 
 from this machine's Triton (3.9 at the sixth session); the GPU host runs 3.6, whose pipelining
 may differ: a finding here is a lead, confirmed on the device.
 
-    python benchmarks/decode_ptx.py [--fp8] [--split] [--block-n 128 --warps 4 --stages 2] [--out k.ptx]
+    python research/probes/decode_ptx.py [--fp8] [--split] [--block-n 128 --warps 4 --stages 2] [--out k.ptx]
 """
 from __future__ import annotations
 

@@ -13,15 +13,18 @@ TB/s on the whole GPU. What the H200 said (416 sequences x 1,536 context, result
   page one contiguous 4 KB run; loads alone 4.26 vs 4.09 bf16, 3.2 vs 2.9 fp8, the kernel within
   noise) nor running a sequence's kv heads in adjacent programs changed the kernel's rate.
 
-    python benchmarks/decode_attention_probe.py --out probe.json
+    python research/probes/decode_attention_probe.py --out probe.json
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 import argparse
 from typing import Any, Callable
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # probe_kit
 from probe_kit import (DecodeCase, decode_case, error_text, gather_sum, median_ms, on_streams,
                        probe_meta, report)
 

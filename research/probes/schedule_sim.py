@@ -6,8 +6,8 @@ scheduling change can be weighed before spending device time on it. The cost mod
 (GEMM FLOPs at a sustained TFLOP/s, weights and KV bytes at a sustained bandwidth), not a
 measurement: compare policies with it, and measure the winner on the GPU.
 
-    PYTHONPATH=. python benchmarks/schedule_sim.py --kv-blocks 53203   # 8B, 1000 x 1k/1k on an H200
-    PYTHONPATH=. python benchmarks/schedule_sim.py --kv-blocks 53203 scheduler.max_num_seqs=384
+    PYTHONPATH=. python research/probes/schedule_sim.py --kv-blocks 53203   # 8B, 1000 x 1k/1k on an H200
+    PYTHONPATH=. python research/probes/schedule_sim.py --kv-blocks 53203 scheduler.max_num_seqs=384
 """
 from __future__ import annotations
 

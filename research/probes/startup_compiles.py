@@ -6,10 +6,12 @@ the CUDA-graph capture. This builds the engine once in this process with an empt
 (TRITON_CACHE_DIR pointed at a new directory) and times every compile, with the kernel's name
 and what it was specialised on, so variants that differ only by a specialisation show up.
 
-    python benchmarks/startup_compiles.py --out compiles.json [hydra overrides...]
+    python research/probes/startup_compiles.py --out compiles.json [hydra overrides...]
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 import argparse
 import logging
 import os
@@ -18,6 +20,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # probe_kit
 from probe_kit import report
 
 
@@ -61,7 +64,7 @@ def main() -> None:
     compiles: list[dict[str, Any]] = []
     _record(compiles, t0)
     from atom.config.compose import compose
-    from atom.model_engine.llm_engine import LLMEngine
+    from atom.llm_engine import LLMEngine
 
     cfg = compose([f"model={args.model}", "load=dummy", *args.overrides])
     cfg.load.progress_bar = False

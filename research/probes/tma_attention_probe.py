@@ -15,10 +15,12 @@ atom's kernel (0.97 vs 1.65 TB/s on 32 SMs). Run 20 (decode_attention_probe.py) 
 loads alone: ~66 GB/s per SM (2.1 TB/s on 32 SMs), so the gather, not the per-token compute
 chain, is what an SM is short of.
 
-    python benchmarks/tma_attention_probe.py --out probe.json
+    python research/probes/tma_attention_probe.py --out probe.json
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 import argparse
 from typing import Any, Callable
 
@@ -26,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # probe_kit
 from probe_kit import (decode_case, error_text, gather_sum, median_ms, on_streams,
                        online_softmax_step, probe_meta, report)
 

@@ -1,0 +1,199 @@
+"""The `cpu` kernel backend: the torch reference's ops, with quantized weights kept quantized
+(cpu_woq.py) and decode attention batched over sequences.
+
+On the CPU every torch op costs microseconds of dispatch, so per-step host work is op count:
+the reference attention runs ~15 ops per sequence per layer, which at 8 decoding sequences and
+30 layers is more than the matmuls. Here all one-query sequences attend in one gather and one
+scaled_dot_product_attention per layer. Everything stays float32 except what the quantized
+kernels compute in bf16; `runtime.kernels=torch` is the float32 oracle it is tested against.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+
+from atom.kernels import cpu_woq, torch_ref
+from atom.kernels.backend import register, rope_store_kv_unfused
+from atom.kernels.metadata import AttentionMetadata
+from atom.kernels.quantized_weight import QuantizedWeight
+
+
+class DecodeGather:
+    """What every layer's decode attention shares in one step: the pages to gather and the
+    mask of real keys (built once per step, not once per layer)."""
+
+    def __init__(self, block_tables: torch.Tensor, context_lens: torch.Tensor, max_context: int,
+                 block_size: int, sliding_window: Optional[int]) -> None:
+        nblocks = -(-max_context // block_size)
+        self.pages = block_tables[:, :nblocks].clamp(min=0).long().reshape(-1)
+        self.keys = nblocks * block_size
+        kpos = torch.arange(self.keys)
+        last = (context_lens.long() - 1).unsqueeze(1)
+        keep = kpos <= last
+        if sliding_window is not None:
+            keep &= kpos > last - sliding_window
+        # Additive, [B, 1, keys]: each layer adds it inside its first matmul.
+        self.bias = torch.zeros(keep.shape).masked_fill_(~keep, float("-inf")).unsqueeze(1)
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     g: DecodeGather, scale: float, k_scale: float, v_scale: float) -> torch.Tensor:
+    """One query per sequence: q [B, Hq, D] over each sequence's first context_lens keys.
+    One index_select per cache gathers every sequence's pages as [B, keys, Hk, D]; each KV
+    head's [keys, D] slice is then a strided matrix BLAS reads in place, so a GQA group's
+    queries share one batched matmul and K/V are neither repeated nor transposed (2-3x faster
+    than permuting the gathered cache for one 4-d matmul at 8-32 sequences)."""
+    b, hq, d = q.shape
+    hk = k_cache.shape[2]
+    k = _read(k_cache.index_select(0, g.pages), k_scale, q.dtype).view(b, g.keys, hk, d)
+    v = _read(v_cache.index_select(0, g.pages), v_scale, q.dtype).view(b, g.keys, hk, d)
+    groups = q.view(b, hk, hq // hk, d)
+    out = torch.empty_like(groups)
+    for qh, kh, vh, oh in zip(groups.unbind(1), k.unbind(2), v.unbind(2), out.unbind(1)):
+        scores = torch.baddbmm(g.bias, qh, kh.transpose(1, 2), alpha=scale)
+        torch.bmm(torch.softmax(scores, dim=-1), vh, out=oh)
+    return out.view(b, hq, d)
+
+
+def _read(x: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """Cached values in dtype (a call saved per layer when the cache already is dtype)."""
+    return x if x.dtype == dtype else torch_ref._dequant(x, scale, dtype)
+
+
+def _write(x: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
+    return x if x.dtype == dtype else torch_ref._quant(x, dtype, scale)
+
+
+def _neox_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, H, D] rotated in its first rot = 2 * cos.shape[-1] dims (NeoX halves layout)."""
+    half = cos.shape[-1]
+    rot = 2 * half
+    x1, x2 = x[..., :half], x[..., half:rot]
+    parts = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
+    if rot < x.shape[-1]:
+        parts.append(x[..., rot:])
+    return torch.cat(parts, dim=-1)
+
+
+def _adjacent_heads(q: torch.Tensor, k: torch.Tensor) -> Optional[torch.Tensor]:
+    """q and k as one [T, Hq + Hk, D] view when k's heads follow q's in memory (both are
+    views of one qkv projection): one rotation instead of two."""
+    t, hq, d = q.shape
+    if (k.shape[0] != t or k.shape[2] != d or q.stride()[1:] != (d, 1) or k.stride()[1:] != (d, 1)
+            or (t > 1 and q.stride(0) != k.stride(0))
+            or k.data_ptr() != q.data_ptr() + hq * d * q.element_size()):
+        return None
+    return q.as_strided((t, hq + k.shape[1], d), q.stride())
+
+
+@register("cpu")
+class CpuBackend(torch_ref.TorchBackend):
+    name = "cpu"
+
+    def __init__(self) -> None:
+        # Prepared since the last weights_prepared, and then (shape, planes, group) → rows up
+        # to which the int4 kernel won.
+        self._unchosen: list[cpu_woq.CpuQuantizedLinear] = []
+        self._int4_rows: dict[tuple, int] = {}
+        # Per-step values every layer would otherwise rebuild, keyed by the step's own tensors
+        # (held, so an identity is never reused within a step).
+        self._slots: Optional[tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]] = None
+        self._rope: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = None
+        self._gather: Optional[tuple[AttentionMetadata, Optional[int], DecodeGather]] = None
+
+    def rms_norm(self, x, weight, eps):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    def fused_add_rms_norm(self, x, residual, weight, eps):
+        s = x + residual
+        return self.rms_norm(s, weight, eps), s
+
+    def _cos_sin(self, positions: torch.Tensor, cache: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._rope is None or self._rope[0] is not positions or self._rope[1] is not cache:
+            cos, sin = cache.index_select(0, positions.long()).unsqueeze(1).chunk(2, dim=-1)
+            self._rope = (positions, cache, cos, sin)
+        return self._rope[2], self._rope[3]
+
+    def store_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
+        if self._slots is None or self._slots[0] is not slot_mapping:
+            keep = slot_mapping >= 0
+            rows = None if bool(keep.all()) else keep
+            self._slots = (slot_mapping, slot_mapping.long() if rows is None else
+                           slot_mapping[rows].long(), rows)
+        _, slots, rows = self._slots
+        if rows is not None:
+            k, v = k[rows], v[rows]
+        kc = k_cache.view(-1, *k_cache.shape[2:])
+        vc = v_cache.view(-1, *v_cache.shape[2:])
+        kc.index_copy_(0, slots, _write(k, k_cache.dtype, k_scale))
+        vc.index_copy_(0, slots, _write(v, v_cache.dtype, v_scale))
+
+    def rope_store_kv(self, positions, q, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale,
+                      cos_sin_cache, is_neox, q_norm_weight=None, k_norm_weight=None,
+                      norm_eps=0.0):
+        qk = _adjacent_heads(q, k) if is_neox and q_norm_weight is None else None
+        if qk is None:
+            return rope_store_kv_unfused(self, positions, q, k, v, k_cache, v_cache,
+                                         slot_mapping, k_scale, v_scale, cos_sin_cache, is_neox,
+                                         q_norm_weight, k_norm_weight, norm_eps)
+        rotated = _neox_rotate(qk, *self._cos_sin(positions, cos_sin_cache))
+        hq = q.shape[1]
+        self.store_kv(rotated[:, hq:], v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+        return rotated[:, :hq]
+
+    def prepare_weight(self, qw: QuantizedWeight) -> Optional[Any]:
+        if qw.codes.is_floating_point():
+            return None
+        lin = cpu_woq.prepare(qw)
+        self._unchosen.append(lin)
+        return lin
+
+    def weights_prepared(self) -> None:
+        self._int4_rows.update(cpu_woq.choose(self._unchosen))
+        self._unchosen = []
+
+    def linear(self, x, weight, bias=None):
+        if isinstance(weight, torch.Tensor):
+            return F.linear(x, weight, bias)
+        return weight(x, bias)
+
+    def silu_and_mul_linear(self, x, weight, bias=None):
+        return self.linear(torch_ref.silu_and_mul(x), weight, bias)
+
+    def attention(self, q, k_cache, v_cache, meta: AttentionMetadata, scale, k_scale, v_scale,
+                  sliding_window=None):
+        n = meta.num_seqs if meta.is_decode else meta.num_decode_seqs
+        if n == 0:
+            return torch_ref.attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale,
+                                       sliding_window)
+        head = decode_attention(q[:n], k_cache, v_cache, self._decode_gather(meta, n, k_cache,
+                                                                             sliding_window),
+                                scale, k_scale, v_scale)
+        if n == meta.num_seqs:
+            return head
+        rest = torch_ref.attention(q[n:], k_cache, v_cache, _tail(meta, n), scale, k_scale,
+                                   v_scale, sliding_window)
+        return torch.cat([head, rest])
+
+    def _decode_gather(self, meta: AttentionMetadata, n: int, k_cache: torch.Tensor,
+                       sliding_window: Optional[int]) -> DecodeGather:
+        if (self._gather is None or self._gather[0] is not meta
+                or self._gather[1] != sliding_window):
+            ctx = meta.context_lens_cpu
+            max_ctx = max(ctx[:n]) if ctx else meta.max_context_len
+            self._gather = (meta, sliding_window,
+                            DecodeGather(meta.block_tables[:n], meta.context_lens[:n], max_ctx,
+                                         k_cache.shape[1], sliding_window))
+        return self._gather[2]
+
+
+def _tail(meta: AttentionMetadata, n: int) -> AttentionMetadata:
+    """The sequences after the first n (their queries start at offset 0 of q[n:])."""
+    q_lens = meta.q_lens_cpu[n:] if meta.q_lens_cpu else None
+    ctx = meta.context_lens_cpu[n:] if meta.context_lens_cpu else None
+    return AttentionMetadata(meta.cu_seqlens_q[n:] - n, meta.context_lens[n:],
+                             meta.block_tables[n:], meta.slot_mapping[n:], meta.max_q_len,
+                             meta.max_context_len, False, q_lens, ctx)

@@ -1,0 +1,153 @@
+"""Weight-only quantized matmuls on the CPU, chosen per weight shape and row count by timing.
+
+Two kernels take a QuantizedWeight:
+- `Int4Planes`: torch's `_weight_int4pack_mm_for_cpu` (4-bit codes, one bf16 scale and zero per
+  32-wide group). Codes wider than 4 bits (Q5_*, Q8_0) are split into two 4-bit planes laid
+  side by side along K, with the input repeated to match, so one call computes
+  x·(16·hi + lo)·s — exact in the codes; only the scale's rounding to bf16 is lost.
+- `bf16` dense: the weight dequantized once and rounded to bf16, run by oneDNN (AMX where the
+  CPU has it). It reads 4x the bytes of int4 but does its arithmetic in tiles, so it wins once
+  a few rows share each weight read.
+Both compute in bf16 (torch's CPU int4/int8 kernels are vectorised for bf16 inputs only; their
+float32 paths are scalar, ~20x slower), so outputs differ from the float32 oracle by bf16
+rounding. Timings decide up to which row count int4 serves (`int4_max_rows`); dense bf16 is
+always kept, for prefill chunks.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from atom.kernels.quantized_weight import QuantizedWeight
+
+TIMED_ROWS = (1, 2, 4, 8, 16, 32)  # row counts timed per shape (decode batches; prefill is dense)
+
+
+@dataclass
+class Int4Planes:
+    packed: torch.Tensor  # [N, planes * K / 2] uint8, torch's CPU int4 layout
+    scales_zeros: torch.Tensor  # [planes * K / group, N, 2] bf16
+    planes: int
+    group_size: int
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [M, K] bf16 → [M, N] bf16."""
+        if self.planes > 1:
+            x = x.repeat(1, self.planes)
+        return torch._weight_int4pack_mm_for_cpu(x, self.packed, self.group_size,
+                                                 self.scales_zeros)
+
+
+def _plane_count(qw: QuantizedWeight) -> Optional[int]:
+    lo, hi = qw.code_min, qw.code_max
+    if (lo >= -8 and hi <= 7) or (lo >= 0 and hi <= 15):
+        return 1
+    if lo >= -128 and hi <= 127:
+        return 2
+    return None
+
+
+def int4_planes(qw: QuantizedWeight) -> Optional[Int4Planes]:
+    """The int4 kernel's operands for qw, or None when the kernel cannot take it (groups other
+    than 32/64/128/256, N not a multiple of 16, codes wider than 8 bits, non-integer codes).
+
+    The kernel computes (c4 - 8) * s + z per 4-bit code c4. One plane: signed codes shift by 8
+    (z = zero), unsigned ones keep z = 8s + zero. Two planes: c = 16·hi + lo with hi = c >> 4
+    (signed, in [-8, 7]: c4 = hi + 8, scale 16s, z = 0) and lo = c & 15 (c4 = lo, z = 8s +
+    zero): the zero never absorbs a multiple of the code offset, whose bf16 rounding would bias
+    every weight of the group."""
+    n, k = qw.shape
+    planes = _plane_count(qw)
+    if (qw.codes.is_floating_point() or planes is None or qw.group_size not in (32, 64, 128, 256)
+            or n % 16 or k % qw.group_size):
+        return None
+    c = qw.codes.to(torch.int32)
+    s = qw.scales
+    zero = qw.zeros if qw.zeros is not None else torch.zeros_like(s)
+    if planes == 1:
+        signed = qw.code_min < 0
+        codes = [c + 8 if signed else c]
+        sz = [(s, zero if signed else 8 * s + zero)]
+    else:
+        codes = [c & 15, (c >> 4) + 8]
+        sz = [(s, 8 * s + zero), (16 * s, torch.zeros_like(s))]
+    packed = torch._convert_weight_to_int4pack_for_cpu(torch.cat(codes, dim=1).contiguous(), 1)
+    scales_zeros = torch.cat([torch.stack([a, b], dim=-1) for a, b in sz], dim=1)  # [N, G, 2]
+    return Int4Planes(packed, scales_zeros.transpose(0, 1).contiguous().to(torch.bfloat16),
+                      planes, qw.group_size)
+
+
+class CpuQuantizedLinear:
+    """A linear layer's prepared weight: dense bf16, and the int4 kernel (None where it never
+    won) with the row count up to which it serves."""
+
+    def __init__(self, int4: Optional[Int4Planes], dense: torch.Tensor, int4_max_rows: int) -> None:
+        self.int4, self.dense, self.int4_max_rows = int4, dense, int4_max_rows
+
+    def __call__(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        xb = flat.to(torch.bfloat16)
+        if self.int4 is not None and xb.shape[0] <= self.int4_max_rows:
+            y = self.int4(xb)
+        else:
+            y = F.linear(xb, self.dense)
+        y = y.to(x.dtype)
+        if x.dim() != 2:
+            y = y.view(*x.shape[:-1], y.shape[-1])
+        return y if bias is None else y + bias
+
+
+def _seconds(fn: Callable[[], object], reps: int = 2) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def int4_max_rows(linears: list[CpuQuantizedLinear], rows: tuple[int, ...] = TIMED_ROWS) -> int:
+    """The largest timed row count at which the int4 kernel beats dense bf16 (0: never), timed
+    over every layer's weight of one shape in turn, as a forward reads them: one weight timed
+    alone stays in the core's cache, where dense bf16's 4x bytes cost nothing, and in a real
+    forward they come from memory (dense bf16 ran 2-3x slower in the engine than alone at 8
+    rows). Stopped at the first loss: int4's cost grows with the rows, dense bf16's barely
+    does, so past one crossover there is no other."""
+    k = linears[0].dense.shape[1]
+    best = 0
+    for m in rows:
+        x = torch.randn(m, k).to(torch.bfloat16)
+        int4 = _seconds(lambda: [lin.int4(x) for lin in linears])  # type: ignore[misc]
+        dense = _seconds(lambda: [F.linear(x, lin.dense) for lin in linears])
+        if int4 >= dense:
+            break
+        best = m
+    return best
+
+
+def prepare(qw: QuantizedWeight) -> CpuQuantizedLinear:
+    """Both kernels for qw; `choose` then sets, per shape, up to which row count int4 serves."""
+    return CpuQuantizedLinear(int4_planes(qw), qw.dequantize(torch.float32).to(torch.bfloat16), 0)
+
+
+def choose(linears: list[CpuQuantizedLinear]) -> dict[tuple, int]:
+    """Time each shape once over all its weights; drop the int4 kernel where it never wins.
+    Returns the crossover per (shape, planes, group)."""
+    groups: dict[tuple, list[CpuQuantizedLinear]] = {}
+    for lin in linears:
+        if lin.int4 is not None:
+            key = (tuple(lin.dense.shape), lin.int4.planes, lin.int4.group_size)
+            groups.setdefault(key, []).append(lin)
+    out = {}
+    for key, group in groups.items():
+        out[key] = limit = int4_max_rows(group)
+        for lin in group:
+            lin.int4_max_rows = limit
+            if limit == 0:
+                lin.int4 = None
+    return out

@@ -1,0 +1,102 @@
+"""The `cpu` backend against the float32 torch reference, op by op: quantized linears (both
+kernels, every packing), batched decode attention, and the fused rotary + KV write."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+from gguf.quants import quantize
+
+from atom.kernels import cpu_backend, cpu_woq, get_backend, torch_ref
+from atom.kernels.metadata import AttentionMetadata
+from atom.loader.gguf_blocks import decode
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+# bf16 inputs and outputs: ~2^-9 relative per element, accumulated in float32.
+BF16_TOL = 1e-2
+
+
+@pytest.mark.parametrize("qt", [T.Q4_0, T.Q4_1, T.Q5_1, T.Q8_0], ids=lambda t: t.name)
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_quantized_linear_matches_dequantized_float(qt, rows):
+    rng = np.random.default_rng(0)
+    n, k = 96, 256
+    qw = decode(quantize(rng.standard_normal((n, k)).astype(np.float32), qt), qt, (n, k))
+    x = torch.randn(rows, k)
+    bias = torch.randn(n)
+    ref = torch.nn.functional.linear(x, qw.dequantize(), bias)
+    int4 = cpu_woq.int4_planes(qw)
+    assert int4 is not None and int4.planes == (2 if qt in (T.Q5_1, T.Q8_0) else 1)
+    dense = qw.dequantize().to(torch.bfloat16)
+    for limit in (0, 64):  # dense bf16 only, int4 only
+        out = cpu_woq.CpuQuantizedLinear(int4, dense, limit)(x, bias)
+        assert out.dtype == x.dtype and rel_err(out, ref) < BF16_TOL, (limit, rel_err(out, ref))
+
+
+def test_kernels_are_chosen_once_per_shape_and_groups_it_cannot_pack_go_dense():
+    rng = np.random.default_rng(0)
+    be = get_backend("cpu")
+    w = quantize(rng.standard_normal((32, 256)).astype(np.float32), T.Q4_1)
+    first, second = (be.prepare_weight(decode(w, T.Q4_1, (32, 256))) for _ in range(2))
+    be.weights_prepared()
+    assert list(be._int4_rows) == [((32, 256), 1, 32)]
+    assert first.int4_max_rows == second.int4_max_rows == be._int4_rows[((32, 256), 1, 32)]
+    assert (first.int4 is None) == (first.int4_max_rows == 0)
+    q6 = rng.integers(0, 256, (32 * 256 // 256, 210), dtype=np.uint8)
+    q6[:, 208:210] = np.full((q6.shape[0], 1), 0.01, np.float16).view(np.uint8)
+    assert cpu_woq.int4_planes(decode(q6.reshape(32, -1), T.Q6_K, (32, 256))) is None  # groups of 16
+
+
+def _paged(ctx_lens: list[int], hq: int, hk: int, d: int, page: int):
+    g = torch.Generator().manual_seed(0)
+    nblk = [-(-c // page) for c in ctx_lens]
+    pool = torch.randperm(sum(nblk) + 2, generator=g)
+    k_cache = torch.randn(pool.numel(), page, hk, d, generator=g)
+    v_cache = torch.randn(pool.numel(), page, hk, d, generator=g)
+    width = max(nblk)
+    tables = torch.full((len(ctx_lens), width), -1, dtype=torch.int32)
+    start = 0
+    for i, n in enumerate(nblk):
+        tables[i, :n] = pool[start:start + n].int()
+        start += n
+    b = len(ctx_lens)
+    meta = AttentionMetadata(
+        cu_seqlens_q=torch.arange(b + 1, dtype=torch.int32),
+        context_lens=torch.tensor(ctx_lens, dtype=torch.int32), block_tables=tables,
+        slot_mapping=torch.zeros(b, dtype=torch.long), max_q_len=1,
+        max_context_len=max(ctx_lens), is_decode=True, q_lens_cpu=[1] * b,
+        context_lens_cpu=list(ctx_lens))
+    return torch.randn(b, hq, d, generator=g), k_cache, v_cache, meta
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_batched_decode_attention_matches_reference(window):
+    q, kc, vc, meta = _paged([1, 7, 16, 33], hq=6, hk=2, d=16, page=8)
+    be = get_backend("cpu")
+    out = be.attention(q, kc, vc, meta, 0.25, 1.0, 1.0, window)
+    ref = torch_ref.attention(q, kc, vc, meta, 0.25, 1.0, 1.0, window)
+    assert rel_err(out, ref) < 1e-6
+
+
+@pytest.mark.parametrize("t", [1, 3])  # one row: its views' row strides are arbitrary
+def test_rope_store_kv_matches_reference(t):
+    hq, hk, d, page = 4, 2, 16, 4
+    qkv = torch.randn(t, (hq + 2 * hk) * d)
+    q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
+    q, k, v = q.reshape(-1, hq, d), k.reshape(-1, hk, d), v.reshape(-1, hk, d)  # as the model does
+    assert cpu_backend._adjacent_heads(q, k) is not None  # the one-rotation path, not the fallback
+    positions = torch.tensor([0, 5, 9])[:t]
+    cos_sin = torch.randn(16, 12)  # partial rotary: 12 of 16 dims
+    slots = torch.tensor([3, -1, 6])[:t]
+    results = []
+    for be in (get_backend("cpu"), get_backend("torch")):
+        kc, vc = torch.zeros(3, page, hk, d), torch.zeros(3, page, hk, d)
+        qr = be.rope_store_kv(positions, q, k, v, kc, vc, slots, 1.0, 1.0, cos_sin, True)
+        results.append((qr, kc, vc))
+    for a, b in zip(*results):
+        assert torch.allclose(a, b, atol=1e-6)
