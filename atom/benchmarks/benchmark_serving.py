@@ -115,12 +115,12 @@ async def benchmark(args: argparse.Namespace, requests: Sequence[SampleRequest],
         if args.profile:
             await _post_control(session, base_url + "/start_profile", args.api_key)
             print("Profiler started")
-        mtp_before = await fetch_mtp_stats(session, base_url)
+        mtp_before = await fetch_mtp_stats(session, base_url, args.api_key)
         outputs, duration = await _send_all(args, session, api_url, requests)
         if args.profile:
             await _post_control(session, base_url + "/stop_profile", args.api_key)
             print("Profiler stopped")
-        mtp_after = await fetch_mtp_stats(session, base_url)
+        mtp_after = await fetch_mtp_stats(session, base_url, args.api_key)
     return summarize(args, requests, outputs, duration, tokenizer, spec_decode_delta(mtp_before, mtp_after))
 
 

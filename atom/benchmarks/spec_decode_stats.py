@@ -23,10 +23,13 @@ class SpecDecodeStats:
     accept_length: Optional[float]  # tokens per target forward = 1 + accepted per forward
 
 
-async def fetch_mtp_stats(session: aiohttp.ClientSession, base_url: str) -> Optional[dict[str, Any]]:
-    """The endpoint's JSON, or None when it is absent, disabled or unreachable."""
+async def fetch_mtp_stats(session: aiohttp.ClientSession, base_url: str,
+                          api_key: Optional[str] = None) -> Optional[dict[str, Any]]:
+    """The endpoint's JSON, or None when it is absent, disabled or unreachable. atom's server
+    guards it with its API key like every route but /health."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     try:
-        async with session.get(base_url.rstrip("/") + MTP_STATS_PATH,
+        async with session.get(base_url.rstrip("/") + MTP_STATS_PATH, headers=headers,
                                timeout=aiohttp.ClientTimeout(total=5)) as resp:
             if resp.status != 200:
                 return None
