@@ -21,7 +21,7 @@ KERNEL_BACKENDS = ("auto", "torch", "cpu", "triton", "aiter")
 DEVICES = ("auto", "cpu", "cuda")
 DUMMY_KINDS = (None, "empty", "zero", "xavier")
 LOAD_FORMATS = ("auto", "safetensors", "gguf")
-SPEC_METHODS = (None, "ngram", "mtp", "eagle3")
+SPEC_METHODS = (None, "ngram", "mtp", "eagle3", "draft_model")
 RUNNABLE_SPEC_METHODS = (None, "ngram")
 JOBS = ("serve", "generate", "throughput", "bench")
 ENGINE_SOURCES = ("model", "synthetic", "scripted")
@@ -194,9 +194,9 @@ def _validate_specdecode(cfg: Config, rules: _Rules) -> None:
     rules.one_of("specdecode.method", s.method, SPEC_METHODS)
     rules.check(s.num_speculative_tokens >= 1, "specdecode.num_speculative_tokens",
                 s.num_speculative_tokens, "must be >= 1")
-    if s.method == "eagle3":
+    if s.method in ("eagle3", "draft_model"):
         rules.check(s.draft_model is not None, "specdecode.draft_model", s.draft_model,
-                    "a draft model is required for method eagle3")
+                    f"a draft model is required for method {s.method}")
     rules.check(s.acceptance_length is None or s.acceptance_rate is None,
                 "specdecode.acceptance_length", s.acceptance_length,
                 "acceptance_length and acceptance_rate are mutually exclusive")

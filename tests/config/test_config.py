@@ -132,18 +132,21 @@ def test_every_broken_rule_is_reported_at_once_the_most_fundamental_first():
     assert [x.field for x in e.value.errors] == ["model", "load.dummy"]
 
 
-@pytest.mark.parametrize("method,runs", [("ngram", True), ("mtp", False), ("eagle3", False)])
+@pytest.mark.parametrize("method,runs", [("ngram", True), ("mtp", False), ("eagle3", False),
+                                         ("draft_model", False)])
 def test_only_methods_with_a_proposer_launch(method, runs):
     """ngram has a proposer; the others compose (benchmark configs name them) but are refused
     when a model engine is about to be built."""
     from atom.config.compose import compose
 
-    extra = ["specdecode.draft_model=/tmp"] if method == "eagle3" else []
+    extra = ["specdecode.draft_model=/tmp"] if method in ("eagle3", "draft_model") else []
+    pick = [f"specdecode={method}"] if method != "draft_model" else [
+        "specdecode=mtp", "specdecode.method=draft_model"]  # no conf entry: a field override
     if runs:
-        assert compose([f"specdecode={method}", *extra], launching=True).specdecode.method == method
+        assert compose([*pick, *extra], launching=True).specdecode.method == method
         return
     with pytest.raises(ConfigError) as e:
-        compose([f"specdecode={method}", *extra], launching=True)
+        compose([*pick, *extra], launching=True)
     assert [x.field for x in e.value.errors] == ["specdecode.method"]
     assert "has no proposer" in str(e.value)
 

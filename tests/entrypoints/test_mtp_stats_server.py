@@ -7,7 +7,6 @@ import asyncio
 from typing import Iterator, Optional
 
 import aiohttp
-
 import httpx
 import pytest
 
