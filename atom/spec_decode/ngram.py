@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from atom.config.schema import SpecDecodeConfig
 
 # One lookup scans at most this many trailing tokens of the history, so a step's proposals cost
@@ -21,19 +23,20 @@ def propose_ngram(history: Sequence[int], k: int, n_min: int, n_max: int,
                   lookback: int = MAX_LOOKBACK) -> list[int]:
     """Up to k tokens that followed the latest earlier occurrence of the history's longest
     matching suffix (n_max down to n_min tokens); fewer at the end of the history, [] when no
-    suffix recurs within the last `lookback` tokens."""
-    size = len(history)
-    lo = max(0, size - lookback)
+    suffix recurs within the last `lookback` tokens. The window is compared as arrays (n
+    vector compares per n): a Python scan of a 4,096-token window costs about a millisecond,
+    which a 256-sequence batch pays every step."""
+    window = np.asarray(history[-lookback:], dtype=np.int64)
+    size = window.size
     for n in range(min(n_max, size - 1), n_min - 1, -1):
-        suffix = list(history[size - n:])
-        first = suffix[0]
-        # Scan start positions from the latest earlier one back: the most recent context is the
-        # best guess of what follows (and the run being repeated right now is found first).
-        for start in range(size - n - 1, lo - 1, -1):
-            if history[start] == first and list(history[start:start + n]) == suffix:
-                follow = history[start + n:start + n + k]
-                if follow:
-                    return list(follow)
+        starts = size - n  # candidate starts 0 .. size - n - 1: strictly before the suffix
+        hit = window[:starts] == window[starts]
+        for j in range(1, n):
+            hit &= window[j:starts + j] == window[starts + j]
+        found = np.flatnonzero(hit)
+        if found.size:
+            first = int(found[-1]) + n  # the latest occurrence: the best guess of what follows
+            return window[first:first + k].tolist()
     return []
 
 
