@@ -78,11 +78,7 @@ class DataParallelEngineClient:
 
     @property
     def stats(self) -> EngineStats:
-        total = EngineStats()
-        for c in self.clients:
-            for name in EngineStats.__struct_fields__:
-                setattr(total, name, getattr(total, name) + getattr(c.stats, name))
-        return total
+        return EngineStats.total([c.stats for c in self.clients])
 
     # -- requests -----------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,

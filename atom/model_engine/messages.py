@@ -51,6 +51,24 @@ class EngineStats(msgspec.Struct, kw_only=True):
     spec_drafts_per_position: list[int] = msgspec.field(default_factory=list)  # per draft slot
     spec_accepted_per_position: list[int] = msgspec.field(default_factory=list)
 
+    @staticmethod
+    def total(parts: list["EngineStats"]) -> "EngineStats":
+        """Several cores' stats as one (data parallelism): counts add, per-slot lists add slot by
+        slot, and k is the cores' shared setting, not a count."""
+        out = EngineStats()
+        for part in parts:
+            for name in EngineStats.__struct_fields__:
+                a, b = getattr(out, name), getattr(part, name)
+                if isinstance(b, list):
+                    width = max(len(a), len(b))
+                    a, b = a + [0] * (width - len(a)), b + [0] * (width - len(b))
+                    setattr(out, name, [x + y for x, y in zip(a, b)])
+                elif name == "spec_num_speculative_tokens":
+                    setattr(out, name, max(a, b))
+                else:
+                    setattr(out, name, a + b)
+        return out
+
     @property
     def kv_usage(self) -> float:
         return 1.0 - self.kv_blocks_free / self.kv_blocks_total if self.kv_blocks_total else 0.0

@@ -49,3 +49,16 @@ def test_a_log_line_every_thousand_draft_tokens(caplog):
     lines = [r.getMessage() for r in caplog.records if "spec decode" in r.getMessage()]
     assert len(lines) == 3
     assert lines[0].startswith("spec decode: 1001 draft tokens, 429 accepted")
+
+
+def test_data_parallel_cores_add_slot_by_slot_and_share_k():
+    parts = []
+    for accepted in (3, 1):
+        s = EngineStats(num_steps=2)
+        SpecDecodeRecorder(s, 3).record(3, accepted)
+        parts.append(s)
+    total = EngineStats.total(parts)
+    assert total.num_steps == 4 and total.spec_num_speculative_tokens == 3
+    assert total.spec_draft_tokens == 6 and total.spec_accepted_tokens == 4
+    assert total.spec_drafts_per_position == [2, 2, 2]
+    assert total.spec_accepted_per_position == [2, 1, 1]
