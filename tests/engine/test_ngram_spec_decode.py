@@ -165,10 +165,13 @@ def test_a_step_with_drafts_that_raises_is_isolated_and_the_others_keep_their_ou
 
 
 @pytest.mark.parametrize("extra", [("scheduler.async_scheduling=true",),
-                                   ("kv_cache.num_blocks=24",)], ids=["async", "preempting"])
+                                   ("kv_cache.num_blocks=24",),
+                                   ("kv_cache.enable_prefix_caching=true",)],
+                         ids=["async", "preempting", "prefix_cache"])
 def test_async_scheduling_and_preemption_keep_greedy_output(ckpt, engines, extra):
     """With async scheduling asked for, a proposer still waits for each step's tokens; with a
-    cache too small for the batch, preempted sequences are recomputed and speculate again."""
+    cache too small for the batch, preempted sequences are recomputed and speculate again; with
+    prefix caching, blocks holding verified tokens only are shared (a second run hits them)."""
     plain, _ = engines
     greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
     want = [o["token_ids"] for o in plain.generate(_prompts(), greedy)]
@@ -179,6 +182,10 @@ def test_async_scheduling_and_preemption_keep_greedy_output(ckpt, engines, extra
     assert s.spec_accepted_tokens > 0
     if "preempting" in str(extra):
         assert s.num_preempted_total > 0
+    if "prefix" in str(extra):
+        again, _ = _run(spec, _prompts(), greedy)
+        assert [_flat(c) for c in again] == want
+        assert spec.core.stats().prefix_cache_hits > 0
 
 
 def test_logprobs_of_kept_tokens_are_the_plain_ones(engines):
