@@ -161,31 +161,14 @@ def test_issue16_shapes_read_alike_streamed_and_not(servers, name):
 
 @pytest.mark.parametrize("fmt", sorted(CASES))
 def test_openai_sdk_stream_and_whole_agree(servers, fmt):
-    srv = servers[fmt]
     _, ans = script(fmt)
-    client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="x", max_retries=0, timeout=60)
-    kw = dict(model="tiny_llama", messages=[{"role": "user", "content": "Weather in Paris?"}],
-              tools=TOOLS, max_tokens=600)
-    whole = client.chat.completions.create(**kw).choices[0]
-    calls = [(c.function.name, json.loads(c.function.arguments)) for c in whole.message.tool_calls]
-    assert calls == [CALL] and whole.finish_reason == "tool_calls"
-    assert whole.message.content == ans.content
-    assert (getattr(whole.message, "reasoning_content", None) or None) == _expected_reasoning(fmt)
-
-    content, reasoning, acc, reasons = "", "", {}, []
-    for chunk in client.chat.completions.create(stream=True, **kw):
-        delta = chunk.choices[0].delta
-        content += delta.content or ""
-        reasoning += getattr(delta, "reasoning_content", None) or ""
-        for tc in delta.tool_calls or []:
-            slot = acc.setdefault(tc.index, {"name": None, "arguments": ""})
-            slot["name"] = slot["name"] or (tc.function.name if tc.function else None)
-            slot["arguments"] += (tc.function.arguments or "") if tc.function else ""
-        if chunk.choices[0].finish_reason:
-            reasons.append(chunk.choices[0].finish_reason)
-    assert content == whole.message.content and (reasoning or None) == _expected_reasoning(fmt)
-    assert [(s["name"], json.loads(s["arguments"])) for _, s in sorted(acc.items())] == calls
-    assert reasons == ["tool_calls"]
+    whole, streamed = _openai_both(servers[fmt])
+    content, reasoning, calls, reason = whole
+    assert [(n, json.loads(a)) for n, a in calls] == [CALL] and reason == "tool_calls"
+    assert content == ans.content
+    assert (reasoning or None) == _expected_reasoning(fmt)
+    assert streamed[0] == content and (streamed[1] or None) == _expected_reasoning(fmt)
+    assert [(n, json.loads(a)) for n, a in streamed[2]] == [CALL] and streamed[3] == "tool_calls"
 
 
 @pytest.mark.parametrize("fmt", sorted(CASES))
