@@ -77,6 +77,7 @@ class MultiprocExecutor:
         self._answered = 0  # steps whose result arrived
         self._flushed = 0  # the last step a Flush was sent for
         self._results: dict[int, StepResult] = {}
+        self._rowless: set[int] = set()  # steps that sample nothing: their answer is dropped
         self._procs: list[subprocess.Popen] = []
         try:
             self._start(cfg, eos_token_id)
@@ -123,6 +124,8 @@ class MultiprocExecutor:
             sock.send(frame, copy=False)
         self._sent += 1
         rows = [i for i, r in enumerate(out.requests) if r.num_sampled]
+        if not rows:
+            self._rowless.add(self._sent)
         return RemoteStep(self, self._sent, rows)
 
     def wait(self, number: int) -> StepResult:
@@ -137,7 +140,10 @@ class MultiprocExecutor:
             msg = self._recv(None)
             if isinstance(msg, StepResult):
                 self._answered += 1
-                self._results[self._answered] = msg
+                if self._answered in self._rowless:
+                    self._rowless.discard(self._answered)
+                else:
+                    self._results[self._answered] = msg
         return self._results.pop(number)
 
     def _recv(self, deadline: Optional[float]) -> Any:
