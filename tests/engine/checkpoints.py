@@ -57,3 +57,12 @@ def make_checkpoint(arch: str, root: Path, seed: int = 0) -> Path:
     out = root / arch
     model.save_pretrained(out, safe_serialization=True)
     return out
+
+
+def local_engine(path: Path, *overrides: str):
+    """An in-process engine over a checkpoint made here, on the CPU, with the test's overrides."""
+    import atom
+
+    return atom.build_engine(atom.compose([
+        "model=local", f"model.path={path}", "runtime=cpu", "load.progress_bar=false",
+        *overrides]))

@@ -9,9 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import atom
 from atom import SamplingParams
-from tests.engine.checkpoints import make_checkpoint
+from tests.engine.checkpoints import make_checkpoint, local_engine
 
 
 @pytest.fixture(scope="module")
@@ -20,10 +19,8 @@ def ckpt(tmp_path_factory):
 
 
 def _engine(path, overlap: bool, *extra: str):
-    return atom.build_engine(atom.compose([
-        "model=local", f"model.path={path}", "runtime=cpu", "load.progress_bar=false",
-        "scheduler.max_num_batched_tokens=64", "kv_cache.block_size=16",
-        f"scheduler.async_scheduling={str(overlap).lower()}", *extra]))
+    return local_engine(path, "scheduler.max_num_batched_tokens=64", "kv_cache.block_size=16",
+                        f"scheduler.async_scheduling={str(overlap).lower()}", *extra)
 
 
 def _prompts(n: int = 8) -> list[list[int]]:

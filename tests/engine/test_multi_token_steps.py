@@ -12,12 +12,11 @@ import msgspec
 import pytest
 import torch
 
-import atom
 from atom import SamplingParams
 from atom.model_engine.messages import EngineRequest
 from atom.runner.scheduler_output import SchedulerOutput
 from atom.runner.launched_step import accept_drafts
-from tests.engine.checkpoints import make_checkpoint
+from tests.engine.checkpoints import make_checkpoint, local_engine
 
 MAX_TOKENS = 14
 # Drafts are verified only after the step before has resolved: a proposer needs its last token.
@@ -30,9 +29,7 @@ def ckpt(tmp_path_factory):
 
 
 def _engine(path, *extra: str):
-    return atom.build_engine(atom.compose([
-        "model=local", f"model.path={path}", "runtime=cpu", "load.progress_bar=false",
-        "kv_cache.block_size=4", *extra]))
+    return local_engine(path, "kv_cache.block_size=4", *extra)
 
 
 def _prompts() -> list[list[int]]:

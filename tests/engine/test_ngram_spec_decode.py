@@ -10,10 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import atom
 from atom import SamplingParams
 from atom.model_engine.messages import EngineRequest
-from tests.engine.checkpoints import make_checkpoint
+from tests.engine.checkpoints import make_checkpoint, local_engine
 
 NGRAM = ("specdecode=ngram", "specdecode.num_speculative_tokens=4")
 MAX_TOKENS = 40
@@ -25,9 +24,7 @@ def ckpt(request, tmp_path_factory):
 
 
 def _engine(path, *extra: str):
-    return atom.build_engine(atom.compose([
-        "model=local", f"model.path={path}", "runtime=cpu", "load.progress_bar=false",
-        "kv_cache.block_size=4", *extra]))
+    return local_engine(path, "kv_cache.block_size=4", *extra)
 
 
 def _prompts() -> list[list[int]]:

@@ -10,10 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import atom
 from atom import SamplingParams
 from atom.model_engine.engine_core import RequestRejected
-from tests.engine.checkpoints import make_checkpoint
+from tests.engine.checkpoints import make_checkpoint, local_engine
 
 
 @pytest.fixture(scope="module")
@@ -22,10 +21,8 @@ def ckpt(tmp_path_factory):
 
 
 def _engine(path, overlap: bool):
-    return atom.build_engine(atom.compose([
-        "model=local", f"model.path={path}", "runtime=cpu", "load.progress_bar=false",
-        "scheduler.max_num_batched_tokens=64", "kv_cache.block_size=16",
-        f"scheduler.async_scheduling={str(overlap).lower()}"]))
+    return local_engine(path, "scheduler.max_num_batched_tokens=64", "kv_cache.block_size=16",
+                        f"scheduler.async_scheduling={str(overlap).lower()}")
 
 
 def _prompts() -> list[list[int]]:
@@ -114,9 +111,7 @@ def test_sampling_params_refuse_values_the_sampler_cannot_run(field, value):
 
 def test_a_prompt_larger_than_the_whole_cache_is_refused_not_fatal(ckpt):
     """Scheduling it would raise inside the core's step (no block count ever fits it)."""
-    engine = atom.build_engine(atom.compose([
-        "model=local", f"model.path={ckpt}", "runtime=cpu", "load.progress_bar=false",
-        "kv_cache.block_size=16", "kv_cache.num_blocks=3"]))
+    engine = local_engine(ckpt, "kv_cache.block_size=16", "kv_cache.num_blocks=3")
     with pytest.raises(RequestRejected, match="needs 4 KV blocks; the cache has 3"):
         engine.add_request(list(range(3, 53)), SamplingParams(max_tokens=2))
     assert engine.generate([[4, 5, 6]], SamplingParams(temperature=0, max_tokens=3))[0]["token_ids"]

@@ -14,10 +14,9 @@ import time
 import pytest
 import torch
 
-import atom
 from atom import SamplingParams
 from atom.executor.multiproc import WorkerDied
-from tests.engine.checkpoints import make_checkpoint
+from tests.engine.checkpoints import make_checkpoint, local_engine
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +25,8 @@ def ckpt(tmp_path_factory):
 
 
 def _engine(path, tp: int, *extra: str):
-    return atom.build_engine(atom.compose([
-        "model=local", f"model.path={path}", "runtime=cpu", "load.progress_bar=false",
-        "kv_cache.num_blocks=64", "scheduler.max_num_batched_tokens=48",
-        f"parallel.tensor_parallel_size={tp}", *extra]))
+    return local_engine(path, "kv_cache.num_blocks=64", "scheduler.max_num_batched_tokens=48",
+                        f"parallel.tensor_parallel_size={tp}", *extra)
 
 
 def _prompts() -> list[list[int]]:

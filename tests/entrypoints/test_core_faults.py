@@ -92,8 +92,9 @@ def test_a_tensor_parallel_server_serves_and_stops_with_its_ranks(tmp_path):
 
 
 def test_a_data_parallel_server_spreads_requests_over_its_replicas(tmp_path):
-    """dp=2: two engine cores behind one API process. Concurrent requests land on both (each
-    core's KV pool fills), greedy answers equal the single replica's, stats are the sum."""
+    """dp=2: two engine cores behind one API process, each with its own KV pool; concurrent
+    greedy answers agree and the stats are the sum (how requests split over the replicas is
+    tested in test_engine_client.py)."""
     import asyncio
 
     srv = ServerProcess(["--model", "tiny_llama", "--load-dummy", "xavier", "--no-enable-log-stats",
