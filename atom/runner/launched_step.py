@@ -66,6 +66,8 @@ class LaunchedStep:
             self._event.synchronize()
         host = self._host
         token_list = host[0].tolist()
+        if self.counts is None and self.logprob_ks is None:  # the plain step: one token a row
+            return {row: [tok] for row, tok in zip(self.rows, token_list)}, {}
         spans = self._spans(token_list)
         sampled = {row: kept for row, _, kept in spans}
         logprobs: dict[int, list[TokenLogprob]] = {}
