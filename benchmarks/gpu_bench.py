@@ -573,14 +573,13 @@ def bench_hf_decode(model: str, ctx: int, gen: int) -> dict[str, Any]:
 
 def bench_startup(model: str) -> dict[str, Any]:
     """Process start to ready (engine built, graphs captured: the child prints READY), in a
-    fresh interpreter: once cold — a new, empty TRITON_CACHE_DIR and ATOM_CACHE_DIR (Triton's
-    kernels and atom's config snapshots; a "cold" start that follows other benches would find
-    their kernels cached) — then warm (the same directories again). `*_exit_s` adds the
+    fresh interpreter, three times: `first_start` with every cache empty (Python's bytecode,
+    Triton's kernels, atom's config snapshots: a first run after installing); `cold` with a
+    new, empty TRITON_CACHE_DIR (a start that followed other benches would find their kernels
+    cached) and the caches a first start leaves; `warm`, the same again. `*_exit_s` adds the
     interpreter's exit (freeing the KV cache and the CUDA context), which a server never waits
-    for. Python caches bytecode as on any user's machine: the device image sets
-    PYTHONDONTWRITEBYTECODE, which made every start compile ~1,800 source files (7 s on one
-    host), so the children run without it after a first start that writes the caches
-    (`first_start_s`, its own throwaway caches)."""
+    for. The device image sets PYTHONDONTWRITEBYTECODE; the children run without it, as on a
+    user's machine (with it every start compiled ~1,800 source files: 7 s on one host)."""
     code = ("import time,sys,logging;t=time.time();"
             "logging.basicConfig(level=logging.INFO,format='%(relativeCreated)d ms %(name)s: %(message)s');"
             "from atom.config.compose import compose;"
@@ -595,12 +594,10 @@ def bench_startup(model: str) -> dict[str, Any]:
     subprocess.run([sys.executable, "-c", "import torch, transformers; torch.cuda.init()"], env=base)
     res["import_torch_transformers_cuda_init_s"] = round(time.perf_counter() - t0, 2)
 
-    def fresh() -> dict[str, str]:
-        return {"TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton_startup_"),
-                "ATOM_CACHE_DIR": tempfile.mkdtemp(prefix="atom_startup_")}
-    runs = (("first_start", {**base, **fresh()}),)
-    env = {**base, **fresh()}
-    for label, run_env in (*runs, ("cold", env), ("warm", env)):
+    base["ATOM_CACHE_DIR"] = tempfile.mkdtemp(prefix="atom_startup_")
+    first = {**base, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton_prime_")}
+    env = {**base, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton_startup_")}
+    for label, run_env in (("first_start", first), ("cold", env), ("warm", env)):
         errfile = tempfile.TemporaryFile("w+")  # a pipe could fill while stdout is read
         t0 = time.perf_counter()
         p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
