@@ -15,7 +15,7 @@ from atom.config.errors import ConfigError
 NEEDS = {("specdecode", "eagle3"): ["specdecode.draft_model=/tmp"]}
 OWN_TESTS = {("model", "local")}  # each has a test below
 HF_ONLY_MODELS = {"qwen3_0_6b", "llama3_8b", "tiny_llama", "tiny_qwen3", "deepseek_r1",
-                  "tiny_deepseek_v3", "glm4_5_air", "minimax_m2"}
+                  "tiny_deepseek_v3", "glm4_5_air", "minimax_m2", "deepseek_v3", "kimi_k2"}
 
 
 def _options():
