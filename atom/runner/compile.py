@@ -27,7 +27,7 @@ from torch import nn
 
 from atom.config.schema import Config
 from atom.layers.attention import PagedAttention
-from atom.layers.attention_op import bound_layers
+from atom.layers.attention_op import model_attention_op
 from atom.layers.mla import MLAAttention
 from atom.layers.moe import FusedMoE
 
@@ -67,11 +67,14 @@ def describe_level(cfg: Config, device: torch.device, backend: str, graphs: bool
 
 
 class CompiledForward:
-    """`model(input_ids, positions)` through torch.compile, its attention layers bound for the
-    custom op to resolve while it runs."""
+    """`model(input_ids, positions)` through torch.compile, its attention layers behind an
+    opaque op of the model's own (attention_op.py)."""
 
     def __init__(self, model: nn.Module, backend: CompilerBackend = "inductor") -> None:
-        self.layers = {m.layer_idx: m for m in model.modules() if isinstance(m, PagedAttention)}
+        layers = {m.layer_idx: m for m in model.modules() if isinstance(m, PagedAttention)}
+        op = model_attention_op(layers)
+        for layer in layers.values():
+            layer.compiled_op = op
         _run_eagerly(model, FusedMoE)
         _run_eagerly(model, MLAAttention)
         self.compiled = torch.compile(model, backend=backend)
@@ -81,8 +84,7 @@ class CompiledForward:
         # raise when a strictly marked dimension is specialised.
         torch._dynamo.maybe_mark_dynamic(input_ids, 0)
         torch._dynamo.maybe_mark_dynamic(positions, 0)
-        with bound_layers(self.layers):
-            return self.compiled(input_ids, positions)
+        return self.compiled(input_ids, positions)
 
 
 def _run_eagerly(model: nn.Module, kind: type) -> None:

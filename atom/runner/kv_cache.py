@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from atom.config.errors import ConfigError
 from atom.config.schema import Config
@@ -46,6 +47,24 @@ class KVCacheSpec:
         """KV heads of the widest full-attention layer (the decode kernel's split counters)."""
         return max((s.num_kv_heads for s in self.layers if isinstance(s, FullAttentionSpec)),
                    default=1)
+
+
+def model_kv_spec(model: nn.Module, dtype: torch.dtype, block_size: int) -> KVCacheSpec:
+    """The KV spec of every attention layer of the model, in layer order."""
+    layers = sorted((m for m in model.modules() if hasattr(m, "kv_spec")),
+                    key=lambda m: m.layer_idx)
+    return KVCacheSpec(tuple(m.kv_spec(dtype) for m in layers), block_size)
+
+
+@dataclass
+class KVCache:
+    """The allocated pool: `allocate`'s buffers, per-layer views and scales, and its size."""
+
+    spec: KVCacheSpec
+    num_blocks: int
+    buffers: list[torch.Tensor]
+    caches: list[tuple[torch.Tensor, ...]]
+    scales: list[tuple[float, float]]
 
 
 def kv_dtype(cfg: Config, model_dtype: torch.dtype) -> torch.dtype:

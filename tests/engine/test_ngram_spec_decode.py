@@ -113,7 +113,7 @@ def test_a_stop_inside_an_accepted_run_ends_where_the_plain_output_ends(engines,
             got = _flat(_run(spec, prompt, params)[0][0])
         finally:
             for e in engines:
-                e.core.scheduler.eos = set(e.core.executor.eos_token_ids)
+                e.core.scheduler.eos = set(e.core.eos_token_ids)
         assert want == full[:p + 1]
         assert got == want, (how, p)
 
