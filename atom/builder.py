@@ -32,7 +32,7 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
         return ScriptedEngineCore(cfg, build_tokenizer(cfg))
     from atom.config.errors import ConfigError
     from atom.model_engine.engine_core import EngineCore
-
+    from atom.model_engine.scheduler import Scheduler
     from atom.models.hf_config import load_hf_config
 
     _refuse_what_cannot_run(cfg)
@@ -41,8 +41,10 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
                           "replicas run behind the server (python -m atom.run); an in-process "
                           "engine is one replica (set 1)")
     hf = load_hf_config(cfg)
+    executor = build_executor(cfg, hf)
     eos = eos_token_ids(hf, _tokenizer_eos(cfg, tokenizer))
-    return EngineCore(cfg, build_executor(cfg, hf), eos)
+    return EngineCore(cfg, executor, Scheduler(cfg, executor.num_blocks, eos,
+                                               executor.max_model_len))
 
 
 def build_executor(cfg: Config, hf: Any) -> Any:

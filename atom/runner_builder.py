@@ -46,11 +46,11 @@ def build_runner(cfg: Config, hf: Any, parallel: Optional[ParallelState] = None)
     mc = ModelContext(get_backend(backend_name), parallel or ParallelState.of_process())
     src = model_source(cfg) if cfg.load.dummy is None else None
     model = build_model(cfg.load, src, hf, mc, device, resolve_dtype(cfg, device))
-    forward_fn = compile_forward(model, cfg, device, backend_name)
+    forward_fn = compile_forward(model, cfg.runtime, device, backend_name)
     graphs_on = graphs_enabled(cfg.runtime.enforce_eager, cfg.runtime.level, device, backend_name)
-    log.info("%s", describe_level(cfg, device, backend_name, graphs_on))
+    log.info("%s", describe_level(cfg.runtime, device, backend_name, graphs_on))
     max_model_len = cfg.model.max_model_len or int(hf.max_position_embeddings)
-    spec = model_kv_spec(model, kv_dtype(cfg, resolve_dtype(cfg, device)),
+    spec = model_kv_spec(model, kv_dtype(cfg.kv_cache, resolve_dtype(cfg, device)),
                          cfg.kv_cache.block_size)
     # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
     # every step and every captured graph.
@@ -61,8 +61,8 @@ def build_runner(cfg: Config, hf: Any, parallel: Optional[ParallelState] = None)
                    max_model_len)
     log.info("KV cache: %d blocks x %d tokens = %d tokens, %.2f GiB, %s; kernels=%s",
              kv.num_blocks, spec.block_size, kv.num_blocks * spec.block_size,
-             kv.num_blocks * spec.bytes_per_block / 2**30, describe_kv_dtype(cfg, spec.dtype),
-             backend_name)
+             kv.num_blocks * spec.bytes_per_block / 2**30,
+             describe_kv_dtype(cfg.kv_cache, spec.dtype), backend_name)
     graphs = (_decode_graphs(cfg, logits, kv, split_counters, device, mc.forward, max_model_len)
               if graphs_on else None)
     return ModelRunner(model, forward_fn, mc.forward, kv, graphs, split_counters, device=device,
@@ -82,7 +82,7 @@ def _kv_cache(cfg: Config, spec: KVCacheSpec, device: torch.device, slot: Forwar
         step = lambda ids, pos: model.compute_logits(forward_fn(ids, pos)[-1:])
         free = kv_budget_bytes(step, slot, spec, tokens, split_counters,
                                cfg.kv_cache.gpu_memory_utilization, device)
-    blocks = num_blocks_for(cfg, spec, device, free, max_model_len)
+    blocks = num_blocks_for(cfg.kv_cache, spec, device, free, max_model_len)
     return KVCache(spec, blocks, *allocate(spec, blocks, device))
 
 

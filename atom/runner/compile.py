@@ -25,7 +25,7 @@ from typing import Callable, Union
 import torch
 from torch import nn
 
-from atom.config.schema import Config
+from atom.config.schema import RuntimeConfig
 from atom.layers.attention import PagedAttention
 from atom.layers.attention_op import model_attention_op
 from atom.layers.mla import MLAAttention
@@ -35,31 +35,29 @@ ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids, positi
 CompilerBackend = Union[str, Callable]  # what torch.compile(backend=...) takes
 
 
-def compiles(cfg: Config, device: torch.device, backend: str) -> bool:
+def compiles(rt: RuntimeConfig, device: torch.device, backend: str) -> bool:
     """Whether `compile_forward` compiles for this config, device and kernel backend."""
-    rt = cfg.runtime
     return rt.level >= 3 and not rt.enforce_eager and device.type == "cuda" and backend == "torch"
 
 
-def compile_forward(model: nn.Module, cfg: Config, device: torch.device,
+def compile_forward(model: nn.Module, rt: RuntimeConfig, device: torch.device,
                     backend: str) -> ForwardFn:
     """The forward the runner calls (eager prefill and CUDA-graph capture alike): `model` itself
     unless `compiles`, else a compiled forward. Compiling is lazy: the first call traces."""
-    if not compiles(cfg, device, backend):
+    if not compiles(rt, device, backend):
         return model
     return CompiledForward(model)
 
 
-def describe_level(cfg: Config, device: torch.device, backend: str, graphs: bool) -> str:
+def describe_level(rt: RuntimeConfig, device: torch.device, backend: str, graphs: bool) -> str:
     """The start-up log line: what this level does here, and why not more."""
-    rt = cfg.runtime
     if rt.enforce_eager or rt.level == 0 or device.type != "cuda":
         why = ("enforce_eager" if rt.enforce_eager else "level 0" if rt.level == 0
                else "CUDA graphs and torch.compile are GPU-only")
         return f"runtime.level={rt.level}: eager ({why})"
     parts = ["decode in CUDA graphs" if graphs else
              f"no CUDA graphs (the {backend} kernel backend cannot be captured)"]
-    if compiles(cfg, device, backend):
+    if compiles(rt, device, backend):
         parts.append("the forward torch.compiled (inductor; attention one opaque op)")
     elif rt.level >= 3:
         parts.append(f"no torch.compile: every op of the {backend} forward is already a kernel")

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from atom.config.errors import ConfigError
-from atom.config.schema import Config
+from atom.config.schema import KVCacheConfig
 from atom.layers.kv_spec import FullAttentionSpec, LayerKVSpec
 
 log = logging.getLogger("atom.runner")
@@ -67,39 +67,39 @@ class KVCache:
     scales: list[tuple[float, float]]
 
 
-def kv_dtype(cfg: Config, model_dtype: torch.dtype) -> torch.dtype:
-    return torch.float8_e4m3fn if cfg.kv_cache.dtype == "fp8" else model_dtype
+def kv_dtype(kv: KVCacheConfig, model_dtype: torch.dtype) -> torch.dtype:
+    return torch.float8_e4m3fn if kv.dtype == "fp8" else model_dtype
 
 
-def describe_kv_dtype(cfg: Config, dtype: torch.dtype) -> str:
+def describe_kv_dtype(kv: KVCacheConfig, dtype: torch.dtype) -> str:
     """`kv_cache.dtype=bf16 (float32: the model's dtype on CPU)`: the config's name and what is
     stored, which differ on purpose (bf16 means the activation dtype)."""
     stored = str(dtype).removeprefix("torch.")
-    if cfg.kv_cache.dtype == "fp8":
+    if kv.dtype == "fp8":
         return f"kv_cache.dtype=fp8 ({stored}, per-tensor scale)"
     if stored == "bfloat16":
         return "kv_cache.dtype=bf16"
     return f"kv_cache.dtype=bf16 ({stored}: the model's activation dtype)"
 
 
-def num_blocks_for(cfg: Config, spec: KVCacheSpec, device: torch.device, free_bytes: int | None,
-                   max_model_len: int) -> int:
+def num_blocks_for(kv: KVCacheConfig, spec: KVCacheSpec, device: torch.device,
+                   free_bytes: int | None, max_model_len: int) -> int:
     """kv_cache.num_blocks when set; else what the memory budget holds. A budget that cannot
     hold one sequence of max_model_len is refused here, at start-up: served, every long enough
     request would fail instead (and the engine once started with a single block)."""
-    if cfg.kv_cache.num_blocks is not None:
-        return cfg.kv_cache.num_blocks
+    if kv.num_blocks is not None:
+        return kv.num_blocks
     if device.type == "cpu" or free_bytes is None:
-        blocks = cfg.kv_cache.cpu_cache_bytes // spec.bytes_per_block
+        blocks = kv.cpu_cache_bytes // spec.bytes_per_block
         if blocks * spec.block_size < max_model_len:
-            raise ConfigError("kv_cache.cpu_cache_bytes", cfg.kv_cache.cpu_cache_bytes,
+            raise ConfigError("kv_cache.cpu_cache_bytes", kv.cpu_cache_bytes,
                               f"holds {blocks * spec.block_size} tokens of KV cache, fewer than "
                               f"one sequence of model.max_model_len={max_model_len}: raise it, "
                               f"lower model.max_model_len, or set kv_cache.num_blocks")
         return blocks
     blocks = max(0, free_bytes // spec.bytes_per_block)
     if blocks * spec.block_size < max_model_len:
-        raise ConfigError("kv_cache.gpu_memory_utilization", cfg.kv_cache.gpu_memory_utilization,
+        raise ConfigError("kv_cache.gpu_memory_utilization", kv.gpu_memory_utilization,
                           f"after the weights and a profiling forward it leaves room for "
                           f"{blocks * spec.block_size} tokens of KV cache, fewer than one "
                           f"sequence of model.max_model_len={max_model_len}: raise it, lower "

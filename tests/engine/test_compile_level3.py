@@ -175,14 +175,14 @@ def test_level3_compiles_only_what_inductor_can_fuse(level, enforce_eager, devic
                                                      expected):
     """The Triton backend's forward is all kernels already: level 3 compiles nothing there."""
     cfg = _config("tiny_qwen3", f"runtime.level={level}", f"runtime.enforce_eager={enforce_eager}")
-    assert compiles(cfg, torch.device(device), backend) is expected
+    assert compiles(cfg.runtime, torch.device(device), backend) is expected
 
 
 def test_compile_forward_is_the_model_when_not_compiling():
     model = torch.nn.Linear(1, 1)
     cfg = _config("tiny_qwen3", "runtime.level=3")
-    assert compile_forward(model, cfg, CPU, "torch") is model
-    assert compile_forward(model, cfg, torch.device("cuda"), "triton") is model
+    assert compile_forward(model, cfg.runtime, CPU, "torch") is model
+    assert compile_forward(model, cfg.runtime, torch.device("cuda"), "triton") is model
 
 
 @pytest.mark.parametrize("overrides,device,backend,graphs,line", [
@@ -200,7 +200,7 @@ def test_the_level_log_line_says_what_the_level_does_here(overrides, device, bac
     from atom.runner.compile import describe_level
 
     cfg = compose(["model=tiny_qwen3", "load=dummy", *overrides])
-    assert describe_level(cfg, torch.device(device), backend, graphs) == line
+    assert describe_level(cfg.runtime, torch.device(device), backend, graphs) == line
 
 
 @GPU
