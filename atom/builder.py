@@ -58,8 +58,9 @@ def build_executor(cfg: Config, hf: Any) -> Any:
 
         return MultiprocExecutor(cfg, hf, tp, build_runner)
     from atom.executor.uniproc import UniprocExecutor
+    from atom.layers.parallel_state import ParallelState
 
-    return UniprocExecutor(build_runner(cfg, hf))
+    return UniprocExecutor(build_runner(cfg, hf, ParallelState()))
 
 
 def eos_token_ids(hf: Any, tokenizer_eos: Any) -> set[int]:

@@ -35,23 +35,24 @@ from atom.spec_decode.acceptance import build_verifier
 log = logging.getLogger("atom.runner")
 
 
-def build_runner(cfg: Config, hf: Any, parallel: Optional[ParallelState] = None) -> ModelRunner:
-    """The runner of `hf`'s model under `cfg`, on `parallel`'s ranks (default: this process's,
-    ParallelState.of_process). Sets what is the process's own: CPU threads and the torch seed."""
+def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
+    """The runner of `hf`'s model under `cfg`, sharded over `parallel`'s ranks (the worker's,
+    built once by whoever runs this). Sets what is the process's own: CPU threads and the torch
+    seed."""
     device = resolve_device(cfg)
+    dtype = resolve_dtype(cfg, device)
     backend_name = resolve_backend_name(cfg.runtime.kernels, device)
     if device.type == "cpu":
         torch.set_num_threads(cpu_threads(cfg.runtime.cpu_threads, serving=False))
     torch.manual_seed(cfg.runtime.seed)
-    mc = ModelContext(get_backend(backend_name), parallel or ParallelState.of_process())
+    mc = ModelContext(get_backend(backend_name), parallel)
     src = model_source(cfg) if cfg.load.dummy is None else None
-    model = build_model(cfg.load, src, hf, mc, device, resolve_dtype(cfg, device))
+    model = build_model(cfg.load, src, hf, mc, device, dtype)
     forward_fn = compile_forward(model, cfg.runtime, device, backend_name)
     graphs_on = graphs_enabled(cfg.runtime.enforce_eager, cfg.runtime.level, device, backend_name)
     log.info("%s", describe_level(cfg.runtime, device, backend_name, graphs_on))
     max_model_len = cfg.model.max_model_len or int(hf.max_position_embeddings)
-    spec = model_kv_spec(model, kv_dtype(cfg.kv_cache, resolve_dtype(cfg, device)),
-                         cfg.kv_cache.block_size)
+    spec = model_kv_spec(model, kv_dtype(cfg.kv_cache, dtype), cfg.kv_cache.block_size)
     # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
     # every step and every captured graph.
     split_counters = torch.zeros(cfg.scheduler.max_num_seqs * spec.max_kv_heads(),
@@ -63,7 +64,7 @@ def build_runner(cfg: Config, hf: Any, parallel: Optional[ParallelState] = None)
              kv.num_blocks, spec.block_size, kv.num_blocks * spec.block_size,
              kv.num_blocks * spec.bytes_per_block / 2**30,
              describe_kv_dtype(cfg.kv_cache, spec.dtype), backend_name)
-    graphs = (_decode_graphs(cfg, logits, kv, split_counters, device, mc.forward, max_model_len)
+    graphs = (_decode_graphs(cfg, logits, kv, split_counters, device, mc, max_model_len)
               if graphs_on else None)
     return ModelRunner(model, forward_fn, mc.forward, kv, graphs, split_counters, device=device,
                        max_model_len=max_model_len, vocab_size=int(hf.vocab_size),
@@ -87,12 +88,14 @@ def _kv_cache(cfg: Config, spec: KVCacheSpec, device: torch.device, slot: Forwar
 
 
 def _decode_graphs(cfg: Config, logits: ForwardFn, kv: KVCache, split_counters: torch.Tensor,
-                   device: torch.device, slot: ForwardSlot, max_model_len: int) -> DecodeGraphs:
-    """Decode CUDA graphs of runtime.cudagraph_capture_sizes, captured over the cache."""
+                   device: torch.device, mc: ModelContext, max_model_len: int) -> DecodeGraphs:
+    """Decode CUDA graphs of runtime.cudagraph_capture_sizes, captured over the cache (with
+    --mark-trace, one trace file per size and rank)."""
     sizes = capture_sizes(cfg.runtime.cudagraph_capture_sizes, cfg.scheduler.max_num_seqs)
     trace = cfg.profiler.torch_profiler_dir if cfg.profiler.mark_trace else None
     graphs = DecodeGraphs(logits, sizes, -(-max_model_len // kv.spec.block_size), kv.caches,
-                          kv.scales, split_counters, device, slot, trace_dir=trace)
+                          kv.scales, split_counters, device, mc.forward, trace_dir=trace,
+                          rank=mc.parallel.tp_rank)
     secs = graphs.capture()
     log.info("CUDA graphs: captured %d decode sizes (1..%d) in %.1f s", len(sizes), sizes[-1],
              secs)

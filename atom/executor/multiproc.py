@@ -58,7 +58,7 @@ class RemoteStep:
 
 class MultiprocExecutor:
     def __init__(self, cfg: Config, hf: Any, world_size: int,
-                 build_runner: Callable[[Config, Any], Any],
+                 build_runner: Callable[[Config, Any, Any], Any],
                  ready_timeout_s: float = 0.0) -> None:
         """hf: the model's config, loaded once here for every rank; build_runner: what each
         rank builds its runner with (atom.runner_builder.build_runner), run in the worker."""
@@ -95,7 +95,7 @@ class MultiprocExecutor:
         log.info("%d ranks ready (%s); KV blocks per rank: %d", world_size, first.device_type,
                  self.num_blocks)
 
-    def _start(self, cfg: Config, hf: Any, build_runner: Callable[[Config, Any], Any]) -> None:
+    def _start(self, cfg: Config, hf: Any, build_runner: Callable[[Config, Any, Any], Any]) -> None:
         spec = WorkerSpec(cfg, hf, build_runner, self.world_size, f"tcp://127.0.0.1:{_free_port()}",
                           [f"ipc://{self._dir}/to{r}" for r in range(self.world_size)],
                           f"ipc://{self._dir}/from", os.getpid())

@@ -34,7 +34,7 @@ class WorkerSpec:
 
     cfg: Any  # the run's Config
     hf: Any  # the model's config, loaded once by the executor's process
-    build_runner: Callable[[Any, Any], Any]  # (cfg, hf) → this rank's ModelRunner
+    build_runner: Callable[[Any, Any, Any], Any]  # (cfg, hf, ParallelState) → the rank's runner
     world_size: int
     dist_init: str  # torch.distributed init_method, e.g. tcp://127.0.0.1:PORT
     to_worker: list[str]  # ZMQ address each rank pulls its steps from
@@ -67,6 +67,7 @@ def _min_blocks(num_blocks: int, backend: str) -> int:
 def serve(spec: WorkerSpec, rank: int) -> None:
     from atom.executor.worker_ipc import (Flush, RunStep, StepResult, Stop, ToWorker, WorkerFailed,
                                           WorkerReady)
+    from atom.layers.parallel_state import ParallelState
     ctx = zmq.Context()
     pull = ctx.socket(zmq.PULL)
     pull.connect(spec.to_worker[rank])
@@ -77,7 +78,7 @@ def serve(spec: WorkerSpec, rank: int) -> None:
     decode = msgspec.msgpack.Decoder(ToWorker).decode
     try:
         backend = _join_group(spec, rank)
-        runner = spec.build_runner(spec.cfg, spec.hf)
+        runner = spec.build_runner(spec.cfg, spec.hf, ParallelState.of_process())
         blocks = _min_blocks(runner.num_blocks, backend)
         push.send(encode(WorkerReady(rank, blocks, runner.max_model_len, runner.vocab_size,
                                      runner.device.type)))

@@ -32,13 +32,14 @@ class ParallelState:
                 raise ValueError(f"{what} rank {rank} of {size}")
 
     @classmethod
-    def of_process(cls, dp_size: int = 1, dp_rank: int = 0) -> "ParallelState":
+    def of_process(cls) -> "ParallelState":
         """Tensor parallelism over the whole torch.distributed world when this process joined
-        one (an executor worker does before building its model), else a single rank."""
+        one (an executor worker does, before building its model), else a single rank. Data
+        parallel replicas are separate engine processes, each of them one replica here."""
         if not (dist.is_available() and dist.is_initialized()):
-            return cls(dp_size=dp_size, dp_rank=dp_rank)
+            return cls()
         return cls(tp_size=dist.get_world_size(), tp_rank=dist.get_rank(),
-                   tp_group=dist.group.WORLD, dp_size=dp_size, dp_rank=dp_rank)
+                   tp_group=dist.group.WORLD)
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """x summed over the tensor-parallel ranks, in place."""

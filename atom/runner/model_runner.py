@@ -44,10 +44,12 @@ class RunnerRequest:
     num_prompt_tokens: int
     generator: Optional[torch.Generator] = None
 
+
 class ModelRunner:
-    """Runs the steps of one model over its KV cache. Built by the builder (atom/runner_builder.py),
-    which hands it the loaded model, the forward to call, the slot the model's layers read their
-    forward context from, the allocated cache and the captured graphs."""
+    """Runs the steps of one model over its KV cache. It builds nothing: atom/runner_builder.py
+    hands it the loaded model, the forward to call, the slot the model's layers read their
+    forward context from, the allocated cache and the captured graphs, so a second runner (a
+    draft model's) is the same assembly over other parts."""
 
     def __init__(self, model: torch.nn.Module, forward_fn: ForwardFn, slot: ForwardSlot,
                  kv: KVCache, graphs: Optional[DecodeGraphs], split_counters: torch.Tensor, *,
