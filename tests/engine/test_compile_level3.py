@@ -131,17 +131,23 @@ def test_attention_op_runs_the_layer_body():
 
 
 def test_two_compiled_models_in_one_process_each_attend_with_their_own_layers():
-    """Two models compiled side by side, stepped in turn: both have layers 0 and 1, and each
-    one's attention op resolves them among its own model's layers, reading its own forward
-    slot (Llama and Qwen3 differ in head_dim, so a crossed layer would not even run)."""
-    models = [_model("tiny_llama"), _model("tiny_qwen3")]
-    compiled = [CompiledForward(m, "aot_eager") for m in models]
+    """Two models of one architecture (other weights) compiled side by side, stepped in turn:
+    both have layers 0 and 1 and share every forward's code, and each one's attention op
+    resolves its indices among its own model's layers, reading its own forward slot (dynamo
+    builds each model its own graphs: 2 apiece)."""
+    models = [_build(_config("tiny_llama", "load.dummy=xavier", f"load.seed={seed}"))
+              for seed in (0, 1)]
+    counting = _CountingBackend()
+    compiled = [CompiledForward(m, counting) for m in models]
     eager = [SteppedBatch(m, 3) for m in models]
     stepped = [SteppedBatch(m, 3) for m in models]
-    for new in _schedule(min(m.hf_config.vocab_size for m in models)):
+    for new in _schedule(models[0].hf_config.vocab_size):
+        wants = []
         for m, c, e, s in zip(models, compiled, eager, stepped):
-            want = e.step(m, new)
-            torch.testing.assert_close(s.step(c, new), want, rtol=1e-5, atol=1e-5)
+            wants.append(e.step(m, new))
+            torch.testing.assert_close(s.step(c, new), wants[-1], rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(wants[0], wants[1]), "the two models must differ to tell apart"
+    assert counting.graphs == 4
 
 
 def test_moe_routing_does_not_recompile(tmp_path):
