@@ -65,7 +65,8 @@ def build_executor(cfg: Config, hf: Any) -> Any:
 
 def eos_token_ids(hf: Any, tokenizer_eos: Any) -> set[int]:
     """Every id that ends a sequence: the model config's eos_token_id (an id or a list) and the
-    tokenizer's, which can differ (an instruct tokenizer's end-of-turn over a base config's)."""
+    tokenizer's, which may name another id: a sequence ends at any of them. The one place the
+    set is made; the scheduler is handed it."""
     ids: set[int] = set()
     for v in (getattr(hf, "eos_token_id", None), tokenizer_eos):
         if isinstance(v, int):
