@@ -1,7 +1,7 @@
 """KV-cache sizing and allocation, from the specs the model's attention layers declare.
 
 Each attention layer says what it keeps per token (atom/layers/kv_spec.py): full attention keeps
-K and V pages of its KV heads; MLA keeps one latent vector. The runner sizes the block pool
+K and V pages of its KV heads; MLA keeps one latent vector. The builder sizes the block pool
 from the sum over layers and allocates one tensor per group of layers with the same spec, sliced
 per layer, so a block id means the same token slots in every layer.
 
