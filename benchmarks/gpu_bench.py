@@ -73,7 +73,7 @@ def bytes_per_decode_step(eng, ctx: int) -> tuple[float, float]:
             w += p.shape[1] * p.element_size()
         else:
             w += p.numel() * p.element_size()
-    kv = ctx * runner.kv_spec.bytes_per_block / runner.kv_spec.block_size
+    kv = ctx * runner.kv.spec.bytes_per_block / runner.kv.spec.block_size
     return float(w), float(kv)
 
 
@@ -110,7 +110,7 @@ def bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...] = (),
 def _bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...]) -> dict[str, Any]:
     eng = engine(model, *extra)
     rng = random.Random(0)
-    vocab = eng.core.executor.runner.hf.vocab_size
+    vocab = eng.core.executor.runner.vocab_size
     prompt = [rng.randrange(100, vocab - 100) for _ in range(ctx)]
     eng.generate([prompt[:64]], _sp(max_tokens=16, temperature=0, ignore_eos=True))  # warm-up
     best = None
@@ -350,7 +350,7 @@ def _compiled_variants() -> dict[str, int]:
 def _workload(eng, n: int, fixed: tuple[int, int] | None) -> tuple[list[list[int]], list[int]]:
     """n prompts and output lengths: `fixed` (in, out) lengths with seeded ids below the vocabulary
     (the same ids as before for real vocabularies), else the nano-vllm workload."""
-    vocab = eng.core.executor.runner.hf.vocab_size
+    vocab = eng.core.executor.runner.vocab_size
     if fixed is None:
         return nano_vllm_workload(n, vocab=vocab)
     rng = random.Random(0)
@@ -710,7 +710,6 @@ def bench_sampler() -> dict[str, Any]:
 def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
     """Logits after `tokens`, one prefill through the engine's own runner (engine idle)."""
     from atom.kernels.metadata import AttentionMetadata
-    from atom.layers import forward_context
     from atom.layers.forward_context import ForwardContext
 
     r = eng.core.executor.runner
@@ -720,8 +719,7 @@ def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
     meta = AttentionMetadata(torch.tensor([0, n], **i32), torch.tensor([n], **i32),
                              torch.arange(blocks, **i32)[None], torch.arange(n, device=dev), n, n,
                              False, [n], [n])
-    with torch.inference_mode(), forward_context.forward_context(
-            ForwardContext(meta, r.kv_caches, r.kv_scales)):
+    with torch.inference_mode(), r.slot.using(ForwardContext(meta, r.kv.caches, r.kv.scales)):
         h = r.model(torch.tensor(tokens, device=dev), torch.arange(n, device=dev))
         return r.model.compute_logits(h[-1:])[0].float()
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from torch import nn
 
+from atom.layers.model_context import ModelContext
 from atom.models.deepseek_v3 import DeepseekV3MoE
 from atom.models.llama import (LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM, LlamaMLP,
                                LlamaModel)
@@ -18,18 +19,20 @@ _LAYER = re.compile(r"model\.layers\.(\d+)\.")
 
 
 class Glm4MoeAttention(LlamaAttention):
-    def __init__(self, hf: Any, layer_idx: int, qkv_bias: bool, o_bias: bool) -> None:
+    def __init__(self, mc: ModelContext, hf: Any, layer_idx: int, qkv_bias: bool,
+                 o_bias: bool) -> None:
         self.qk_norm = bool(getattr(hf, "use_qk_norm", False))  # GLM-4.5: off; the class: off
-        super().__init__(hf, layer_idx, qkv_bias, o_bias)
+        super().__init__(mc, hf, layer_idx, qkv_bias, o_bias)
 
 
 class Glm4MoeDecoderLayer(LlamaDecoderLayer):
     attention_cls = Glm4MoeAttention
 
-    def make_mlp(self, hf: Any, layer_idx: int) -> nn.Module:
+    def make_mlp(self, mc: ModelContext, hf: Any, layer_idx: int) -> nn.Module:
         if layer_idx >= hf.first_k_dense_replace:
-            return DeepseekV3MoE(hf)
-        return LlamaMLP(hf.hidden_size, hf.intermediate_size, getattr(hf, "hidden_act", "silu"))
+            return DeepseekV3MoE(mc, hf)
+        return LlamaMLP(mc, hf.hidden_size, hf.intermediate_size,
+                        getattr(hf, "hidden_act", "silu"))
 
 
 class Glm4MoeModel(LlamaModel):

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from atom.layers.distributed import all_reduce, tp_rank, tp_size
+from atom.layers.model_context import ModelContext
 from atom.layers.moe import FusedMoE, grouped_topk
 from atom.layers.norm import RMSNorm
 from atom.models.llama import LlamaAttention, LlamaForCausalLM, LlamaModel
@@ -23,33 +23,36 @@ class ShardedRMSNorm(nn.Module):
     is all-reduced, so the norm is the one over the whole projection. `replicas` is how many
     ranks hold each head (KV heads replicated when fewer than ranks), which the sum counts once."""
 
-    def __init__(self, full: int, local: int, eps: float, replicas: int) -> None:
+    def __init__(self, mc: ModelContext, full: int, local: int, eps: float,
+                 replicas: int) -> None:
         super().__init__()
+        self.parallel = mc.parallel
         self.full, self.eps, self.replicas = full, eps, replicas
         self.weight = nn.Parameter(torch.ones(local), requires_grad=False)
         self.weight.weight_loader = self.weight_loader  # type: ignore[attr-defined]
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
         n = param.shape[0]
-        start = (tp_rank() // self.replicas) * n
+        start = (self.parallel.tp_rank // self.replicas) * n
         param.data.copy_(loaded.narrow(0, start, n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
         sq = xf.pow(2).sum(-1, keepdim=True)
-        if tp_size() > 1:
-            sq = all_reduce(sq) / self.replicas
+        if self.parallel.tp_size > 1:
+            sq = self.parallel.all_reduce(sq) / self.replicas
         return (xf * torch.rsqrt(sq / self.full + self.eps)).to(x.dtype) * self.weight
 
 
 class MiniMaxM2Attention(LlamaAttention):
-    def __init__(self, hf: Any, layer_idx: int, qkv_bias: bool, o_bias: bool) -> None:
-        super().__init__(hf, layer_idx, qkv_bias, o_bias)
-        n, d = tp_size(), self.head_dim
+    def __init__(self, mc: ModelContext, hf: Any, layer_idx: int, qkv_bias: bool,
+                 o_bias: bool) -> None:
+        super().__init__(mc, hf, layer_idx, qkv_bias, o_bias)
+        n, d = mc.parallel.tp_size, self.head_dim
         kv_replicas = max(1, n // hf.num_key_value_heads)
-        self.q_norm = ShardedRMSNorm(hf.num_attention_heads * d, self.num_heads * d,
+        self.q_norm = ShardedRMSNorm(mc, hf.num_attention_heads * d, self.num_heads * d,
                                      hf.rms_norm_eps, 1)
-        self.k_norm = ShardedRMSNorm(hf.num_key_value_heads * d, self.num_kv_heads * d,
+        self.k_norm = ShardedRMSNorm(mc, hf.num_key_value_heads * d, self.num_kv_heads * d,
                                      hf.rms_norm_eps, kv_replicas)
 
     def forward(self, positions: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
@@ -73,14 +76,14 @@ class MiniMaxM2Gate(nn.Module):
 
 
 class MiniMaxM2SparseMoeBlock(nn.Module):
-    def __init__(self, hf: Any) -> None:
+    def __init__(self, mc: ModelContext, hf: Any) -> None:
         super().__init__()
         e = hf.num_local_experts
         self.top_k = hf.num_experts_per_tok
         self.gate = MiniMaxM2Gate(hf.hidden_size, e)
         self.e_score_correction_bias = nn.Parameter(torch.empty(e, dtype=torch.float32),
                                                     requires_grad=False)
-        self.experts = FusedMoE(e, hf.hidden_size, hf.intermediate_size)
+        self.experts = FusedMoE(mc, e, hf.hidden_size, hf.intermediate_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """One expert group holding every expert is a plain biased top-k: grouped_topk's rule
@@ -92,12 +95,13 @@ class MiniMaxM2SparseMoeBlock(nn.Module):
 
 
 class MiniMaxM2DecoderLayer(nn.Module):
-    def __init__(self, hf: Any, layer_idx: int, qkv_bias: bool, o_bias: bool) -> None:
+    def __init__(self, mc: ModelContext, hf: Any, layer_idx: int, qkv_bias: bool,
+                 o_bias: bool) -> None:
         super().__init__()
-        self.self_attn = MiniMaxM2Attention(hf, layer_idx, qkv_bias, o_bias)
-        self.block_sparse_moe = MiniMaxM2SparseMoeBlock(hf)
-        self.input_layernorm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
+        self.self_attn = MiniMaxM2Attention(mc, hf, layer_idx, qkv_bias, o_bias)
+        self.block_sparse_moe = MiniMaxM2SparseMoeBlock(mc, hf)
+        self.input_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor,
                 residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
