@@ -1,0 +1,142 @@
+"""The fused MoE Triton path against the per-expert loop (torch_ref.fused_moe, float32).
+
+Routings come from top-k over random router logits, so a token's experts are distinct by
+construction, as every router gives them. Tiny shapes run under TRITON_INTERPRET on the CPU
+(both configs: 16- and 64-row blocks); R1's and Qwen3-30B-A3B's shapes on the GPU.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from atom.kernels import torch_ref
+from atom.kernels.triton import moe_align
+from atom.kernels.triton.fused_moe import DECODE, PREFILL, fused_moe
+from atom.layers.moe import softmax_topk
+from kernel_helpers import DEVICE, INTERPRETED, gpu_param, rel_err, tol
+
+
+def moe_case(t: int, num_experts: int, k: int, hidden: int, inter: int, dtype: torch.dtype,
+             used: list[int] | None = None, seed: int = 0):
+    """x, w13, w2 and a routing; `used` restricts the experts any token may pick (the others
+    get no tokens). Weights scaled so activations stay O(1) through both GEMMs."""
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+
+    def randn(*shape: int) -> torch.Tensor:  # on the device: R1's w13 is 7.5 G values
+        return torch.randn(*shape, generator=g, device=DEVICE)
+    x = randn(t, hidden).to(dtype)
+    w13 = (randn(num_experts, 2 * inter, hidden) * hidden ** -0.5).to(dtype)
+    w2 = (randn(num_experts, hidden, inter) * inter ** -0.5).to(dtype)
+    logits = randn(t, num_experts)
+    if used is not None:
+        keep = torch.zeros(num_experts, dtype=torch.bool, device=DEVICE)
+        keep[used] = True
+        logits = logits.masked_fill(~keep, float("-inf"))
+    weights, experts = softmax_topk(logits, k, renormalize=True)
+    return x, w13, w2, weights, experts
+
+
+def moe_tol(dtype: torch.dtype) -> float:
+    """The interpreter truncates every f32 → bf16 (the GPU rounds to nearest), and the path
+    rounds seven times (each GEMM, silu, the product, the router weight, the slot rows, the
+    sum): the truncations all lean toward zero and add up to ~2% at these shapes."""
+    return 3e-2 if INTERPRETED and dtype == torch.bfloat16 else tol(dtype)
+
+
+def check(x, w13, w2, weights, experts, cfg=None) -> None:
+    out = fused_moe(x, w13, w2, weights, experts, cfg)
+    ref = torch_ref.fused_moe(x.float(), w13.float(), w2.float(), weights, experts)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    assert rel_err(out, ref) < moe_tol(x.dtype)
+
+
+@pytest.mark.parametrize("cfg", [DECODE, PREFILL], ids=["decode_blocks", "prefill_blocks"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("t", [1, 3, 17, 40])
+def test_fused_moe_matches_the_per_expert_loop(t, dtype, cfg):
+    check(*moe_case(t, 8, 2, 64, 32, dtype), cfg=cfg)
+
+
+@pytest.mark.parametrize("cfg", [DECODE, PREFILL], ids=["decode_blocks", "prefill_blocks"])
+def test_experts_without_tokens_are_skipped(cfg):
+    check(*moe_case(23, 8, 2, 64, 32, torch.float32, used=[1, 4, 6]), cfg=cfg)
+
+
+@pytest.mark.parametrize("cfg", [DECODE, PREFILL], ids=["decode_blocks", "prefill_blocks"])
+def test_every_token_to_one_expert_spans_several_blocks(cfg):
+    x, w13, w2, weights, experts = moe_case(40, 8, 2, 64, 32, torch.float32)
+    hot = torch.full_like(experts[:, 0], 5)
+    experts[:, 1] = torch.where(experts[:, 0] == 5, experts[:, 1], experts[:, 0])
+    experts[:, 0] = hot
+    assert (experts[:, 0] != experts[:, 1]).all()
+    check(x, w13, w2, weights, experts, cfg=cfg)
+
+
+def test_hidden_and_intermediate_that_are_not_whole_tiles():
+    check(*moe_case(9, 8, 2, 72, 40, torch.float32), cfg=DECODE)
+
+
+def test_output_is_the_same_run_to_run():
+    case = moe_case(40, 8, 2, 64, 32, torch.bfloat16)
+    assert torch.equal(fused_moe(*case), fused_moe(*case))
+
+
+@pytest.mark.parametrize("t,block_m", [(1, 16), (40, 16), (40, 64), (7, 64)])
+def test_align_gives_every_pair_once_in_blocks_of_its_expert(t, block_m):
+    _, _, _, _, experts = moe_case(t, 8, 2, 8, 8, torch.float32, used=[0, 2, 3, 7])
+    blocks = moe_align.align(experts, 8, block_m)
+    pairs = experts.numel()
+    ids = blocks.sorted_ids.cpu()
+    assert ids.numel() == moe_align.capacity(pairs, 8, block_m) == blocks.num_blocks * block_m
+    assert sorted(ids[ids < pairs].tolist()) == list(range(pairs))
+    assert (ids <= pairs).all()
+    flat = experts.reshape(-1).cpu()
+    block_expert = blocks.block_expert.cpu()
+    for b, e in enumerate(block_expert.tolist()):
+        rows = ids[b * block_m:(b + 1) * block_m]
+        real = rows[rows < pairs].long()
+        if e < 0:
+            assert real.numel() == 0
+        else:
+            assert real.numel() > 0 and (flat[real] == e).all()
+    used = block_expert[block_expert >= 0]
+    assert (used[1:] >= used[:-1]).all(), "one run of blocks per expert, in expert order"
+
+
+@pytest.mark.parametrize("t,num_experts,k,hidden,inter", [
+    gpu_param(1, 256, 8, 7168, 2048, id="r1-decode1"),
+    gpu_param(64, 256, 8, 7168, 2048, id="r1-decode64"),
+    gpu_param(2048, 256, 8, 7168, 2048, id="r1-prefill2048"),
+    gpu_param(16, 256, 8, 7168, 256, id="r1-tp8-decode16"),
+    gpu_param(2048, 256, 8, 7168, 256, id="r1-tp8-prefill2048"),
+    gpu_param(1, 128, 8, 2048, 768, id="qwen3-30b-decode1"),
+    gpu_param(256, 128, 8, 2048, 768, id="qwen3-30b-decode256"),
+    gpu_param(4096, 128, 8, 2048, 768, id="qwen3-30b-prefill4096"),
+])
+def test_fused_moe_at_model_shapes(t, num_experts, k, hidden, inter):
+    check(*moe_case(t, num_experts, k, hidden, inter, torch.bfloat16))
+
+
+@pytest.mark.parametrize("t", [1, 48])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_moe_forward_replays_in_a_cuda_graph_with_new_routings(t):
+    """Captured once, replayed with new tokens and a new routing: right for each, which a
+    forward that sized anything from the routing on the host could not be."""
+    from atom.kernels.triton_backend import TritonBackend
+
+    be = TritonBackend()
+    x, w13, w2, weights, experts = moe_case(t, 64, 8, 1024, 256, torch.bfloat16)
+    be.fused_moe(x, w13, w2, weights, experts)  # compiled outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = be.fused_moe(x, w13, w2, weights, experts)
+    for seed in (1, 2):
+        nx, _, _, nw, ne = moe_case(t, 64, 8, 1024, 256, torch.bfloat16, seed=seed)
+        x.copy_(nx)
+        weights.copy_(nw)
+        experts.copy_(ne)
+        graph.replay()
+        ref = torch_ref.fused_moe(x.float(), w13.float(), w2.float(), weights, experts)
+        assert rel_err(out, ref) < tol(torch.bfloat16)
+
