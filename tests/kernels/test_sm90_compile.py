@@ -48,6 +48,18 @@ for split in (False, True):  # the kernel's two variants: every split count > 1 
         GROUP=2, G_PAD=16, PAGE=16, BLOCK_N=64 if split else 128, HEAD_DIM=128, SPLIT=split,
         SPLIT_PAD=A.MAX_SPLITS, HAS_WINDOW=False, DOT=tl.bfloat16, PREC="tf32", PDL=False,
         E4M3_PAIRS=False), 4)
+
+from atom.kernels.triton import fused_moe as M
+moe = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "sorted_ptr": "*i32",
+       "block_expert_ptr": "*i32", "weight_ptr": "*fp32"}
+moe |= {n: "i32" for n in ("pairs", "n_out", "k_dim", "a_stride", "b_stride_e", "b_stride_n",
+                           "c_stride")}
+for cfg in (M.DECODE, M.PREFILL):  # mma.sync at 16-row blocks, wgmma at 64
+    for gated in (True, False):  # gate|up with SiLU-and-mul; down with the router weight
+        compile_sm90(M._moe_gemm_kernel, moe, dict(
+            ROW_DIV=8 if gated else 1, GATED=gated, ROUTED=not gated, BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP=M.GROUP_M, DOT=tl.bfloat16,
+            PREC="tf32", PDL=False), cfg.num_warps)
 """
 
 
@@ -60,4 +72,4 @@ def test_kernels_compile_for_sm90():
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
-        "_decode_kernel", "_decode_kernel"])
+        "_decode_kernel", "_decode_kernel", *["_moe_gemm_kernel"] * 4])
