@@ -140,3 +140,21 @@ def test_the_moe_forward_replays_in_a_cuda_graph_with_new_routings(t):
         ref = torch_ref.fused_moe(x.float(), w13.float(), w2.float(), weights, experts)
         assert rel_err(out, ref) < tol(torch.bfloat16)
 
+
+
+def test_qwen3_moe_generates_on_the_triton_backend_what_torch_does(tmp_path):
+    """The model's MoE layers reach the fused kernel through the backend: fp32 on the CPU
+    (interpreted) gives the torch backend's greedy tokens."""
+    if torch.cuda.is_available():
+        pytest.skip("bf16 on the GPU: the kernel tests above check the shapes there")
+    from atom.sampling_params import SamplingParams
+    from tests.engine.checkpoints import local_engine, make_checkpoint
+
+    path = make_checkpoint("qwen3_moe", tmp_path)
+    prompts = [[1, 2, 3, 4] * 5, [5, 6, 7], list(range(10, 50))]
+
+    def greedy(kernels: str) -> list[list[int]]:
+        eng = local_engine(path, f"runtime.kernels={kernels}", "kv_cache.num_blocks=64")
+        outs = eng.generate(prompts, SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))
+        return [o["token_ids"] for o in outs]
+    assert greedy("triton") == greedy("torch")
