@@ -25,7 +25,6 @@ SHAPES = {"r1": (256, 8, 7168, 2048), "r1_tp8": (256, 8, 7168, 256),
           "qwen3_30b": (128, 8, 2048, 768)}  # (experts, k, hidden, intermediate)
 TOKENS = (1, 16, 64, 256, 2048, 8192)
 DECODE_MAX = 256  # the sizes timed over several routings and reported in bytes/s too
-E4M3 = torch.float8_e4m3fn
 
 # (w13, w13 scale, w2, w2 scale): bf16 experts have no scales.
 Experts = tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor, Optional[torch.Tensor]]
@@ -52,24 +51,6 @@ def _routing(t: int, num_experts: int, k: int, hidden: int, seed: int, device: s
     logits = torch.randn(t, num_experts, generator=g, device=device)
     weights, experts = softmax_topk(logits, k, renormalize=True)
     return x, weights, experts
-
-
-def _fp8(w: torch.Tensor, block: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """[E, N, K] bf16 → e4m3 codes and scales per output channel [E, N] or per 128 × 128 block
-    [E, N/128, K/128], one expert at a time (R1's w13 in float32 would be 30 GB)."""
-    e, n, k = w.shape
-    codes = torch.empty(w.shape, dtype=E4M3, device=w.device)
-    scale = torch.empty((e, n // 128, k // 128) if block else (e, n), device=w.device)
-    for i in range(e):
-        wf = w[i].float()
-        if block:
-            tiles = wf.view(n // 128, 128, k // 128, 128)
-            scale[i] = tiles.abs().amax(dim=(1, 3)) / 448.0
-            codes[i] = (tiles / scale[i][:, None, :, None]).view(n, k).to(E4M3)
-        else:
-            scale[i] = wf.abs().amax(dim=1) / 448.0
-            codes[i] = (wf / scale[i][:, None]).to(E4M3)
-    return codes, scale
 
 
 def _plan(weights: torch.Tensor, experts: torch.Tensor, num_experts: int) -> list[tuple]:
@@ -170,6 +151,8 @@ def _case(t: int, k: int, experts_w: Experts, torch_row: dict[str, Any]) -> dict
 
 
 def bench_fused_moe() -> dict[str, Any]:
+    from atom.kernels.expert_quant import quantize_experts
+
     out: dict[str, Any] = {}
     for name, (num_experts, k, hidden, inter) in SHAPES.items():
         w13 = torch.randn(num_experts, 2 * inter, hidden, device="cuda",
@@ -177,8 +160,8 @@ def bench_fused_moe() -> dict[str, Any]:
         w2 = torch.randn(num_experts, hidden, inter, device="cuda",
                          dtype=torch.bfloat16).mul_(inter ** -0.5)
         bf16: Experts = (w13, None, w2, None)
-        channel: Experts = (*_fp8(w13, False), *_fp8(w2, False))
-        block: Experts = (*_fp8(w13, True), *_fp8(w2, True))
+        channel: Experts = (*quantize_experts(w13, False), *quantize_experts(w2, False))
+        block: Experts = (*quantize_experts(w13, True), *quantize_experts(w2, True))
         for t in TOKENS:
             baselines = {"bf16": _torch_us(t, k, bf16), "fp8": _torch_us(t, k, channel)}
             for tag, experts_w, base in (("bf16", bf16, "bf16"), ("fp8_channel", channel, "fp8"),

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from atom.kernels import torch_ref
+from atom.kernels.expert_quant import dequantize_experts, quantize_experts
 from atom.kernels.triton import moe_align
 from atom.kernels.triton.fp8_quant import quant_per_token, quant_per_token_group
 from atom.kernels.triton.fused_moe import DECODE, PREFILL, fused_moe
@@ -105,20 +106,6 @@ def test_align_gives_every_pair_once_in_blocks_of_its_expert(t, block_m):
     assert (used[1:] >= used[:-1]).all(), "one run of blocks per expert, in expert order"
 
 
-def fp8_experts(w: torch.Tensor, block: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """[E, N, K] float weights → e4m3 codes and float32 scales, per output channel [E, N] or
-    per 128 × 128 block [E, N/128, K/128] (N and K multiples of 128 here)."""
-    e, n, k = w.shape
-    wf = w.float()
-    if block:
-        tiles = wf.view(e, n // 128, 128, k // 128, 128)
-        scale = tiles.abs().amax(dim=(2, 4)) / 448.0
-        codes = tiles / scale[:, :, None, :, None]
-        return codes.view(e, n, k).to(torch.float8_e4m3fn), scale
-    scale = wf.abs().amax(dim=2) / 448.0
-    return (wf / scale[..., None]).to(torch.float8_e4m3fn), scale
-
-
 def blocks_of_varied_magnitude(w: torch.Tensor) -> torch.Tensor:
     """w with each 128 × 128 block scaled by its own factor in [1/4, 4]: a scale read from the
     wrong block or channel then shows in the result."""
@@ -128,18 +115,13 @@ def blocks_of_varied_magnitude(w: torch.Tensor) -> torch.Tensor:
     return (w.float() * f.repeat_interleave(128, 1).repeat_interleave(128, 2)).to(w.dtype)
 
 
-def dequantized(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    if scale.dim() == 2:
-        return codes.float() * scale[..., None]
-    return codes.float() * scale.repeat_interleave(128, 1).repeat_interleave(128, 2)
-
-
 def fp8_reference(x, w13, w13_s, w2, w2_s, weights, experts) -> torch.Tensor:
-    """The per-expert loop as an fp8 GEMM computes it, in float32: dequantized weights, and
-    each GEMM's input rounded to e4m3 with the kernels' dynamic scales (per token, or per
-    token and 128 columns with block scales). Interpreted, Triton's f32 → e4m3 halves ~2% of
-    the codes (a dropped mantissa carry: test_fp8_quant), so there the activations are
-    quantized by the same fp8_quant kernels; on the GPU by the torch formula they match."""
+    """The per-expert loop as an fp8 GEMM computes it, in float32 with x's dtype's roundings
+    where the kernel rounds: dequantized weights, and each GEMM's input rounded to e4m3 with
+    the kernels' dynamic scales (per token, or per token and 128 columns with block scales).
+    Interpreted, Triton's f32 → e4m3 halves ~2% of the codes (a dropped mantissa carry:
+    test_fp8_quant), so there the activations are quantized by the same fp8_quant kernels; on
+    the GPU by the torch formula, which they match byte for byte."""
     group = 128 if w13_s.dim() == 3 else None
 
     def seen(a: torch.Tensor) -> torch.Tensor:
@@ -148,15 +130,13 @@ def fp8_reference(x, w13, w13_s, w2, w2_s, weights, experts) -> torch.Tensor:
         else:
             q, s = ref_quant(a, group)
         return q.float() * (s if group is None else s.repeat_interleave(128, 1))
-    w13d, w2d = dequantized(w13, w13_s), dequantized(w2, w2_s)
     out = torch.zeros_like(x, dtype=torch.float32)
-    inter = w2.shape[2]
     for e in experts.unique().tolist():
         tok, slot = (experts == e).nonzero(as_tuple=True)
-        g = seen(x[tok]) @ w13d[e].T
-        h = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
-        y = seen(h) @ w2d[e].T
-        out.index_add_(0, tok, y * weights[tok, slot].unsqueeze(-1))
+        g = (seen(x[tok]) @ dequantize_experts(w13[e], w13_s[e]).T).to(x.dtype)
+        h = torch_ref.silu_and_mul(g)
+        y = (seen(h) @ dequantize_experts(w2[e], w2_s[e]).T).to(x.dtype)
+        out.index_add_(0, tok, y.float() * weights[tok, slot].unsqueeze(-1))
     return out
 
 
@@ -169,10 +149,15 @@ FP8_DTYPE = torch.float32 if INTERPRETED else torch.bfloat16  # interpreted bf16
 def test_fp8_experts_match_the_fp8_per_expert_loop(t, cfg, block):
     x, w13, w2, weights, experts = moe_case(t, 8, 2, 256, 128, FP8_DTYPE)
     w13, w2 = blocks_of_varied_magnitude(w13), blocks_of_varied_magnitude(w2)
-    (w13q, w13s), (w2q, w2s) = fp8_experts(w13, block), fp8_experts(w2, block)
+    check_fp8(x, w13, w2, weights, experts, block, cfg)
+
+
+def check_fp8(x, w13, w2, weights, experts, block: bool, cfg=None) -> None:
+    (w13q, w13s), (w2q, w2s) = quantize_experts(w13, block), quantize_experts(w2, block)
     out = fused_moe(x, w13q, w2q, weights, experts, cfg, w13_scale=w13s, w2_scale=w2s)
-    ref = fp8_reference(x.float(), w13q, w13s, w2q, w2s, weights, experts)
-    assert rel_err(out, ref) < tol(FP8_DTYPE)
+    ref = fp8_reference(x, w13q, w13s, w2q, w2s, weights, experts)
+    assert out.dtype == x.dtype
+    assert rel_err(out, ref) < tol(x.dtype)
 
 
 @pytest.mark.parametrize("t,num_experts,k,hidden,inter", [
@@ -187,6 +172,19 @@ def test_fp8_experts_match_the_fp8_per_expert_loop(t, cfg, block):
 ])
 def test_fused_moe_at_model_shapes(t, num_experts, k, hidden, inter):
     check(*moe_case(t, num_experts, k, hidden, inter, torch.bfloat16))
+
+
+@pytest.mark.parametrize("t,num_experts,k,hidden,inter,block", [
+    gpu_param(1, 256, 8, 7168, 2048, True, id="r1-block-decode1"),
+    gpu_param(64, 256, 8, 7168, 2048, True, id="r1-block-decode64"),
+    gpu_param(2048, 256, 8, 7168, 2048, True, id="r1-block-prefill2048"),
+    gpu_param(16, 256, 8, 7168, 256, True, id="r1-tp8-block-decode16"),
+    gpu_param(2048, 256, 8, 7168, 256, False, id="r1-tp8-channel-prefill2048"),
+    gpu_param(1, 128, 8, 2048, 768, False, id="qwen3-30b-channel-decode1"),
+    gpu_param(4096, 128, 8, 2048, 768, False, id="qwen3-30b-channel-prefill4096"),
+])
+def test_fp8_experts_at_model_shapes(t, num_experts, k, hidden, inter, block):
+    check_fp8(*moe_case(t, num_experts, k, hidden, inter, torch.bfloat16), block)
 
 
 @pytest.mark.parametrize("t", [1, 48])
