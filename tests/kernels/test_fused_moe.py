@@ -84,26 +84,41 @@ def test_output_is_the_same_run_to_run():
     assert torch.equal(fused_moe(*case), fused_moe(*case))
 
 
-@pytest.mark.parametrize("t,block_m", [(1, 16), (40, 16), (40, 64), (7, 64)])
-def test_align_gives_every_pair_once_in_blocks_of_its_expert(t, block_m):
-    _, _, _, _, experts = moe_case(t, 8, 2, 8, 8, torch.float32, used=[0, 2, 3, 7])
-    blocks = moe_align.align(experts, 8, block_m)
+def torch_layout(experts: torch.Tensor, num_experts: int, block_m: int):
+    """The layout align must give, in torch ops: pairs stably sorted by expert, each expert's
+    run starting at its padded offset, padding rows = the pair count, block experts by
+    searching the padded ends (−1 past the last)."""
+    flat = experts.reshape(-1).long()
+    pairs = flat.numel()
+    counts = torch.bincount(flat, minlength=num_experts)
+    padded = (counts + block_m - 1) // block_m * block_m
+    padded_end = padded.cumsum(0)
+    order = flat.argsort(stable=True)
+    e = flat[order]
+    rows = (padded_end - padded)[e] + torch.arange(pairs, device=flat.device) - (
+        counts.cumsum(0) - counts)[e]
+    cap = moe_align.capacity(pairs, num_experts, block_m)
+    sorted_ids = torch.full((cap,), pairs, dtype=torch.int32, device=flat.device)
+    sorted_ids[rows] = order.int()
+    starts = torch.arange(0, cap, block_m, device=flat.device)
+    block_expert = torch.searchsorted(padded_end, starts, right=True)
+    return sorted_ids, torch.where(starts < padded_end[-1], block_expert, -1).int()
+
+
+@pytest.mark.parametrize("t,k,num_experts,block_m,used", [
+    (1, 2, 8, 16, None), (40, 2, 8, 16, None), (40, 2, 8, 64, [0, 2, 3, 7]), (7, 2, 8, 64, None),
+    (200, 2, 8, 16, [5]),  # 400 pairs: the 1024 chunk; expert 5 alone in slot 0 of many
+    (1100, 2, 8, 16, [1, 4, 6]),  # 2200 pairs: three 1024-pair chunks
+    (3, 8, 256, 16, None),  # R1's expert count: 257 bins of 512
+])
+def test_align_lays_pairs_out_as_the_torch_counting_sort(t, k, num_experts, block_m, used):
+    _, _, _, _, experts = moe_case(t, num_experts, k, 8, 8, torch.float32, used=used)
+    blocks = moe_align.align(experts, num_experts, block_m)
+    ids, block_expert = torch_layout(experts, num_experts, block_m)
+    assert torch.equal(blocks.sorted_ids, ids)
+    assert torch.equal(blocks.block_expert, block_expert)
     pairs = experts.numel()
-    ids = blocks.sorted_ids.cpu()
-    assert ids.numel() == moe_align.capacity(pairs, 8, block_m) == blocks.num_blocks * block_m
     assert sorted(ids[ids < pairs].tolist()) == list(range(pairs))
-    assert (ids <= pairs).all()
-    flat = experts.reshape(-1).cpu()
-    block_expert = blocks.block_expert.cpu()
-    for b, e in enumerate(block_expert.tolist()):
-        rows = ids[b * block_m:(b + 1) * block_m]
-        real = rows[rows < pairs].long()
-        if e < 0:
-            assert real.numel() == 0
-        else:
-            assert real.numel() > 0 and (flat[real] == e).all()
-    used = block_expert[block_expert >= 0]
-    assert (used[1:] >= used[:-1]).all(), "one run of blocks per expert, in expert order"
 
 
 def blocks_of_varied_magnitude(w: torch.Tensor) -> torch.Tensor:

@@ -66,6 +66,13 @@ for quant in (0, 1, 2):
                               BLOCK_K=M.SCALE_BLOCK if quant == 2 else cfg.block_k,
                               GROUP=M.GROUP_M, PREC="tf32", PDL=False,
                               DOT=tl.bfloat16 if quant == 0 else tl.float8e4nv), cfg.num_warps)
+
+from atom.kernels.triton import moe_align as MA
+align = {"experts_ptr": "*i64", "sorted_ptr": "*i32", "block_expert_ptr": "*i32",
+         "base_ptr": "*i32", "pairs": "i32", "num_experts": "i32", "cap": "i32",
+         "num_blocks": "i32"}
+for chunk, warps in ((256, 4), (1024, 8)):  # decode and prefill sizes, R1's 256 experts
+    compile_sm90(MA._align_kernel, align, dict(BLOCK_M=16, CHUNK=chunk, TILE=32, BINS=512), warps)
 """
 
 
@@ -78,4 +85,4 @@ def test_kernels_compile_for_sm90():
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
-        "_decode_kernel", "_decode_kernel", *["_moe_gemm_kernel"] * 12])
+        "_decode_kernel", "_decode_kernel", *["_moe_gemm_kernel"] * 12, "_align_kernel", "_align_kernel"])
