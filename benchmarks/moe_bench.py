@@ -120,6 +120,14 @@ def _torch_us(t: int, k: int, baseline: Experts) -> dict[str, Any]:
         return {"torch_error": str(e)[:200]}
 
 
+def _align_us(sets: list[tuple], num_experts: int) -> float:
+    """The expert-sorting launch alone: the fixed cost inside each decode MoE layer."""
+    from atom.kernels.triton import fused_moe, moe_align
+
+    bm = fused_moe.choose_config(sets[0][2].numel(), num_experts).block_m
+    return _replay_us([lambda s=s: moe_align.align(s[2], num_experts, bm) for s in sets])
+
+
 def _rel_diff(t: int, k: int, experts_w: Experts, baseline: Experts) -> float:
     """‖fused − torch‖ / ‖torch‖ on the first routing: both did the same work (fp8 block
     against the per-channel baseline differs by the two quantizations, a few %)."""
@@ -132,7 +140,7 @@ def _rel_diff(t: int, k: int, experts_w: Experts, baseline: Experts) -> float:
 def _case(t: int, k: int, experts_w: Experts, torch_row: dict[str, Any]) -> dict[str, Any]:
     """experts_w through the fused kernel, beside the torch baseline's time for the same work."""
     w13, _, w2, _ = experts_w
-    hidden, inter = w13.shape[2], w2.shape[2]
+    num_experts, hidden, inter = w13.shape[0], w13.shape[2], w2.shape[2]
     sets = _sets(t, k, experts_w)
     flops = 6 * t * k * hidden * inter
     fused = _replay_us([_fused(s[0], experts_w, *s[1:]) for s in sets])
@@ -143,6 +151,7 @@ def _case(t: int, k: int, experts_w: Experts, torch_row: dict[str, Any]) -> dict
                 "torch_TFLOPs": round(flops / torch_row["torch_us"] / 1e6, 2),
                 "speedup": round(torch_row["torch_us"] / fused, 2)}
     if t <= DECODE_MAX:
+        row["align_us"] = round(_align_us(sets, num_experts), 1)
         hit = sum(s[2].unique().numel() for s in sets) / len(sets)
         byts = hit * 3 * hidden * inter * w13.element_size()
         row |= {"experts_hit": hit, "fused_TBps": round(byts / fused / 1e6, 3),
