@@ -6,6 +6,8 @@ and applies SiLU-and-mul in its epilogue, writing one intermediate row per pair.
 multiplies those rows by the expert's w2, scales them by the router weight and writes one output
 row per pair; the k rows of a token are then summed in a fixed order. No atomics: the result is
 the same run to run. Nothing reads back to the host, so the forward captures in a CUDA graph.
+fp8 experts (e4m3 with per-channel or 128 × 128 block scales) take the same kernel: the
+activations are quantized per token (per token and 128 columns) before each GEMM.
 """
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ def _block_n(cfg: MoeConfig, blocks: int, n_out: int, device: torch.device) -> i
     """Narrower output tiles when the grid would leave SMs idle (decode of narrow experts: R1's
     tp8 slice, I = 256, gives 8 blocks × 4 tiles at batch 1): a decode GEMM is a weight stream,
     and every SM must pull its share of it."""
-    sms = _sm_count(device.index or 0) if device.type == "cuda" else 132
+    sms = _sm_count(device.index or 0) if device.type == "cuda" else 132  # interpreted: an H200
     bn = cfg.block_n
     while bn > 16 and blocks * triton.cdiv(n_out, bn) < 2 * sms:
         bn //= 2
@@ -195,6 +197,7 @@ def _grouped_gemm(a: Operand, b: Operand, c: torch.Tensor, blocks: moe_align.Exp
     b_s = weights if b.scale is None else b.scale
     a_strides = (0,) if a.scale is None else (a_s.stride(0),)
     b_strides = (0, 0) if b.scale is None else (b_s.stride(0), b_s.stride(1))
+    assert b.scale is None or b_s.stride(-1) == 1  # the kernel steps K blocks by one
     _moe_gemm_kernel[grid](
         a.data, b.data, c, blocks.sorted_ids, blocks.block_expert, weights, a_s, b_s, c.shape[0],
         n_out, a.data.shape[1], a.data.stride(0), b.data.stride(0), b.data.stride(1),
