@@ -62,7 +62,7 @@ def run_transformers(cfg: Config, prompts: list[list[int]], out_lens: list[int])
     dtype = resolve_dtype(cfg, device)
     src = model_source(cfg)
     if src is None or cfg.load.dummy is not None:
-        model = AutoModelForCausalLM.from_config(load_hf_config(cfg), dtype=dtype)
+        model = AutoModelForCausalLM.from_config(load_hf_config(cfg, snapshot=False), dtype=dtype)
     elif is_gguf(src):
         model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=dtype)
     else:

@@ -14,7 +14,7 @@ from atom.layers.attention import PagedAttention
 from atom.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from atom.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from atom.layers.norm import RMSNorm
-from atom.layers.rotary import RotaryEmbedding, rope_params
+from atom.layers.rotary import RotaryEmbedding, partial_rotary_factor, rope_params
 from atom.layers.distributed import tp_size
 
 
@@ -37,7 +37,7 @@ class LlamaAttention(nn.Module):
         self.o_proj = RowParallelLinear(hf.num_attention_heads * self.head_dim, hf.hidden_size,
                                         bias=o_bias)
         theta, scaling = rope_params(hf)
-        rot = int(self.head_dim * getattr(hf, "partial_rotary_factor", 1.0))
+        rot = int(self.head_dim * partial_rotary_factor(hf))
         self.rotary_emb = RotaryEmbedding(self.head_dim, rot, hf.max_position_embeddings, theta,
                                           scaling, is_neox=True)
         self.attn = PagedAttention(self.num_heads, self.head_dim, self.num_kv_heads,
