@@ -227,15 +227,17 @@ def test_the_moe_forward_replays_in_a_cuda_graph_with_new_routings(t):
 
 
 
-def test_qwen3_moe_generates_on_the_triton_backend_what_torch_does(tmp_path):
-    """The model's MoE layers reach the fused kernel through the backend: fp32 on the CPU
+@pytest.mark.parametrize("arch", ["qwen3_moe", "glm4_moe", "minimax_m2"])
+def test_moe_models_generate_on_the_triton_backend_what_torch_does(tmp_path, arch):
+    """Every MoE family's experts reach the fused kernel through the backend (GLM-4.5 through
+    DeepSeek-V3's MoE block, MiniMax-M2 through its own router): fp32 on the CPU
     (interpreted) gives the torch backend's greedy tokens."""
     if torch.cuda.is_available():
         pytest.skip("bf16 on the GPU: the kernel tests above check the shapes there")
     from atom.sampling_params import SamplingParams
     from tests.engine.checkpoints import local_engine, make_checkpoint
 
-    path = make_checkpoint("qwen3_moe", tmp_path)
+    path = make_checkpoint(arch, tmp_path)
     prompts = [[1, 2, 3, 4] * 5, [5, 6, 7], list(range(10, 50))]
 
     def greedy(kernels: str) -> list[list[int]]:
