@@ -1,8 +1,11 @@
-"""The fused MoE Triton path against the per-expert loop (torch_ref.fused_moe, float32).
+"""The fused MoE Triton path against the per-expert loop (torch_ref.fused_moe, float32; for fp8
+experts the same loop on dequantized weights with the activations quantized as the kernels
+do), the expert-sorted layout against a torch counting sort, and the MoE models end to end.
 
 Routings come from top-k over random router logits, so a token's experts are distinct by
 construction, as every router gives them. Tiny shapes run under TRITON_INTERPRET on the CPU
-(both configs: 16- and 64-row blocks); R1's and Qwen3-30B-A3B's shapes on the GPU.
+(both configs: 16- and 64-row blocks); R1's (full and the tp8 slice) and Qwen3-30B-A3B's
+shapes, and CUDA-graph replay, on the GPU.
 """
 from __future__ import annotations
 
