@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 import triton
 
+from moe_bench import bench_fused_moe
 from probe_kit import GpuSampler, decode_case, probe_meta
 
 COPY_BW = 4.18e12  # bytes/s, the device-to-device copy bandwidth measured on this H200 (issue 5)
@@ -795,6 +796,7 @@ CAP_384 = "scheduler.max_num_seqs=384"
 BENCHES: dict[str, Callable[[], Any]] = {
     "kernels": bench_kernels,
     "sampler": bench_sampler,
+    "fused_moe": bench_fused_moe,
     "greedy_equal": bench_greedy_equal,
     # The real checkpoint the issue names: SmolLM2-135M's Q4_1 GGUF (98 MB, more than one device
     # call carries: NOTES.md says how it gets there), at the path SMOLLM2_GGUF names.

@@ -14,6 +14,7 @@ from atom.kernels.backend import add_rms_norm_linear_unfused, register, rope_sto
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.triton import (activation, blas_table, gemv, kv_store, rms_norm, rope_kv_store,
                                  rotary)
+from atom.kernels.triton.fused_moe import fused_moe
 from atom.kernels.triton.paged_decode_attention import decode_attention
 from atom.kernels.triton.paged_prefill_attention import prefill_attention
 
@@ -86,6 +87,12 @@ class TritonBackend:
         if gemv.takes(x, weight) and weight.shape[0] <= FUSED_NORM_MAX_N:
             return gemv.add_rms_norm_gemv(x, residual, norm_weight, eps, weight, bias)
         return add_rms_norm_linear_unfused(self, x, residual, norm_weight, eps, weight, bias)
+
+    def fused_moe(self, x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+                  weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """Two grouped GEMMs over expert-sorted blocks, no host sync: captured in the decode
+        graphs like every other op of this backend."""
+        return fused_moe(x, w13, w2, weights, experts)
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: float,

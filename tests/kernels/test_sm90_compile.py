@@ -48,6 +48,31 @@ for split in (False, True):  # the kernel's two variants: every split count > 1 
         GROUP=2, G_PAD=16, PAGE=16, BLOCK_N=64 if split else 128, HEAD_DIM=128, SPLIT=split,
         SPLIT_PAD=A.MAX_SPLITS, HAS_WINDOW=False, DOT=tl.bfloat16, PREC="tf32", PDL=False,
         E4M3_PAIRS=False), 4)
+
+from atom.kernels.triton import fused_moe as M
+moe = {"sorted_ptr": "*i32", "block_expert_ptr": "*i32", "weight_ptr": "*fp32",
+       "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32"}
+moe |= {n: "i32" for n in ("pairs", "n_out", "k_dim", "a_stride", "b_stride_e", "b_stride_n",
+                           "c_stride", "as_stride", "bs_stride_e", "bs_stride_n")}
+# bf16, then fp8 per-channel (1) and block-scaled (2): mma.sync at 16-row blocks, wgmma at 64;
+# gate|up with SiLU-and-mul, and down with the router weight.
+for quant in (0, 1, 2):
+    ab = "*bf16" if quant == 0 else "*fp8e4nv"
+    for cfg in (M.DECODE, M.PREFILL):
+        for gated in (True, False):
+            compile_sm90(M._moe_gemm_kernel, moe | {"a_ptr": ab, "b_ptr": ab, "c_ptr": "*bf16"},
+                         dict(ROW_DIV=8 if gated else 1, GATED=gated, ROUTED=not gated,
+                              QUANT=quant, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                              BLOCK_K=M.SCALE_BLOCK if quant == 2 else cfg.block_k,
+                              GROUP=M.GROUP_M, PREC="tf32", PDL=False,
+                              DOT=tl.bfloat16 if quant == 0 else tl.float8e4nv), cfg.num_warps)
+
+from atom.kernels.triton import moe_align as MA
+align = {"experts_ptr": "*i64", "sorted_ptr": "*i32", "block_expert_ptr": "*i32",
+         "base_ptr": "*i32", "pairs": "i32", "num_experts": "i32", "cap": "i32",
+         "num_blocks": "i32"}
+for chunk, warps in ((256, 4), (1024, 8)):  # decode and prefill sizes, R1's 256 experts
+    compile_sm90(MA._align_kernel, align, dict(BLOCK_M=16, CHUNK=chunk, TILE=32, BINS=512), warps)
 """
 
 
@@ -60,4 +85,4 @@ def test_kernels_compile_for_sm90():
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
-        "_decode_kernel", "_decode_kernel"])
+        "_decode_kernel", "_decode_kernel", *["_moe_gemm_kernel"] * 12, "_align_kernel", "_align_kernel"])
