@@ -1,0 +1,94 @@
+"""Triton MLA decode attention (absorbed MQA over the paged latent cache) vs the torch reference:
+one query per sequence and several (speculative verify, causal among them), contexts across
+page boundaries, one split and several, bf16 and fp8 latents; at R1's widths on the GPU, and
+captured in a CUDA graph that replays for new contexts."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from atom.kernels import torch_ref
+from atom.kernels.triton.mla_decode import mla_decode_attention
+from kernel_helpers import DEVICE, gpu_param, paged_case, rel_err
+
+FP8 = torch.float8_e4m3fn
+BF16 = torch.bfloat16
+TINY = (4, 32, 8)  # heads, kv_lora_rank, rope dims
+R1 = 512, 64
+
+
+def _case(q_lens, ctx_lens, heads, lora, rope, kv_dtype, page=16, seed=0):
+    kv_scale = 0.05 if kv_dtype == FP8 else 1.0
+    _, cache, _, meta = paged_case(q_lens, ctx_lens, 1, 1, lora + rope, page, BF16, kv_dtype,
+                                   kv_scale, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    q = (torch.randn(sum(q_lens), heads, lora + rope, generator=g) * 0.3).to(BF16).to(DEVICE)
+    return q, cache.squeeze(2), meta, kv_scale
+
+
+def _check(q_lens, ctx_lens, heads, lora, rope, kv_dtype, **kw):
+    q, cache, meta, kv_scale = _case(q_lens, ctx_lens, heads, lora, rope, kv_dtype)
+    scale = (128 + rope) ** -0.5
+    out = mla_decode_attention(q, cache, meta, lora, scale, kv_scale, **kw)
+    ref = torch_ref.mla_decode_attention(q, cache, meta, lora, scale, kv_scale)
+    assert out.shape == (q.shape[0], heads, lora)
+    err = rel_err(out, ref)
+    assert err < 1.5e-2, err
+
+
+@pytest.mark.parametrize("splits", [1, 4], ids=["one-split", "four-splits"])
+@pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
+def test_one_query_per_sequence_across_page_boundaries(kv_dtype, splits):
+    _check([1] * 5, [1, 16, 17, 33, 70], *TINY, kv_dtype, splits=splits)
+
+
+@pytest.mark.parametrize("splits", [1, 4], ids=["one-split", "four-splits"])
+@pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
+def test_verify_queries_are_causal_among_themselves(kv_dtype, splits):
+    """k + 1 queries per sequence at its last positions, mixed with one-query sequences."""
+    _check([3, 1, 4, 2], [5, 20, 40, 17], *TINY, kv_dtype, splits=splits)
+
+
+def test_heads_past_one_tile():
+    """More heads than one program's tile (tiles of 2 here): every head of every tile written."""
+    _check([1, 2, 1], [9, 33, 50], 6, 32, 8, BF16, heads_per_tile=2, splits=2)
+
+
+@pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
+@pytest.mark.parametrize("q_lens,ctx_lens,heads", [
+    gpu_param([1] * 64, list(range(1024, 8193, 112))[:64], 16, id="r1-tp8-b64-1k-8k"),
+    gpu_param([1] * 64, list(range(1024, 8193, 112))[:64], 128, id="r1-tp1-b64-1k-8k"),
+    gpu_param([1] * 256, [1024 + 13 * i for i in range(256)], 16, id="r1-tp8-b256-1k"),
+    gpu_param([1] * 256, [1024 + 13 * i for i in range(256)], 128, id="r1-tp1-b256-1k"),
+    gpu_param([4] * 64, list(range(1024, 8193, 112))[:64], 128, id="r1-tp1-verify4-b64"),
+    gpu_param([2] * 16, [8192] * 16, 16, id="r1-tp8-verify2-b16-8k"),
+])
+def test_r1_widths(q_lens, ctx_lens, heads, kv_dtype):
+    _check(q_lens, ctx_lens, heads, *R1, kv_dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
+def test_cuda_graph_replays_with_new_contexts(kv_dtype):
+    """Captured once (split-KV and its merge included), replayed after the context lengths and
+    block tables change in place: the result follows the new contexts."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    lora, rope = R1
+    q, cache, meta, kv_scale = _case([1] * 8, [3000] * 8, 16, lora, rope, kv_dtype)
+    scale = 192 ** -0.5
+    out = torch.empty(q.shape[0], 16, lora, dtype=q.dtype, device=q.device)
+    mla_decode_attention(q, cache, meta, lora, scale, kv_scale, out=out)  # compiles
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        mla_decode_attention(q, cache, meta, lora, scale, kv_scale, out=out)
+    for ctx in ([1, 17, 3000, 2999, 64, 1000, 5, 2048], [2500] * 8):
+        meta.context_lens.copy_(torch.tensor(ctx, dtype=torch.int32))
+        meta.block_tables.copy_(meta.block_tables.roll(1, 0))  # every row holds 3000
+        meta.context_lens_cpu = ctx
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = torch_ref.mla_decode_attention(q, cache, meta, lora, scale, kv_scale)
+        assert rel_err(out, ref) < 1.5e-2
+
