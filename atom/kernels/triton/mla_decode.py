@@ -60,8 +60,8 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
                        BLOCK_N: tl.constexpr, LORA: tl.constexpr, ROPE: tl.constexpr,
                        SPLIT: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
                        PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr):
-    seq = tl.program_id(0)
-    tile = tl.program_id(1)
+    tile = tl.program_id(0)  # fastest in launch order: a sequence's tiles share its pages in L2
+    seq = tl.program_id(1)
     split = tl.program_id(2)
     # Context lengths are staged before the step's first kernel: safe to read before the wait.
     ctx = tl.load(ctx_ptr + seq)
@@ -149,8 +149,10 @@ def _mla_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, o_tok_stride, o_head_stride
 
 
 def head_tile(n_heads: int, q_pad: int) -> int:
-    """Heads per program: up to 64 rows of (query, head) pairs (FlashMLA's tile), so R1's
-    latent page is read once per 64 heads and the fp32 accumulator [64, 512] still fits."""
+    """Heads per program: up to 64 rows of (query, head) pairs (FlashMLA's tile): the smallest
+    M of Hopper's wgmma, so R1's 128 heads read each latent page twice. Compiled for sm_90 at 8
+    warps, 64 rows × 16 tokens spill ~150 bytes a thread (the [64, 512] fp32 accumulator is 128
+    registers); 16 and 32 rows × 32 tokens do not spill but run on mma.sync."""
     return max(1, min(triton.next_power_of_2(n_heads), 64 // q_pad))
 
 
@@ -183,15 +185,15 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
     fp8 = latent_cache.dtype == torch.float8_e4m3fn
     pairs = fp8 and lora == lora_pad and rope == rope_pad and not interpreted()
     pdl = pdl_args(q.device)
-    _mla_decode_kernel[(batch, tiles, n_split)](
+    _mla_decode_kernel[(tiles, batch, n_split)](
         q, latent_cache, out, mid_o, mid_lse, meta.cu_seqlens_q, meta.context_lens,
         meta.block_tables, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         latent_cache.stride(0), latent_cache.stride(1), meta.block_tables.stride(0),
         scale * kv_scale * LOG2E, float(kv_scale), n_heads, lora, rope, n_split,
         HEADS=heads, M=rows, PAGE=latent_cache.shape[1],
-        BLOCK_N=block_n or (64 if fp8 else 32), LORA=lora_pad, ROPE=rope_pad, SPLIT=n_split > 1,
+        BLOCK_N=block_n or (16 if rows >= 64 else 32), LORA=lora_pad, ROPE=rope_pad, SPLIT=n_split > 1,
         DOT=dot_dtype(q.dtype, latent_cache.dtype), PREC=dot_precision(q.dtype),
-        E4M3_PAIRS=pairs, num_warps=num_warps or (8 if rows >= 64 else 4),
+        E4M3_PAIRS=pairs, num_warps=num_warps or 8,
         num_stages=num_stages or 2, **pdl)
     if n_split > 1:
         merge_heads = min(8, triton.next_power_of_2(n_heads))
