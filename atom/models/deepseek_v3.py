@@ -22,7 +22,6 @@ from atom.layers.norm import RMSNorm
 from atom.layers.rotary import RotaryEmbedding, rope_kind, rope_params, yarn_mscale
 from atom.models.llama import LlamaForCausalLM, LlamaMLP, LlamaModel
 from atom.layers.distributed import tp_size
-from atom.layers.forward_context import backend
 
 # transformers' DeepseekV3RMSNorm default, which q_a_layernorm and kv_a_layernorm keep (they do
 # not take rms_norm_eps).
@@ -159,9 +158,9 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
 
 
 def refuse_what_cannot_run(hf: Any) -> None:
-    """Block-fp8 checkpoints (R1's own: `weight_scale_inv` per 128×128 block), routers other than
-    V3's and kernel backends without MLA stop here, before any weight is read, instead of
-    failing inside the load or computing something else."""
+    """Block-fp8 checkpoints (R1's own: `weight_scale_inv` per 128×128 block) and routers other
+    than V3's stop here, before any weight is read, instead of failing inside the load or
+    computing something else."""
     quant = getattr(hf, "quantization_config", None)
     if quant:
         method = quant.get("quant_method") if isinstance(quant, dict) else quant.quant_method
@@ -173,6 +172,3 @@ def refuse_what_cannot_run(hf: Any) -> None:
         if value != supported:
             raise ConfigError(f"model.hf_config.{key}", value,
                               f"DeepseekV3 routing is implemented for {key}={supported} only")
-    if not hasattr(backend(), "mla_decode_attention"):
-        raise ConfigError("runtime.kernels", backend().name, "MLA has only the torch reference "
-                          "kernels yet (runtime.kernels=torch; on a CPU, cpu works too)")
