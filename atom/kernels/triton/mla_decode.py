@@ -26,8 +26,8 @@ import triton.language as tl
 
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.triton.dot_dtype import dot_dtype, dot_precision, interpreted
-from atom.kernels.triton.paged_decode_attention import LOG2E, MAX_SPLITS, _load_e4m3_as_f16, \
-    num_splits
+from atom.kernels.triton.e4m3 import load_e4m3_as_f16
+from atom.kernels.triton.paged_decode_attention import LOG2E, MAX_SPLITS, num_splits
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 
@@ -37,8 +37,8 @@ def _load_latent(c_ptr, off, n_mask, lora, rope, BLOCK_N: tl.constexpr, LORA: tl
     """The [BLOCK_N, LORA] compressed KV and [BLOCK_N, ROPE] rope key of tokens at `off`, in
     the dot dtype (padding columns zero)."""
     if E4M3_PAIRS:
-        kv = _load_e4m3_as_f16(c_ptr, off, n_mask, BLOCK_N, LORA)
-        pe = _load_e4m3_as_f16(c_ptr, off + LORA, n_mask, BLOCK_N, ROPE)
+        kv = load_e4m3_as_f16(c_ptr, off, n_mask, BLOCK_N, LORA)
+        pe = load_e4m3_as_f16(c_ptr, off + LORA, n_mask, BLOCK_N, ROPE)
     else:
         col = tl.arange(0, LORA)
         kv = tl.load(c_ptr + off[:, None] + col[None, :],
