@@ -55,16 +55,16 @@ mla = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_
            else "*bf16") for n in ("q_ptr", "c_ptr", "o_ptr", "mid_o_ptr", "mid_lse_ptr",
                                    "cu_q_ptr", "ctx_ptr", "bt_ptr")}
 mla |= i32("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride", "c_blk_stride",
-           "c_tok_stride", "bt_stride", "n_heads", "lora", "rope", "n_splits")
+           "c_tok_stride", "bt_stride", "n_heads", "n_splits")
 mla |= {"qk_scale": "fp32", "kv_scale": "fp32"}
 for fp8, rows, split in ((False, 16, False), (False, 64, True), (True, 16, True), (True, 64, False)):
     compile_sm90(MD._mla_decode_kernel, mla | ({"c_ptr": "*fp8e4nv"} if fp8 else {}), dict(
-        HEADS=rows, M=rows, PAGE=64, BLOCK_N=16 if rows == 64 else 32, LORA=512, ROPE=64,
+        L=512, R=64, HEADS=rows, M=rows, PAGE=64, BLOCK_N=16 if rows == 64 else 32, LORA=512, ROPE=64,
         SPLIT=split, DOT=tl.float16 if fp8 else tl.bfloat16, PREC="tf32", PDL=False,
         E4M3_PAIRS=fp8), 8)
 compile_sm90(MD._mla_merge_kernel, {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": "*bf16",
-             "kv_scale": "fp32"} | i32("o_tok_stride", "o_head_stride", "n_heads", "lora", "n_splits"),
-             dict(HEADS=8, SPLIT_PAD=MD.MAX_SPLITS, LORA=512, PDL=False), 4)
+             "kv_scale": "fp32"} | i32("o_tok_stride", "o_head_stride", "n_heads", "n_splits"),
+             dict(L=512, HEADS=8, SPLIT_PAD=MD.MAX_SPLITS, LORA=512, PDL=False), 4)
 compile_sm90(MR._mla_rope_store_kernel, {"pos_ptr": "*i64", "slot_ptr": "*i64", "q_ptr": "*bf16",
              "k_ptr": "*bf16", "kv_ptr": "*bf16", "qo_ptr": "*bf16", "c_ptr": "*fp8e4nv",
              "cs_ptr": "*bf16", "kv_scale": "fp32"} | i32("q_tok_stride", "q_head_stride",
@@ -72,13 +72,13 @@ compile_sm90(MR._mla_rope_store_kernel, {"pos_ptr": "*i64", "slot_ptr": "*i64", 
              dict(IS_NEOX=False, QUANT=True, HEADS=128, HALF=32, LORA=512, PDL=False), 4)
 compile_sm90(MP._gather_latents_kernel, {"c_ptr": "*fp8e4nv", "out_ptr": "*bf16", "ctx_ptr": "*i32",
              "cu_ctx_ptr": "*i32", "bt_ptr": "*i32", "kv_scale": "fp32"} | i32(
-             "c_blk_stride", "c_tok_stride", "bt_stride", "first_seq", "width"),
-             dict(PAGE=64, BLOCK=16, WIDTH=1024, DEQUANT=True), 4)
+             "c_blk_stride", "c_tok_stride", "bt_stride", "first_seq"),
+             dict(W=576, PAGE=64, BLOCK=16, WIDTH=1024, DEQUANT=True), 4)
 compile_sm90(MP._mla_prefill_kernel, {"q_ptr": "*bf16", "kv_ptr": "*bf16", "lat_ptr": "*bf16",
              "o_ptr": "*bf16", "cu_q_ptr": "*i32", "ctx_ptr": "*i32", "cu_ctx_ptr": "*i32",
              "qk_scale": "fp32"} | i32("q_tok_stride", "q_head_stride", "o_tok_stride",
-             "o_head_stride", "kv_tok_stride", "lat_tok_stride", "nope", "rope", "v_dim", "lora",
-             "first_seq"), dict(NOPE=128, ROPE=64, V_DIM=128, BLOCK_M=64, BLOCK_N=64,
+             "o_head_stride", "kv_tok_stride", "lat_tok_stride", "first_seq"),
+             dict(N=128, R=64, V=128, L=512, NOPE=128, ROPE=64, V_DIM=128, BLOCK_M=64, BLOCK_N=64,
              DOT=tl.bfloat16, PREC="tf32"), 8)
 """
 

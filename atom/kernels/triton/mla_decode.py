@@ -32,20 +32,21 @@ from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 
 @triton.jit
-def _load_latent(c_ptr, off, n_mask, lora, rope, BLOCK_N: tl.constexpr, LORA: tl.constexpr,
-                 ROPE: tl.constexpr, DOT: tl.constexpr, E4M3_PAIRS: tl.constexpr):
+def _load_latent(c_ptr, off, n_mask, BLOCK_N: tl.constexpr, L: tl.constexpr, R: tl.constexpr,
+                 LORA: tl.constexpr, ROPE: tl.constexpr, DOT: tl.constexpr,
+                 E4M3_PAIRS: tl.constexpr):
     """The [BLOCK_N, LORA] compressed KV and [BLOCK_N, ROPE] rope key of tokens at `off`, in
-    the dot dtype (padding columns zero)."""
+    the dot dtype (padding columns past L and R zero)."""
     if E4M3_PAIRS:
         kv = load_e4m3_as_f16(c_ptr, off, n_mask, BLOCK_N, LORA)
         pe = load_e4m3_as_f16(c_ptr, off + LORA, n_mask, BLOCK_N, ROPE)
     else:
         col = tl.arange(0, LORA)
         kv = tl.load(c_ptr + off[:, None] + col[None, :],
-                     mask=n_mask[:, None] & (col < lora)[None, :], other=0.0).to(DOT)
+                     mask=n_mask[:, None] & (col < L)[None, :], other=0.0).to(DOT)
         e = tl.arange(0, ROPE)
-        pe = tl.load(c_ptr + off[:, None] + lora + e[None, :],
-                     mask=n_mask[:, None] & (e < rope)[None, :], other=0.0).to(DOT)
+        pe = tl.load(c_ptr + off[:, None] + L + e[None, :],
+                     mask=n_mask[:, None] & (e < R)[None, :], other=0.0).to(DOT)
     return kv, pe
 
 
@@ -55,7 +56,7 @@ def _load_latent(c_ptr, off, n_mask, lora, rope, BLOCK_N: tl.constexpr, LORA: tl
 def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ctx_ptr, bt_ptr,
                        q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
                        c_blk_stride, c_tok_stride, bt_stride, qk_scale, kv_scale,
-                       n_heads, lora, rope, n_splits,
+                       n_heads, n_splits, L: tl.constexpr, R: tl.constexpr,
                        HEADS: tl.constexpr, M: tl.constexpr, PAGE: tl.constexpr,
                        BLOCK_N: tl.constexpr, LORA: tl.constexpr, ROPE: tl.constexpr,
                        SPLIT: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
@@ -77,9 +78,9 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
     col = tl.arange(0, LORA)
     e = tl.arange(0, ROPE)
     q_nope = tl.load(q_row[:, None] + col[None, :],
-                     mask=r_mask[:, None] & (col < lora)[None, :], other=0.0).to(DOT)
-    q_pe = tl.load(q_row[:, None] + lora + e[None, :],
-                   mask=r_mask[:, None] & (e < rope)[None, :], other=0.0).to(DOT)
+                     mask=r_mask[:, None] & (col < L)[None, :], other=0.0).to(DOT)
+    q_pe = tl.load(q_row[:, None] + L + e[None, :],
+                   mask=r_mask[:, None] & (e < R)[None, :], other=0.0).to(DOT)
     q_pos = ctx - q_len + qi
 
     per_split = tl.cdiv(tl.cdiv(ctx, n_splits), BLOCK_N) * BLOCK_N
@@ -94,8 +95,7 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
         n_mask = n < hi
         blk = tl.load(bt_row + n // PAGE, mask=n_mask, other=0).to(tl.int64)
         off = blk * c_blk_stride + (n % PAGE) * c_tok_stride
-        kv, pe = _load_latent(c_ptr, off, n_mask, lora, rope, BLOCK_N, LORA, ROPE, DOT,
-                              E4M3_PAIRS)
+        kv, pe = _load_latent(c_ptr, off, n_mask, BLOCK_N, L, R, LORA, ROPE, DOT, E4M3_PAIRS)
         qk = tl.dot(q_nope, tl.trans(kv), input_precision=PREC)
         qk = tl.dot(q_pe, tl.trans(pe), qk, input_precision=PREC) * qk_scale
         qk = tl.where(n_mask[None, :] & (n[None, :] <= q_pos[:, None]), qk, float("-inf"))
@@ -108,7 +108,7 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
         m_i = m_new
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
-    out_mask = r_mask[:, None] & (col < lora)[None, :]
+    out_mask = r_mask[:, None] & (col < L)[None, :]
     if not SPLIT:
         tl.store(o_ptr + tok[:, None] * o_tok_stride + head[:, None] * o_head_stride + col[None, :],
                  (out * kv_scale).to(o_ptr.dtype.element_ty), mask=out_mask)
@@ -122,8 +122,8 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
 
 @triton.jit(do_not_specialize=["n_splits"])
 def _mla_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, o_tok_stride, o_head_stride, n_heads,
-                      lora, n_splits, kv_scale, HEADS: tl.constexpr, SPLIT_PAD: tl.constexpr,
-                      LORA: tl.constexpr, PDL: tl.constexpr):
+                      n_splits, kv_scale, L: tl.constexpr, HEADS: tl.constexpr,
+                      SPLIT_PAD: tl.constexpr, LORA: tl.constexpr, PDL: tl.constexpr):
     """out = Σ_s exp2(lse_s − m) · o_s / Σ_s exp2(lse_s − m) over one token's split partials,
     HEADS heads per program. The partials are summed one split at a time: a [splits, 512] fp32
     tile per head would take 128 registers a thread."""
@@ -145,14 +145,18 @@ def _mla_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, o_tok_stride, o_head_stride
                 acc += w * tl.load(mid_o_ptr + (row + i) * LORA + col)
             total = tl.where(total == 0.0, 1.0, total)
             tl.store(o_ptr + tok * o_tok_stride + head * o_head_stride + col,
-                     (acc / total * kv_scale).to(o_ptr.dtype.element_ty), mask=col < lora)
+                     (acc / total * kv_scale).to(o_ptr.dtype.element_ty), mask=col < L)
 
 
+# Tile defaults from the sm_90 PTX (research/probes/mla_decode_ptx.py), to be settled by gpu_bench
+# mla_decode_sweep: 8 warps everywhere (at 4, 16 rows × 32 tokens take 221 registers a thread);
+# bf16 pipelined (cp.async, 2 stages); fp8 unpipelined, 64-token tiles for 16-32 rows: with
+# stages the e4m3 pairs go through shared memory and come back as 2-byte reads.
 def head_tile(n_heads: int, q_pad: int) -> int:
     """Heads per program: up to 64 rows of (query, head) pairs (FlashMLA's tile): the smallest
-    M of Hopper's wgmma, so R1's 128 heads read each latent page twice. Compiled for sm_90 at 8
-    warps, 64 rows × 16 tokens spill ~150 bytes a thread (the [64, 512] fp32 accumulator is 128
-    registers); 16 and 32 rows × 32 tokens do not spill but run on mma.sync."""
+    M of Hopper's wgmma, so R1's 128 heads read each latent page twice. At 64 rows × 16 tokens
+    the [64, 512] fp32 accumulator is 128 registers a thread: bf16 fits (245), fp8 spills ~150
+    bytes; 16 and 32 rows run on mma.sync and do not spill."""
     return max(1, min(triton.next_power_of_2(n_heads), 64 // q_pad))
 
 
@@ -189,17 +193,17 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
         q, latent_cache, out, mid_o, mid_lse, meta.cu_seqlens_q, meta.context_lens,
         meta.block_tables, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         latent_cache.stride(0), latent_cache.stride(1), meta.block_tables.stride(0),
-        scale * kv_scale * LOG2E, float(kv_scale), n_heads, lora, rope, n_split,
-        HEADS=heads, M=rows, PAGE=latent_cache.shape[1],
-        BLOCK_N=block_n or (16 if rows >= 64 else 32), LORA=lora_pad, ROPE=rope_pad, SPLIT=n_split > 1,
-        DOT=dot_dtype(q.dtype, latent_cache.dtype), PREC=dot_precision(q.dtype),
-        E4M3_PAIRS=pairs, num_warps=num_warps or 8,
-        num_stages=num_stages or 2, **pdl)
+        scale * kv_scale * LOG2E, float(kv_scale), n_heads, n_split, L=lora, R=rope, HEADS=heads,
+        M=rows, PAGE=latent_cache.shape[1],
+        BLOCK_N=block_n or (16 if rows >= 64 else 64 if fp8 else 32), LORA=lora_pad,
+        ROPE=rope_pad, SPLIT=n_split > 1, DOT=dot_dtype(q.dtype, latent_cache.dtype),
+        PREC=dot_precision(q.dtype), E4M3_PAIRS=pairs, num_warps=num_warps or 8,
+        num_stages=num_stages or (1 if fp8 else 2), **pdl)
     if n_split > 1:
         merge_heads = min(8, triton.next_power_of_2(n_heads))
         _mla_merge_kernel[(n_tok, triton.cdiv(n_heads, merge_heads))](
-            mid_o, mid_lse, out, out.stride(0), out.stride(1), n_heads, lora, n_split,
-            float(kv_scale), HEADS=merge_heads,
+            mid_o, mid_lse, out, out.stride(0), out.stride(1), n_heads, n_split,
+            float(kv_scale), L=lora, HEADS=merge_heads,
             SPLIT_PAD=max(MAX_SPLITS, triton.next_power_of_2(n_split)), LORA=lora_pad,
             num_warps=4, **pdl)
     return out

@@ -28,9 +28,11 @@ from atom.kernels.triton.dot_dtype import dot_dtype, dot_precision
 LOG2E = 1.4426950408889634
 
 
+# Widths are constexprs (one value per model): a mask against a runtime width kept Triton from
+# vectorising the loads (2-byte scalar loads in the sm_90 PTX).
 @triton.jit(do_not_specialize=["bt_stride", "first_seq"])
 def _gather_latents_kernel(c_ptr, out_ptr, ctx_ptr, cu_ctx_ptr, bt_ptr, c_blk_stride,
-                           c_tok_stride, bt_stride, first_seq, width, kv_scale,
+                           c_tok_stride, bt_stride, first_seq, kv_scale, W: tl.constexpr,
                            PAGE: tl.constexpr, BLOCK: tl.constexpr, WIDTH: tl.constexpr,
                            DEQUANT: tl.constexpr):
     s = tl.program_id(1)
@@ -41,21 +43,21 @@ def _gather_latents_kernel(c_ptr, out_ptr, ctx_ptr, cu_ctx_ptr, bt_ptr, c_blk_st
     blk = tl.load(bt_ptr + seq.to(tl.int64) * bt_stride + n // PAGE, mask=n_mask, other=0)
     src = blk.to(tl.int64) * c_blk_stride + (n % PAGE) * c_tok_stride
     col = tl.arange(0, WIDTH)
-    mask = n_mask[:, None] & (col < width)[None, :]
+    mask = n_mask[:, None] & (col < W)[None, :]
     x = tl.load(c_ptr + src[:, None] + col[None, :], mask=mask, other=0.0)
     if DEQUANT:
         x = x.to(tl.float32) * kv_scale
-    dst = (tl.load(cu_ctx_ptr + s) + n).to(tl.int64) * width
+    dst = (tl.load(cu_ctx_ptr + s) + n).to(tl.int64) * W
     tl.store(out_ptr + dst[:, None] + col[None, :], x.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit(do_not_specialize=["first_seq"])
 def _mla_prefill_kernel(q_ptr, kv_ptr, lat_ptr, o_ptr, cu_q_ptr, ctx_ptr, cu_ctx_ptr,
                         q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
-                        kv_tok_stride, lat_tok_stride, qk_scale, nope, rope, v_dim, lora,
-                        first_seq, NOPE: tl.constexpr, ROPE: tl.constexpr,
-                        V_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        DOT: tl.constexpr, PREC: tl.constexpr):
+                        kv_tok_stride, lat_tok_stride, qk_scale, first_seq, N: tl.constexpr,
+                        R: tl.constexpr, V: tl.constexpr, L: tl.constexpr, NOPE: tl.constexpr,
+                        ROPE: tl.constexpr, V_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr):
     mblk = tl.program_id(0)
     s = tl.program_id(1)
     head = tl.program_id(2)
@@ -73,24 +75,24 @@ def _mla_prefill_kernel(q_ptr, kv_ptr, lat_ptr, o_ptr, cu_q_ptr, ctx_ptr, cu_ctx
         dn = tl.arange(0, NOPE)
         de = tl.arange(0, ROPE)
         dv = tl.arange(0, V_DIM)
-        q_nope = tl.load(q_row + dn[None, :], mask=m_mask[:, None] & (dn < nope)[None, :],
+        q_nope = tl.load(q_row + dn[None, :], mask=m_mask[:, None] & (dn < N)[None, :],
                          other=0.0).to(DOT)
-        q_pe = tl.load(q_row + nope + de[None, :], mask=m_mask[:, None] & (de < rope)[None, :],
+        q_pe = tl.load(q_row + N + de[None, :], mask=m_mask[:, None] & (de < R)[None, :],
                        other=0.0).to(DOT)
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, V_DIM], tl.float32)
         hi = tl.minimum(ctx, prefix + (mblk + 1) * BLOCK_M)
-        head_off = head * (nope + v_dim)
+        head_off = head * (N + V)
         for start in range(0, hi, BLOCK_N):
             n = start + tl.arange(0, BLOCK_N)
             n_mask = n < hi
             rows = (k_start + n).to(tl.int64)
             kv_row = kv_ptr + rows[:, None] * kv_tok_stride + head_off
-            k_nope = tl.load(kv_row + dn[None, :], mask=n_mask[:, None] & (dn < nope)[None, :],
+            k_nope = tl.load(kv_row + dn[None, :], mask=n_mask[:, None] & (dn < N)[None, :],
                              other=0.0)
-            k_pe = tl.load(lat_ptr + rows[:, None] * lat_tok_stride + lora + de[None, :],
-                           mask=n_mask[:, None] & (de < rope)[None, :], other=0.0)
+            k_pe = tl.load(lat_ptr + rows[:, None] * lat_tok_stride + L + de[None, :],
+                           mask=n_mask[:, None] & (de < R)[None, :], other=0.0)
             qk = tl.dot(q_nope, tl.trans(k_nope.to(DOT)), input_precision=PREC)
             qk = tl.dot(q_pe, tl.trans(k_pe.to(DOT)), qk, input_precision=PREC) * qk_scale
             qk = tl.where((n[None, :] <= q_pos[:, None]) & n_mask[None, :], qk, float("-inf"))
@@ -99,14 +101,14 @@ def _mla_prefill_kernel(q_ptr, kv_ptr, lat_ptr, o_ptr, cu_q_ptr, ctx_ptr, cu_ctx
             p = tl.exp2(qk - m_safe[:, None])
             alpha = tl.exp2(m_i - m_safe)
             l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(kv_row + nope + dv[None, :], mask=n_mask[:, None] & (dv < v_dim)[None, :],
+            v = tl.load(kv_row + N + dv[None, :], mask=n_mask[:, None] & (dv < V)[None, :],
                         other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v.to(DOT), input_precision=PREC)
             m_i = m_new
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)
         o_row = o_ptr + (q_start + m_offs).to(tl.int64)[:, None] * o_tok_stride + head * o_head_stride
         tl.store(o_row + dv[None, :], (acc / l_safe[:, None]).to(o_ptr.dtype.element_ty),
-                 mask=m_mask[:, None] & (dv < v_dim)[None, :])
+                 mask=m_mask[:, None] & (dv < V)[None, :])
 
 
 def _pad(n: int) -> int:
@@ -127,7 +129,7 @@ def gather_latents(latent_cache: torch.Tensor, meta: AttentionMetadata, first_se
     block = 16
     _gather_latents_kernel[(triton.cdiv(max(ctx), block), n_seqs)](
         latent_cache, out, meta.context_lens, cu_ctx, meta.block_tables, latent_cache.stride(0),
-        latent_cache.stride(1), meta.block_tables.stride(0), first_seq, width, float(kv_scale),
+        latent_cache.stride(1), meta.block_tables.stride(0), first_seq, float(kv_scale), W=width,
         PAGE=latent_cache.shape[1], BLOCK=block, WIDTH=triton.next_power_of_2(width),
         DEQUANT=latent_cache.dtype == torch.float8_e4m3fn, num_warps=4)
     return out, cu_ctx
@@ -157,7 +159,7 @@ def mla_prefill_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Att
     _mla_prefill_kernel[grid](
         q, kv, latents, out, meta.cu_seqlens_q, meta.context_lens, cu_ctx,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), kv.stride(0), latents.stride(0),
-        scale * LOG2E, nope, rope, v_dim, lora, first_seq, NOPE=_pad(nope),
+        scale * LOG2E, first_seq, N=nope, R=rope, V=v_dim, L=lora, NOPE=_pad(nope),
         ROPE=_pad(rope), V_DIM=_pad(v_dim), BLOCK_M=block_m, BLOCK_N=64,
         DOT=dot_dtype(q.dtype), PREC=dot_precision(q.dtype), num_warps=8 if block_m == 64 else 4,
         num_stages=2)
