@@ -39,6 +39,7 @@ def mla_decode_ptx(fp8: bool, rows: int, block_n: int, warps: int, stages: int,
                   SPLIT=split, DOT=tl.float16 if fp8 else tl.bfloat16, PREC="tf32", PDL=False,
                   E4M3_PAIRS=fp8)
     sig |= {k: "constexpr" for k in consts}
+    sig = {n: sig[n] for n in _mla_decode_kernel.arg_names}  # attrs below index the kernel's order
     names = list(sig)
     div16 = [n for n in names if n.endswith("_ptr") or n.endswith("_stride") and n != "bt_stride"
              or n == "n_heads"]  # bt_stride and n_splits are do_not_specialize in the kernel

@@ -73,7 +73,7 @@ compile_sm90(MR._mla_rope_store_kernel, {"pos_ptr": "*i64", "slot_ptr": "*i64", 
 compile_sm90(MP._gather_latents_kernel, {"c_ptr": "*fp8e4nv", "out_ptr": "*bf16", "ctx_ptr": "*i32",
              "cu_ctx_ptr": "*i32", "bt_ptr": "*i32", "kv_scale": "fp32"} | i32(
              "c_blk_stride", "c_tok_stride", "bt_stride", "first_seq"),
-             dict(W=576, PAGE=64, BLOCK=16, WIDTH=1024, DEQUANT=True), 4)
+             dict(W=576, PAGE=64, BLOCK=32, CHUNK=64, DEQUANT=True), 4)
 compile_sm90(MP._mla_prefill_kernel, {"q_ptr": "*bf16", "kv_ptr": "*bf16", "lat_ptr": "*bf16",
              "o_ptr": "*bf16", "cu_q_ptr": "*i32", "ctx_ptr": "*i32", "cu_ctx_ptr": "*i32",
              "qk_scale": "fp32"} | i32("q_tok_stride", "q_head_stride", "o_tok_stride",

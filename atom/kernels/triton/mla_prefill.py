@@ -29,11 +29,12 @@ LOG2E = 1.4426950408889634
 
 
 # Widths are constexprs (one value per model): a mask against a runtime width kept Triton from
-# vectorising the loads (2-byte scalar loads in the sm_90 PTX).
+# vectorising the loads (2-byte scalar loads in the sm_90 PTX). The gather walks the latent in
+# CHUNK-wide columns that divide it (64 for R1's 576), so no column needs a mask.
 @triton.jit(do_not_specialize=["bt_stride", "first_seq"])
 def _gather_latents_kernel(c_ptr, out_ptr, ctx_ptr, cu_ctx_ptr, bt_ptr, c_blk_stride,
                            c_tok_stride, bt_stride, first_seq, kv_scale, W: tl.constexpr,
-                           PAGE: tl.constexpr, BLOCK: tl.constexpr, WIDTH: tl.constexpr,
+                           PAGE: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
                            DEQUANT: tl.constexpr):
     s = tl.program_id(1)
     seq = first_seq + s
@@ -42,13 +43,14 @@ def _gather_latents_kernel(c_ptr, out_ptr, ctx_ptr, cu_ctx_ptr, bt_ptr, c_blk_st
     n_mask = n < ctx
     blk = tl.load(bt_ptr + seq.to(tl.int64) * bt_stride + n // PAGE, mask=n_mask, other=0)
     src = blk.to(tl.int64) * c_blk_stride + (n % PAGE) * c_tok_stride
-    col = tl.arange(0, WIDTH)
-    mask = n_mask[:, None] & (col < W)[None, :]
-    x = tl.load(c_ptr + src[:, None] + col[None, :], mask=mask, other=0.0)
-    if DEQUANT:
-        x = x.to(tl.float32) * kv_scale
     dst = (tl.load(cu_ctx_ptr + s) + n).to(tl.int64) * W
-    tl.store(out_ptr + dst[:, None] + col[None, :], x.to(out_ptr.dtype.element_ty), mask=mask)
+    col = tl.arange(0, CHUNK)
+    for c in tl.static_range(0, W, CHUNK):
+        x = tl.load(c_ptr + src[:, None] + c + col[None, :], mask=n_mask[:, None], other=0.0)
+        if DEQUANT:
+            x = x.to(tl.float32) * kv_scale
+        tl.store(out_ptr + dst[:, None] + c + col[None, :], x.to(out_ptr.dtype.element_ty),
+                 mask=n_mask[:, None])
 
 
 @triton.jit(do_not_specialize=["first_seq"])
@@ -126,11 +128,11 @@ def gather_latents(latent_cache: torch.Tensor, meta: AttentionMetadata, first_se
     out = torch.empty(sum(ctx), width, dtype=dtype, device=latent_cache.device)
     if out.shape[0] == 0:
         return out, cu_ctx
-    block = 16
+    block = 32
     _gather_latents_kernel[(triton.cdiv(max(ctx), block), n_seqs)](
         latent_cache, out, meta.context_lens, cu_ctx, meta.block_tables, latent_cache.stride(0),
         latent_cache.stride(1), meta.block_tables.stride(0), first_seq, float(kv_scale), W=width,
-        PAGE=latent_cache.shape[1], BLOCK=block, WIDTH=triton.next_power_of_2(width),
+        PAGE=latent_cache.shape[1], BLOCK=block, CHUNK=min(128, width & -width),
         DEQUANT=latent_cache.dtype == torch.float8_e4m3fn, num_warps=4)
     return out, cu_ctx
 
