@@ -59,3 +59,24 @@ def test_eager_gpu_engine_matches_transformers(tmp_path):
     assert got == expected
     for ours, ref in zip(got_lp, expected_lp):
         assert ours == pytest.approx(ref, abs=1e-3)
+
+
+def test_verify_steps_on_triton_keep_greedy_output(tmp_path):
+    """Multi-token steps (each decoding sequence feeds its last token and 3 drafts) take the
+    absorbed path with several causal queries a sequence: the greedy output is the
+    one-token-per-step output of the torch reference."""
+    if torch.cuda.is_available():
+        pytest.skip("the CPU engine (fp32, interpreted)")
+    from atom import SamplingParams
+    from tests.engine.test_multi_token_steps import MAX_TOKENS, SYNC, _run_with_drafts
+
+    path = make_checkpoint("deepseek_v3_q_lora", tmp_path)
+    prompts = _prompts(lengths=(6, 13, 9))
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    reference = [o["token_ids"] for o in _engine(path).generate(prompts, greedy)]
+    engine = _engine(path, "runtime.kernels=triton", "kv_cache.block_size=4", *SYNC)
+    # one right draft, then two wrong ones: every step accepts one and rejects the rest
+    guess = lambda out, ref: ref[len(out):len(out) + 1] + [  # noqa: E731
+        (t + 1) % 256 for t in ref[len(out) + 1:len(out) + 3]]
+    tokens, _ = _run_with_drafts(engine, prompts, reference, guess)
+    assert tokens == reference
