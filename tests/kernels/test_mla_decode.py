@@ -49,6 +49,19 @@ def test_verify_queries_are_causal_among_themselves(kv_dtype, splits):
     _check([3, 1, 4, 2], [5, 20, 40, 17], *TINY, kv_dtype, splits=splits)
 
 
+@pytest.mark.parametrize("splits", [1, 4], ids=["one-split", "four-splits"])
+def test_padding_rows_without_context_are_zero(splits):
+    """A CUDA graph pads its batch with context-0 rows: they come out as zeros (no NaN from an
+    empty softmax) and leave the real rows as they are."""
+    q, cache, meta, _ = _case([1] * 3, [20, 1, 37], *TINY, BF16)
+    meta.context_lens[1] = 0
+    scale = (128 + TINY[2]) ** -0.5
+    out = mla_decode_attention(q, cache, meta, TINY[1], scale, 1.0, splits=splits)
+    ref = torch_ref.mla_decode_attention(q, cache, meta, TINY[1], scale, 1.0)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    assert rel_err(out[[0, 2]], ref[[0, 2]]) < 1.5e-2
+
+
 def test_heads_past_one_tile():
     """More heads than one program's tile (tiles of 2 here): every head of every tile written."""
     _check([1, 2, 1], [9, 33, 50], 6, 32, 8, BF16, heads_per_tile=2, splits=2)

@@ -8,8 +8,8 @@ values against its first L dims: the rope part only scores). R1's 128 heads at t
 64-head tiles, 16 heads per rank at tp8 one.
 
 Split-KV (flash-decoding) as in paged_decode_attention.py: the context is cut into n_splits
-slices, a count that depends only on the batch shape (sequences × head tiles), and the partial
-results are merged by log-sum-exp in a second small launch. Every length is read on the device:
+slices, a count that depends only on the batch shape (sequences × head tiles, num_splits), and
+the partial results are merged by log-sum-exp in a second small launch. Every length is read on the device:
 no host sync and a grid from the batch shape only, so a captured CUDA graph replays for any
 contexts. A sequence's q_len queries (speculative verify: k + 1) sit at positions
 [ctx − q_len, ctx) and are causal among themselves, as the metadata describes every row.
@@ -27,7 +27,7 @@ import triton.language as tl
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.triton.dot_dtype import dot_dtype, dot_precision, interpreted
 from atom.kernels.triton.e4m3 import load_e4m3_as_f16
-from atom.kernels.triton.paged_decode_attention import LOG2E, MAX_SPLITS, num_splits
+from atom.kernels.triton.paged_decode_attention import LOG2E, MAX_SPLITS
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 
@@ -152,6 +152,17 @@ def _mla_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, o_tok_stride, o_head_stride
 # mla_decode_sweep: 8 warps everywhere (at 4, 16 rows × 32 tokens take 221 registers a thread);
 # bf16 pipelined (cp.async, 2 stages); fp8 unpipelined, 64-token tiles for 16-32 rows: with
 # stages the e4m3 pairs go through shared memory and come back as 2-byte reads.
+def num_splits(batch: int, tiles: int, device: torch.device) -> int:
+    """About one program per SM, never more (a function of the batch shape only, as a captured
+    graph needs). Fewer than the GQA kernel's two per SM: a split's partial is 2 KB of fp32 a
+    query head (written, then read by the merge) against 1,152 bytes per cached latent, so at
+    64 sequences × 128 heads × 1k tokens four splits would move more partial bytes than cache."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count \
+        if device.type == "cuda" else 8
+    want = max(1, sms // max(batch * tiles, 1))
+    return min(MAX_SPLITS, 1 << (want.bit_length() - 1))
+
+
 def head_tile(n_heads: int, q_pad: int) -> int:
     """Heads per program: up to 64 rows of (query, head) pairs (FlashMLA's tile): the smallest
     M of Hopper's wgmma, so R1's 128 heads read each latent page twice. At 64 rows × 16 tokens
