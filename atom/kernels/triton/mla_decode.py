@@ -9,9 +9,9 @@ values against its first L dims: the rope part only scores). R1's 128 heads at t
 
 Split-KV (flash-decoding) as in paged_decode_attention.py: the context is cut into n_splits
 slices, a count that depends only on the batch shape (sequences × head tiles, num_splits), and
-the partial results are merged by log-sum-exp in a second small launch. Every length is read on the device:
-no host sync and a grid from the batch shape only, so a captured CUDA graph replays for any
-contexts. A sequence's q_len queries (speculative verify: k + 1) sit at positions
+the partial results are merged by log-sum-exp in a second small launch. Every length is read on
+the device: no host sync and a grid from the batch shape only, so a captured CUDA graph replays
+for any contexts. A sequence's q_len queries (speculative verify: k + 1) sit at positions
 [ctx − q_len, ctx) and are causal among themselves, as the metadata describes every row.
 
 An fp8 e4m3 cache (per-tensor scale) is read as pairs of bytes converted in registers
@@ -148,10 +148,6 @@ def _mla_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, o_tok_stride, o_head_stride
                      (acc / total * kv_scale).to(o_ptr.dtype.element_ty), mask=col < L)
 
 
-# Tile defaults from the sm_90 PTX (research/probes/mla_decode_ptx.py), to be settled by gpu_bench
-# mla_decode_sweep: 8 warps everywhere (at 4, 16 rows × 32 tokens take 221 registers a thread);
-# bf16 pipelined (cp.async, 2 stages); fp8 unpipelined, 64-token tiles for 16-32 rows: with
-# stages the e4m3 pairs go through shared memory and come back as 2-byte reads.
 def num_splits(batch: int, tiles: int, device: torch.device) -> int:
     """About one program per SM, never more (a function of the batch shape only, as a captured
     graph needs). Fewer than the GQA kernel's two per SM: a split's partial is 2 KB of fp32 a
@@ -169,6 +165,17 @@ def head_tile(n_heads: int, q_pad: int) -> int:
     the [64, 512] fp32 accumulator is 128 registers a thread: bf16 fits (245), fp8 spills ~150
     bytes; 16 and 32 rows run on mma.sync and do not spill."""
     return max(1, min(triton.next_power_of_2(n_heads), 64 // q_pad))
+
+
+def tile_defaults(rows: int, fp8: bool) -> tuple[int, int, int]:
+    """(block_n, num_warps, num_stages), from the sm_90 PTX (research/probes/mla_decode_ptx.py)
+    until gpu_bench mla_decode_sweep settles them: 8 warps (at 4, 16 rows × 32 tokens take 221
+    registers a thread); bf16 pipelined (cp.async, 2 stages); fp8 unpipelined with 64-token
+    tiles, since with stages the e4m3 pairs go through shared memory and come back as 2-byte
+    reads; 16 tokens at 64 rows, where the accumulator leaves no registers for more."""
+    if rows >= 64:
+        return 16, 8, 1 if fp8 else 2
+    return (64, 8, 1) if fp8 else (32, 8, 2)
 
 
 def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: AttentionMetadata,
@@ -190,7 +197,7 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
     rows = max(16, q_pad * heads)
     tiles = triton.cdiv(n_heads, heads)
     n_split = splits or num_splits(batch, tiles, q.device)
-    lora_pad, rope_pad = max(16, triton.next_power_of_2(lora)), max(16, triton.next_power_of_2(rope))
+    lora_pad, rope_pad = (max(16, triton.next_power_of_2(n)) for n in (lora, rope))
     if n_split > 1:
         f32 = dict(dtype=torch.float32, device=q.device)
         mid_o = torch.empty((n_tok, n_heads, n_split, lora_pad), **f32)
@@ -199,6 +206,7 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
         mid_o = mid_lse = out
     fp8 = latent_cache.dtype == torch.float8_e4m3fn
     pairs = fp8 and lora == lora_pad and rope == rope_pad and not interpreted()
+    bn, warps, stages = tile_defaults(rows, fp8)
     pdl = pdl_args(q.device)
     _mla_decode_kernel[(tiles, batch, n_split)](
         q, latent_cache, out, mid_o, mid_lse, meta.cu_seqlens_q, meta.context_lens,
@@ -206,10 +214,9 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
         latent_cache.stride(0), latent_cache.stride(1), meta.block_tables.stride(0),
         scale * kv_scale * LOG2E, float(kv_scale), n_heads, n_split, L=lora, R=rope, HEADS=heads,
         M=rows, PAGE=latent_cache.shape[1],
-        BLOCK_N=block_n or (16 if rows >= 64 else 64 if fp8 else 32), LORA=lora_pad,
-        ROPE=rope_pad, SPLIT=n_split > 1, DOT=dot_dtype(q.dtype, latent_cache.dtype),
-        PREC=dot_precision(q.dtype), E4M3_PAIRS=pairs, num_warps=num_warps or 8,
-        num_stages=num_stages or (1 if fp8 else 2), **pdl)
+        BLOCK_N=block_n or bn, LORA=lora_pad, ROPE=rope_pad, SPLIT=n_split > 1,
+        DOT=dot_dtype(q.dtype, latent_cache.dtype), PREC=dot_precision(q.dtype),
+        E4M3_PAIRS=pairs, num_warps=num_warps or warps, num_stages=num_stages or stages, **pdl)
     if n_split > 1:
         merge_heads = min(8, triton.next_power_of_2(n_heads))
         _mla_merge_kernel[(n_tok, triton.cdiv(n_heads, merge_heads))](

@@ -73,7 +73,8 @@ def _mla_prefill_kernel(q_ptr, kv_ptr, lat_ptr, o_ptr, cu_q_ptr, ctx_ptr, cu_ctx
         m_offs = mblk * BLOCK_M + tl.arange(0, BLOCK_M)
         m_mask = m_offs < q_len
         q_pos = prefix + m_offs
-        q_row = q_ptr + (q_start + m_offs).to(tl.int64)[:, None] * q_tok_stride + head * q_head_stride
+        rows_q = (q_start + m_offs).to(tl.int64)[:, None]
+        q_row = q_ptr + rows_q * q_tok_stride + head * q_head_stride
         dn = tl.arange(0, NOPE)
         de = tl.arange(0, ROPE)
         dv = tl.arange(0, V_DIM)
@@ -108,7 +109,7 @@ def _mla_prefill_kernel(q_ptr, kv_ptr, lat_ptr, o_ptr, cu_q_ptr, ctx_ptr, cu_ctx
             acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v.to(DOT), input_precision=PREC)
             m_i = m_new
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-        o_row = o_ptr + (q_start + m_offs).to(tl.int64)[:, None] * o_tok_stride + head * o_head_stride
+        o_row = o_ptr + rows_q * o_tok_stride + head * o_head_stride
         tl.store(o_row + dv[None, :], (acc / l_safe[:, None]).to(o_ptr.dtype.element_ty),
                  mask=m_mask[:, None] & (dv < V)[None, :])
 
