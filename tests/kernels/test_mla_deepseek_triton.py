@@ -80,3 +80,29 @@ def test_verify_steps_on_triton_keep_greedy_output(tmp_path):
         (t + 1) % 256 for t in ref[len(out) + 1:len(out) + 3]]
     tokens, _ = _run_with_drafts(engine, prompts, reference, guess)
     assert tokens == reference
+
+
+@pytest.mark.gpu
+def test_fp8_latent_cache_matches_the_torch_reference(tmp_path):
+    """kv_cache=fp8 on the GPU engine (fp32 activations, eager): the triton kernels quantise,
+    store and read the e4m3 latents as the torch reference does (the same greedy tokens). Not
+    on the CPU: the interpreter's f32 → e4m3 conversion drops mantissa carries (32 can come out
+    as 16), so its caches differ from the reference's and a near-tie flips a token."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    import atom
+
+    path = make_checkpoint("deepseek_v3_q_lora", tmp_path)
+    prompts = _prompts(lengths=(3, 17, 40, 90))
+
+    def run(kernels: str):
+        return _run(atom.build_engine(atom.compose(
+            ["model=local", f"model.path={path}", "load.progress_bar=false", "model.dtype=float32",
+             "kv_cache=fp8", f"runtime.kernels={kernels}", "runtime.enforce_eager=true",
+             "kv_cache.num_blocks=64", "scheduler.max_num_batched_tokens=64",
+             "kv_cache.block_size=16"])), prompts, MAX_NEW)
+
+    (want, want_lp), (got, got_lp) = run("torch"), run("triton")
+    assert got == want
+    for ours, ref in zip(got_lp, want_lp):
+        assert ours == pytest.approx(ref, abs=1e-3)
