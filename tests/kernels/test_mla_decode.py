@@ -105,3 +105,55 @@ def test_cuda_graph_replays_with_new_contexts(kv_dtype):
         ref = torch_ref.mla_decode_attention(q, cache, meta, lora, scale, kv_scale)
         assert rel_err(out, ref) < 1.5e-2
 
+
+
+@pytest.mark.gpu
+def test_mla_layer_decode_step_captures_in_cuda_graph():
+    """The whole absorbed decode step of the layer on the triton backend (rotary + latent store,
+    W_UK, attention, W_UV: no host sync) captured once and replayed for new contexts and slots;
+    each replay matches the torch backend's eager step on the same cache."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from atom.kernels.backend import get_backend
+    from atom.layers import forward_context as fc
+    from atom.layers.forward_context import ForwardContext, forward_context
+    from atom.layers.mla import MLAAttention
+
+    heads, (lora, rope), nope, v = 16, R1, 128, 128
+    batch, ctx0 = 8, [3000] * 8
+    _, cache, meta, _ = _case([1] * batch, ctx0, heads, lora, rope, BF16)
+    g = torch.Generator().manual_seed(3)
+    rnd = lambda *shape: (torch.randn(*shape, generator=g) * 0.3).to(BF16).to(DEVICE)  # noqa
+    w_kvb = rnd(heads * (nope + v), lora) / lora ** 0.5
+    layer = MLAAttention(heads, nope, rope, v, lora, (nope + rope) ** -0.5, 0).to(DEVICE, BF16)
+    layer.absorb(w_kvb)
+    q, kv_c, k_pe = rnd(batch, heads, nope + rope), rnd(batch, lora), rnd(batch, rope)
+    positions = torch.zeros(batch, dtype=torch.long, device=DEVICE)
+    cos_sin = rnd(8192, rope)
+    step = lambda: layer(q, kv_c, k_pe, positions, cos_sin, False, w_kvb)  # noqa: E731
+    fc.set_backend(get_backend("triton"))
+    try:
+        with forward_context(ForwardContext(meta, [(cache,)], [(1.0, 1.0)])):
+            step()
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = step()
+        for ctx in ([1, 17, 3000, 2999, 64, 1000, 5, 2048], [2500] * 8):
+            meta.context_lens.copy_(torch.tensor(ctx, dtype=torch.int32))
+            positions.copy_(torch.tensor(ctx) - 1)
+            slots = [int(meta.block_tables[i, (c - 1) // 16]) * 16 + (c - 1) % 16
+                     for i, c in enumerate(ctx)]
+            meta.slot_mapping.copy_(torch.tensor(slots))
+            meta.context_lens_cpu = ctx
+            ref_cache = cache.clone()
+            graph.replay()
+            fc.set_backend(get_backend("torch"))
+            with forward_context(ForwardContext(meta, [(ref_cache,)], [(1.0, 1.0)])):
+                ref = step()
+            fc.set_backend(get_backend("triton"))
+            assert rel_err(out, ref) < 1.5e-2
+            stored = cache.view(-1, lora + rope)[meta.slot_mapping]
+            assert rel_err(stored, ref_cache.view(-1, lora + rope)[meta.slot_mapping]) < 1e-2
+    finally:  # the backend is process-wide: later tests build on the torch one
+        fc.set_backend(get_backend("torch"))
