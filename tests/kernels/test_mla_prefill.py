@@ -1,6 +1,7 @@
 """Triton MLA prefill (up-projected: gather → kv_b_proj → varlen attention with qk N + R and
 v V dims) vs the torch reference: chunks over cached prefixes, prefixes across page boundaries,
-no prefix, a tail of the batch (first_seq), bf16 and fp8 latents; at R1's widths on the GPU."""
+no prefix, a tail of the batch (first_seq), bf16 and fp8 latents, keys in several passes merged
+by log-sum-exp; at R1's widths on the GPU."""
 from __future__ import annotations
 
 import pytest
@@ -16,7 +17,7 @@ TINY = (4, 16, 8, 16, 32)  # heads, nope, rope, v, kv_lora_rank
 R1_TP8 = (16, 128, 64, 128, 512)
 
 
-def _check(q_lens, ctx_lens, dims, kv_dtype, first_seq=0, seed=0):
+def _check(q_lens, ctx_lens, dims, kv_dtype, first_seq=0, seed=0, **kw):
     heads, nope, rope, v, lora = dims
     kv_scale = 0.05 if kv_dtype == FP8 else 1.0
     _, cache, _, meta = paged_case(q_lens, ctx_lens, 1, 1, lora + rope, 16, BF16, kv_dtype,
@@ -26,7 +27,7 @@ def _check(q_lens, ctx_lens, dims, kv_dtype, first_seq=0, seed=0):
     q = (torch.randn(sum(q_lens[first_seq:]), heads, nope + rope, generator=g)).to(BF16).to(DEVICE)
     w = (torch.randn(heads * (nope + v), lora, generator=g) / lora ** 0.5).to(BF16).to(DEVICE)
     scale = (nope + rope) ** -0.5
-    out = mla_prefill_attention(q, cache, meta, w, nope, scale, kv_scale, first_seq)
+    out = mla_prefill_attention(q, cache, meta, w, nope, scale, kv_scale, first_seq, **kw)
     ref = torch_ref.mla_prefill_attention(q, cache, meta, w, nope, scale, kv_scale, first_seq)
     assert out.shape == (q.shape[0], heads, v)
     err = rel_err(out, ref)
@@ -43,6 +44,23 @@ def test_chunks_over_cached_prefixes(kv_dtype):
 def test_tail_of_the_batch_reads_its_own_rows():
     """first_seq: q holds the tail's tokens from row 0, sequence indices stay absolute."""
     _check([1, 1, 6, 9], [30, 12, 6, 41], TINY, BF16, first_seq=2)
+
+
+@pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
+def test_keys_in_passes_merge_to_the_whole(kv_dtype):
+    """A workspace too small for the contexts: 64-position windows of keys, up-projected and
+    attended one pass at a time and merged by log-sum-exp, equal attending over them all;
+    sequences that end before a window, and queries whose keys all lie in later windows."""
+    _check([20, 70, 3, 1], [150, 70, 200, 65], TINY, kv_dtype, workspace_bytes=1)
+    _check([20, 70, 3, 1], [150, 70, 200, 65], TINY, kv_dtype, first_seq=1, workspace_bytes=1)
+
+
+def test_key_window_bounds_the_workspace():
+    from atom.kernels.triton.mla_prefill import key_window
+
+    assert key_window([100, 30], 10, workspace_bytes=1300) == 100  # everything fits: one pass
+    assert key_window([1000, 3000], 10, workspace_bytes=20_000) == 960  # 2 × 960 × 10 ≤ 20k
+    assert key_window([1000, 3000], 10, workspace_bytes=100) == 64  # at least one key tile
 
 
 def test_head_dims_that_are_not_powers_of_two():

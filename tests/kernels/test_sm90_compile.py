@@ -72,14 +72,16 @@ compile_sm90(MR._mla_rope_store_kernel, {"pos_ptr": "*i64", "slot_ptr": "*i64", 
              dict(IS_NEOX=False, QUANT=True, HEADS=128, HALF=32, LORA=512, PDL=False), 4)
 compile_sm90(MP._gather_latents_kernel, {"c_ptr": "*fp8e4nv", "out_ptr": "*bf16", "ctx_ptr": "*i32",
              "cu_ctx_ptr": "*i32", "bt_ptr": "*i32", "kv_scale": "fp32"} | i32(
-             "c_blk_stride", "c_tok_stride", "bt_stride", "first_seq"),
+             "c_blk_stride", "c_tok_stride", "bt_stride", "first_seq", "k0"),
              dict(W=576, PAGE=64, BLOCK=32, CHUNK=64, DEQUANT=True), 4)
-compile_sm90(MP._mla_prefill_kernel, {"q_ptr": "*bf16", "kv_ptr": "*bf16", "lat_ptr": "*bf16",
-             "o_ptr": "*bf16", "cu_q_ptr": "*i32", "ctx_ptr": "*i32", "cu_ctx_ptr": "*i32",
-             "qk_scale": "fp32"} | i32("q_tok_stride", "q_head_stride", "o_tok_stride",
-             "o_head_stride", "kv_tok_stride", "lat_tok_stride", "first_seq"),
-             dict(N=128, R=64, V=128, L=512, NOPE=128, ROPE=64, V_DIM=128, BLOCK_M=64, BLOCK_N=64,
-             DOT=tl.bfloat16, PREC="tf32"), 8)
+for merge in (False, True):  # one pass, or several merged by log-sum-exp
+    compile_sm90(MP._mla_prefill_kernel, {"q_ptr": "*bf16", "kv_ptr": "*bf16", "lat_ptr": "*bf16",
+                 "o_ptr": "*fp32" if merge else "*bf16", "lse_ptr": "*fp32" if merge else "*bf16",
+                 "cu_q_ptr": "*i32", "ctx_ptr": "*i32", "cu_ctx_ptr": "*i32", "qk_scale": "fp32"}
+                 | i32("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride",
+                       "kv_tok_stride", "lat_tok_stride", "n_heads", "first_seq", "k0"),
+                 dict(N=128, R=64, V=128, L=512, NOPE=128, ROPE=64, V_DIM=128, BLOCK_M=64,
+                      BLOCK_N=64, MERGE=merge, DOT=tl.bfloat16, PREC="tf32"), 8)
 """
 
 
@@ -93,4 +95,5 @@ def test_kernels_compile_for_sm90():
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
         "_decode_kernel", "_decode_kernel", *["_mla_decode_kernel"] * 4, "_mla_merge_kernel",
-        "_mla_rope_store_kernel", "_gather_latents_kernel", "_mla_prefill_kernel"])
+        "_mla_rope_store_kernel", "_gather_latents_kernel", "_mla_prefill_kernel",
+        "_mla_prefill_kernel"])
