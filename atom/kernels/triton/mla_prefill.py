@@ -137,8 +137,9 @@ def _mla_prefill_kernel(q_ptr, kv_ptr, lat_ptr, o_ptr, lse_ptr, cu_q_ptr, ctx_pt
         o_row = o_ptr + rows_q[:, None] * o_tok_stride + head * o_head_stride
         out_mask = m_mask[:, None] & (dv < V)[None, :]
         if MERGE:
-            _merge_into(o_ptr, lse_ptr, o_row, rows_q * n_heads + head, acc, m_i, l_i, out_mask,
-                        m_mask, dv)
+            if hi > 0:  # else every key of the pass lies past these queries: nothing to fold in
+                _merge_into(o_ptr, lse_ptr, o_row, rows_q * n_heads + head, acc, m_i, l_i,
+                            out_mask, m_mask, dv)
         else:
             l_safe = tl.where(l_i == 0.0, 1.0, l_i)
             tl.store(o_row + dv[None, :], (acc / l_safe[:, None]).to(o_ptr.dtype.element_ty),
