@@ -72,7 +72,7 @@ def test_head_dims_that_are_not_powers_of_two():
     gpu_param([2048, 300, 37], [2048, 4000, 1037], R1_TP8, id="r1-tp8-prefill-chunks"),
     gpu_param([512, 1, 64], [8192, 1000, 64], (128, 128, 64, 128, 512), id="r1-tp1-8k-prefix"),
 ])
-@pytest.mark.parametrize("workspace", [None, 64 << 20], ids=["one-pass", "64MB-passes"])
+@pytest.mark.parametrize("workspace", [None, 64 << 20], ids=["default-workspace", "64MB-workspace"])
 def test_r1_widths(q_lens, ctx_lens, dims, kv_dtype, workspace):
     kw = {"workspace_bytes": workspace} if workspace else {}
     _check(q_lens, ctx_lens, dims, kv_dtype, **kw)
