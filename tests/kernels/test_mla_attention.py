@@ -11,13 +11,20 @@ import pytest
 import torch
 
 from atom.kernels import torch_ref
+from atom.kernels.backend import get_backend
+from atom.layers.forward_context import ForwardContext
 from atom.layers.mla import MLAAttention
-from atom.layers.forward_context import ForwardContext, forward_context
+from atom.layers.model_context import ModelContext
 from tests.kernels.kernel_helpers import paged_case, rel_err
 
 H = 4
 Q_LENS, CTX_LENS = [1, 4, 1, 7, 3], [9, 30, 17, 7, 40]
 DIMS = {"tiny": (16, 8, 24, 32), "r1": (128, 64, 128, 512)}  # nope, rope, v, kv_lora_rank
+
+
+def _layer(nope: int, rope: int, v: int, lora: int, kernels: str = "torch") -> MLAAttention:
+    return MLAAttention(ModelContext(get_backend(kernels)), H, nope, rope, v, lora,
+                        (nope + rope) ** -0.5, layer_idx=0)
 
 
 def _case(dims, kv_dtype=torch.float32, kv_scale=1.0, seed=0):
@@ -27,7 +34,7 @@ def _case(dims, kv_dtype=torch.float32, kv_scale=1.0, seed=0):
     g = torch.Generator().manual_seed(seed + 1)
     q = torch.randn(q.shape[0], H, nope + rope, generator=g)
     w_kvb = torch.randn(H * (nope + v), lora, generator=g) / lora ** 0.5
-    layer = MLAAttention(H, nope, rope, v, lora, (nope + rope) ** -0.5, layer_idx=0)
+    layer = _layer(nope, rope, v, lora)
     layer.absorb(w_kvb)
     return q, cache.squeeze(2), meta, w_kvb, layer
 
@@ -86,8 +93,6 @@ def test_layer_splits_short_queries_from_prefills(kernels):
     verifies) through the absorbed path, the rest up-projected; the same as every sequence
     up-projected. The store writes each new token's latent; the cache's other slots keep what
     they held."""
-    from atom.kernels.backend import get_backend
-    from atom.layers import forward_context as fc
     from atom.layers.mla import ABSORBED_MAX_Q, absorbed_head
 
     nope, rope, v, lora = DIMS["tiny"]
@@ -102,18 +107,14 @@ def test_layer_splits_short_queries_from_prefills(kernels):
     q, kv_c, k_pe = (torch.randn(t, H, nope + rope, generator=g), torch.randn(t, lora, generator=g),
                      torch.randn(t, rope, generator=g))
     w_kvb = torch.randn(H * (nope + v), lora, generator=g) / lora ** 0.5
-    layer = MLAAttention(H, nope, rope, v, lora, (nope + rope) ** -0.5, layer_idx=0)
+    layer = _layer(nope, rope, v, lora, kernels)
     layer.absorb(w_kvb)
     positions = torch.cat([torch.arange(c - n, c) for n, c in zip(q_lens, ctx_lens)])
     cos_sin = torch.randn(64, rope)
     before = cache.clone()
     stored = before.clone()
-    fc.set_backend(get_backend(kernels))
-    try:
-        with forward_context(ForwardContext(meta, [(stored,)], [(1.0, 1.0)])):
-            mixed = layer(q, kv_c, k_pe, positions, cos_sin, False, w_kvb)
-    finally:  # the backend is process-wide: later tests build on the torch one
-        fc.set_backend(get_backend("torch"))
+    with layer.slot.using(ForwardContext(meta, [(stored,)], [(1.0, 1.0)])):
+        mixed = layer(q, kv_c, k_pe, positions, cos_sin, False, w_kvb)
     q_rot, rotated = torch_ref.rotary(positions, q[..., nope:], k_pe.unsqueeze(1), cos_sin, False)
     all_up = torch_ref.mla_prefill_attention(torch.cat([q[..., :nope], q_rot], -1), stored, meta,
                                              w_kvb, nope, layer.scale, 1.0)

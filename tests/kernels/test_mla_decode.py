@@ -111,13 +111,13 @@ def test_cuda_graph_replays_with_new_contexts(kv_dtype):
 def test_mla_layer_decode_step_captures_in_cuda_graph():
     """The whole absorbed decode step of the layer on the triton backend (rotary + latent store,
     W_UK, attention, W_UV: no host sync) captured once and replayed for new contexts and slots;
-    each replay matches the torch backend's eager step on the same cache."""
+    each replay matches the same layer on the torch backend, eager, over the same cache."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     from atom.kernels.backend import get_backend
-    from atom.layers import forward_context as fc
-    from atom.layers.forward_context import ForwardContext, forward_context
+    from atom.layers.forward_context import ForwardContext
     from atom.layers.mla import MLAAttention
+    from atom.layers.model_context import ModelContext
 
     heads, (lora, rope), nope, v = 16, R1, 128, 128
     batch, ctx0 = 8, [3000] * 8
@@ -125,35 +125,36 @@ def test_mla_layer_decode_step_captures_in_cuda_graph():
     g = torch.Generator().manual_seed(3)
     rnd = lambda *shape: (torch.randn(*shape, generator=g) * 0.3).to(BF16).to(DEVICE)  # noqa
     w_kvb = rnd(heads * (nope + v), lora) / lora ** 0.5
-    layer = MLAAttention(heads, nope, rope, v, lora, (nope + rope) ** -0.5, 0).to(DEVICE, BF16)
-    layer.absorb(w_kvb)
+    layers = {}
+    for kernels in ("triton", "torch"):
+        layer = MLAAttention(ModelContext(get_backend(kernels)), heads, nope, rope, v, lora,
+                             (nope + rope) ** -0.5, 0).to(DEVICE, BF16)
+        layer.absorb(w_kvb)
+        layers[kernels] = layer
     q, kv_c, k_pe = rnd(batch, heads, nope + rope), rnd(batch, lora), rnd(batch, rope)
     positions = torch.zeros(batch, dtype=torch.long, device=DEVICE)
     cos_sin = rnd(8192, rope)
-    step = lambda: layer(q, kv_c, k_pe, positions, cos_sin, False, w_kvb)  # noqa: E731
-    fc.set_backend(get_backend("triton"))
-    try:
-        with forward_context(ForwardContext(meta, [(cache,)], [(1.0, 1.0)])):
-            step()
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = step()
-        for ctx in ([1, 17, 3000, 2999, 64, 1000, 5, 2048], [2500] * 8):
-            meta.context_lens.copy_(torch.tensor(ctx, dtype=torch.int32))
-            positions.copy_(torch.tensor(ctx) - 1)
-            slots = [int(meta.block_tables[i, (c - 1) // 16]) * 16 + (c - 1) % 16
-                     for i, c in enumerate(ctx)]
-            meta.slot_mapping.copy_(torch.tensor(slots))
-            meta.context_lens_cpu = ctx
-            ref_cache = cache.clone()
-            graph.replay()
-            fc.set_backend(get_backend("torch"))
-            with forward_context(ForwardContext(meta, [(ref_cache,)], [(1.0, 1.0)])):
-                ref = step()
-            fc.set_backend(get_backend("triton"))
-            assert rel_err(out, ref) < 1.5e-2
-            stored = cache.view(-1, lora + rope)[meta.slot_mapping]
-            assert rel_err(stored, ref_cache.view(-1, lora + rope)[meta.slot_mapping]) < 1e-2
-    finally:  # the backend is process-wide: later tests build on the torch one
-        fc.set_backend(get_backend("torch"))
+
+    def step(kernels: str, c: torch.Tensor) -> torch.Tensor:
+        layer = layers[kernels]
+        with layer.slot.using(ForwardContext(meta, [(c,)], [(1.0, 1.0)])):
+            return layer(q, kv_c, k_pe, positions, cos_sin, False, w_kvb)
+
+    step("triton", cache)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step("triton", cache)
+    for ctx in ([1, 17, 3000, 2999, 64, 1000, 5, 2048], [2500] * 8):
+        meta.context_lens.copy_(torch.tensor(ctx, dtype=torch.int32))
+        positions.copy_(torch.tensor(ctx) - 1)
+        slots = [int(meta.block_tables[i, (c - 1) // 16]) * 16 + (c - 1) % 16
+                 for i, c in enumerate(ctx)]
+        meta.slot_mapping.copy_(torch.tensor(slots))
+        meta.context_lens_cpu = ctx
+        ref_cache = cache.clone()
+        graph.replay()
+        ref = step("torch", ref_cache)
+        assert rel_err(out, ref) < 1.5e-2
+        stored = cache.view(-1, lora + rope)[meta.slot_mapping]
+        assert rel_err(stored, ref_cache.view(-1, lora + rope)[meta.slot_mapping]) < 1e-2

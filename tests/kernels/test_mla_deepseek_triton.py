@@ -13,16 +13,6 @@ from tests.engine.test_oracle_deepseek import _engine, _hf_greedy, _prompts, _ru
 MAX_NEW = 6
 
 
-@pytest.fixture(autouse=True)
-def _torch_backend_after():
-    """The backend is process-wide: later tests build on the torch one."""
-    yield
-    from atom.kernels.backend import get_backend
-    from atom.layers import forward_context
-
-    forward_context.set_backend(get_backend("torch"))
-
-
 def test_greedy_tokens_and_logprobs_match_transformers(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("the CPU engine (fp32, interpreted); the GPU path is the test below")
