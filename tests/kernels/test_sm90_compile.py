@@ -57,10 +57,12 @@ mla = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_
 mla |= i32("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride", "c_blk_stride",
            "c_tok_stride", "bt_stride", "n_heads", "n_splits")
 mla |= {"qk_scale": "fp32", "kv_scale": "fp32"}
-for fp8, rows, split in ((False, 16, False), (False, 64, True), (True, 16, True), (True, 64, False)):
+for fp8, rows, split, dot in ((False, 16, False, tl.bfloat16), (False, 64, True, tl.bfloat16),
+                              (True, 16, True, tl.float16), (True, 64, False, tl.float16),
+                              (True, 16, False, tl.float32)):  # the last: an fp32 model
     compile_sm90(MD._mla_decode_kernel, mla | ({"c_ptr": "*fp8e4nv"} if fp8 else {}), dict(
-        L=512, R=64, HEADS=rows, M=rows, PAGE=64, BLOCK_N=16 if rows == 64 else 32, LORA=512, ROPE=64,
-        SPLIT=split, DOT=tl.float16 if fp8 else tl.bfloat16, PREC="tf32", PDL=False,
+        L=512, R=64, HEADS=rows, M=rows, PAGE=64, BLOCK_N=16 if rows == 64 else 32, LORA=512,
+        ROPE=64, SPLIT=split, DOT=dot, PREC="ieee" if dot == tl.float32 else "tf32", PDL=False,
         E4M3_PAIRS=fp8), 8)
 compile_sm90(MD._mla_merge_kernel, {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": "*bf16",
              "kv_scale": "fp32"} | i32("o_tok_stride", "o_head_stride", "n_heads", "n_splits"),
@@ -94,6 +96,6 @@ def test_kernels_compile_for_sm90():
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
-        "_decode_kernel", "_decode_kernel", *["_mla_decode_kernel"] * 4, "_mla_merge_kernel",
+        "_decode_kernel", "_decode_kernel", *["_mla_decode_kernel"] * 5, "_mla_merge_kernel",
         "_mla_rope_store_kernel", "_gather_latents_kernel", "_mla_prefill_kernel",
         "_mla_prefill_kernel"])

@@ -38,8 +38,8 @@ def _load_latent(c_ptr, off, n_mask, BLOCK_N: tl.constexpr, L: tl.constexpr, R: 
     """The [BLOCK_N, LORA] compressed KV and [BLOCK_N, ROPE] rope key of tokens at `off`, in
     the dot dtype (padding columns past L and R zero)."""
     if E4M3_PAIRS:
-        kv = load_e4m3_as_f16(c_ptr, off, n_mask, BLOCK_N, LORA)
-        pe = load_e4m3_as_f16(c_ptr, off + LORA, n_mask, BLOCK_N, ROPE)
+        kv = load_e4m3_as_f16(c_ptr, off, n_mask, BLOCK_N, LORA).to(DOT)  # DOT: f32 on fp32 models
+        pe = load_e4m3_as_f16(c_ptr, off + LORA, n_mask, BLOCK_N, ROPE).to(DOT)
     else:
         col = tl.arange(0, LORA)
         kv = tl.load(c_ptr + off[:, None] + col[None, :],
