@@ -102,7 +102,7 @@ def build_app(cfg: Config) -> Any:
     """The OpenAI server's Litestar app: engine core started in its own process, tokenizer loaded
     here meanwhile, then (once the model is loaded) the app over both. The app closes the core on
     shutdown."""
-    from atom.entrypoints.openai.app import create_app
+    from atom.serving.app import create_app
     from atom.model_engine.engine_client import EngineClient
 
     if cfg.server.engine_source == "model":

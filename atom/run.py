@@ -31,7 +31,7 @@ def _sweep_dir() -> Optional[Path]:
 
 def run_job(cfg: Config) -> object:
     if cfg.job == "serve":
-        from atom.entrypoints.openai.api_server import serve
+        from atom.entrypoints.api_server import serve
 
         return serve(cfg)
     if cfg.job == "generate":

@@ -111,8 +111,8 @@ async def run_level(base_url: str, streams: int, tokens: int) -> dict:
 
 def frame_cost(n: int = 200_000) -> dict:
     """Per-frame encode cost of one streaming chunk: the shared msgspec encoder vs json.dumps."""
-    from atom.entrypoints.openai.protocol import CompletionChoice, CompletionResponse
-    from atom.entrypoints.openai.sse import data_frame
+    from atom.serving.openai.protocol import CompletionChoice, CompletionResponse
+    from atom.serving.sse import data_frame
 
     def via_msgspec() -> bytes:
         return data_frame(CompletionResponse("cmpl-0123456789abcdef", 1796000000, "model-name",

@@ -34,7 +34,7 @@ def config_from_argv(argv: Optional[Sequence[str]] = None) -> Config:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     from atom.config.report import config_errors_exit
-    from atom.entrypoints.openai.api_server import serve
+    from atom.entrypoints.api_server import serve
 
     with config_errors_exit():
         cfg = config_from_argv(argv)

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from atom.config.compose import compose
-from atom.entrypoints.openai.errors import engine_error
-from atom.entrypoints.openai.streaming_dispatch import StreamBatchDispatcher, StreamOutputCollector
+from atom.serving.errors import engine_error
+from atom.serving.streaming_dispatch import StreamBatchDispatcher, StreamOutputCollector
 from atom.core_process import run_core
 from atom.model_engine.engine_client import EngineClient, RequestFailed
 from atom.sampling_params import SamplingParams

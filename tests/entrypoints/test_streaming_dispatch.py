@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from atom.entrypoints.openai.protocol import ChatChunkChoice, ChatCompletionChunk, DeltaMessage
-from atom.entrypoints.openai.sse import DONE_FRAME, data_frame, event_frame
-from atom.entrypoints.openai.streaming_dispatch import (SilenceWatchdog, StreamBatchDispatcher,
+from atom.serving.openai.protocol import ChatChunkChoice, ChatCompletionChunk, DeltaMessage
+from atom.serving.sse import DONE_FRAME, data_frame, event_frame
+from atom.serving.streaming_dispatch import (SilenceWatchdog, StreamBatchDispatcher,
                                                         StreamOutputCollector, client_stream)
 from atom.model_engine.messages import TokenLogprob
 from atom.model_engine.output_processor import RequestOutput

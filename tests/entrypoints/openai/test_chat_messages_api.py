@@ -5,17 +5,17 @@ import json
 
 import msgspec
 
-from atom.entrypoints.openai.chat_reader import merge_deltas
-from atom.entrypoints.openai.reasoning import ReasoningChannel
-from atom.entrypoints.openai.reasoning_dialects import THINK
-from atom.entrypoints.openai.serving_messages import (
+from atom.serving.openai.chat_reader import merge_deltas
+from atom.chat.reasoning import ReasoningChannel
+from atom.chat.reasoning_dialects import THINK
+from atom.serving.anthropic.serving_messages import (
     BlockWriter, MessagesRequest, chat_messages, openai_tools, thinking_disabled)
-from atom.entrypoints.openai.tool_parser.chat_io import OpenAIChatReader
-from atom.entrypoints.openai.tool_parser.events import (
+from atom.chat.chat_io import OpenAIChatReader
+from atom.chat.tool_parser.events import (
     ContentDelta, ReasoningDelta, ToolCallArgs, ToolCallStart)
-from atom.entrypoints.openai.tool_parser.policy import ToolPolicy
-from atom.entrypoints.openai.tool_parser.qwen import QwenFormat
-from atom.entrypoints.openai.tool_parser.response import ResponseReader
+from atom.chat.tool_parser.policy import ToolPolicy
+from atom.chat.tool_parser.qwen import QwenFormat
+from atom.chat.reader import ResponseReader
 
 CALL_TEXT = ("<think>hmm</think>Checking.\n<tool_call>\n<function=get_weather>\n"
              "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>")

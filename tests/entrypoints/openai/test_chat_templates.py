@@ -12,18 +12,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "templates"))
 import llama_cpp_templates  # noqa: E402
 
 from atom.config.format import REASONING_DIALECTS, TOOL_CALL_PARSERS  # noqa: E402
-from atom.entrypoints.openai.chat_encoders import (  # noqa: E402
+from atom.chat.encoders import (  # noqa: E402
     JinjaChatEncoder, TemplateRenderError, apply_chat_template, find_thinking_switch,
     load_chat_encoder)
-from atom.entrypoints.openai.reasoning import ReasoningChannel  # noqa: E402
-from atom.entrypoints.openai.tool_parser.chat_io import ChatIO  # noqa: E402
-from atom.entrypoints.openai.reasoning_dialects import DIALECTS  # noqa: E402
-from atom.entrypoints.openai.tool_parser.events import ToolCallArgs, ToolCallStart  # noqa: E402
-from atom.entrypoints.openai.tool_parser.policy import ToolPolicy  # noqa: E402
-from atom.entrypoints.openai.tool_parser.registry import (  # noqa: E402
+from atom.chat.reasoning import ReasoningChannel  # noqa: E402
+from atom.chat.chat_io import ChatIO  # noqa: E402
+from atom.chat.reasoning_dialects import DIALECTS  # noqa: E402
+from atom.chat.tool_parser.events import ToolCallArgs, ToolCallStart  # noqa: E402
+from atom.chat.tool_parser.policy import ToolPolicy  # noqa: E402
+from atom.chat.tool_parser.registry import (  # noqa: E402
     FORMATS, UnknownToolFormat, resolve_tool_format)
-from atom.entrypoints.openai.tool_parser.resolve import resolve_model_formats  # noqa: E402
-from atom.entrypoints.openai.tool_parser.response import read_response  # noqa: E402
+from atom.chat.formats import resolve_model_formats  # noqa: E402
+from atom.chat.reader import read_response  # noqa: E402
 
 # template -> (tool format, reasoning dialect, thinking-switch kwarg)
 EXPECTED = {

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atom.entrypoints.openai.reasoning import ReasoningChannel
-from atom.entrypoints.openai.reasoning_dialects import (
+from atom.chat.reasoning import ReasoningChannel
+from atom.chat.reasoning_dialects import (
     DEEPSEEK_R1, DIALECTS, KIMI_K3, NONE, THINK, generation_part, resolve_dialect)
 
 CHUNKS = (1, 2, 3, 7, 64, None)

@@ -5,15 +5,15 @@ import json
 
 import pytest
 
-from atom.entrypoints.openai import kimi_k3_tokens as k3
-from atom.entrypoints.openai.tool_parser.dsml import DsmlFormat
-from atom.entrypoints.openai.tool_parser.events import ContentDelta, ToolCallArgs, ToolCallStart
-from atom.entrypoints.openai.tool_parser.glm import GlmFormat
-from atom.entrypoints.openai.tool_parser.kimi_k3 import KimiK3Format
-from atom.entrypoints.openai.tool_parser.minimax import MiniMaxFormat
-from atom.entrypoints.openai.tool_parser.policy import ToolPolicy
-from atom.entrypoints.openai.tool_parser.qwen import QwenFormat
-from atom.entrypoints.openai.tool_parser.stream import ToolCallStream, read_whole
+from atom.chat import kimi_k3_tokens as k3
+from atom.chat.tool_parser.dsml import DsmlFormat
+from atom.chat.tool_parser.events import ContentDelta, ToolCallArgs, ToolCallStart
+from atom.chat.tool_parser.glm import GlmFormat
+from atom.chat.tool_parser.kimi_k3 import KimiK3Format
+from atom.chat.tool_parser.minimax import MiniMaxFormat
+from atom.chat.tool_parser.policy import ToolPolicy
+from atom.chat.tool_parser.qwen import QwenFormat
+from atom.chat.tool_parser.stream import ToolCallStream, read_whole
 
 POLICY = ToolPolicy({"write_file": {}, "get_weather": {}, "br": {}})
 T = "｜DSML｜"

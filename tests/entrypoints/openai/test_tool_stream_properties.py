@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "templates"))
 import tool_wire  # noqa: E402
 
-from atom.entrypoints.openai.reasoning import ReasoningChannel  # noqa: E402
-from atom.entrypoints.openai.reasoning_dialects import KIMI_K3, THINK  # noqa: E402
-from atom.entrypoints.openai.tool_parser.events import (  # noqa: E402
+from atom.chat.reasoning import ReasoningChannel  # noqa: E402
+from atom.chat.reasoning_dialects import KIMI_K3, THINK  # noqa: E402
+from atom.chat.tool_parser.events import (  # noqa: E402
     ContentDelta, ReasoningDelta, ToolCallArgs, ToolCallStart)
-from atom.entrypoints.openai.tool_parser.policy import ToolPolicy  # noqa: E402
-from atom.entrypoints.openai.tool_parser.registry import FORMATS  # noqa: E402
-from atom.entrypoints.openai.tool_parser.response import ResponseReader, read_response  # noqa: E402
-from atom.entrypoints.openai.tool_parser.stream import ToolCallStream, read_whole  # noqa: E402
+from atom.chat.tool_parser.policy import ToolPolicy  # noqa: E402
+from atom.chat.tool_parser.registry import FORMATS  # noqa: E402
+from atom.chat.reader import ResponseReader, read_response  # noqa: E402
+from atom.chat.tool_parser.stream import ToolCallStream, read_whole  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {
     "city": {"type": "string"}, "days": {"type": "integer"}, "notes": {"type": "string"}}}

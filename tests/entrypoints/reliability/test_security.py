@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from atom.config.schema import Config
-from atom.entrypoints.openai.chat_encoders import (JinjaChatEncoder, TemplateRenderError,
+from atom.chat.encoders import (JinjaChatEncoder, TemplateRenderError,
                                                    load_chat_encoder, render_budget)
-from atom.entrypoints.openai.context import model_aliases, served_model_name
-from atom.entrypoints.openai.errors import public_reason
+from atom.serving.context import model_aliases, served_model_name
+from atom.serving.errors import public_reason
 from srv_process import API_KEY
 
 USER = [{"role": "user", "content": "hi"}]

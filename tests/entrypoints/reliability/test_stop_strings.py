@@ -10,7 +10,7 @@ import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atom.entrypoints.openai.protocol import MAX_STOP_CHARS, MAX_STOP_STRINGS
+from atom.serving.openai.protocol import MAX_STOP_CHARS, MAX_STOP_STRINGS
 from atom.model_engine.stop_strings import StopStringMatcher
 
 
