@@ -368,16 +368,31 @@ def load_python_encoder(model_dir: str | Path, trust_remote_code: bool) -> Optio
     raise TemplateRenderError(f"{path} defines none of {_ENCODER_FUNCTIONS}")
 
 
+# For tokenizers that ship no template (dummy-weight and test models): plain ChatML.
+FALLBACK_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
 def load_chat_encoder(model_dir: Optional[str | Path], chat_template: Optional[str] = None,
-                      trust_remote_code: bool = False) -> Optional[ChatEncoder]:
-    """The model's encoder: a configured .jinja file, the model's own template, or its encoder."""
+                      trust_remote_code: bool = False,
+                      tokenizer: Any = None) -> Optional[ChatEncoder]:
+    """The model's encoder, first found of: a configured .jinja file, the loaded tokenizer's
+    template (a GGUF carries its own), the model directory's template, its Python encoder."""
+    special = {k: v for k in ("bos_token", "eos_token")
+               if isinstance(v := getattr(tokenizer, k, None), str)}
     if chat_template is not None:
-        return JinjaChatEncoder(Path(chat_template).read_text(encoding="utf-8"))
+        return JinjaChatEncoder(Path(chat_template).read_text(encoding="utf-8"), special)
+    own = getattr(tokenizer, "chat_template", None)
+    if isinstance(own, dict):
+        own = own.get("tool_use") or own.get("default")
+    if isinstance(own, str) and own:
+        return JinjaChatEncoder(own, special)
     if model_dir is None:
         return None
-    source, special = _model_template(Path(model_dir))
+    source, from_dir = _model_template(Path(model_dir))
     if source is not None:
-        return JinjaChatEncoder(source, special)
+        return JinjaChatEncoder(source, {**from_dir, **special})
     return load_python_encoder(model_dir, trust_remote_code)
 
 

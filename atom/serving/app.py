@@ -15,20 +15,22 @@ from litestar import Litestar, Request, Response, Router, get, post
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
+from atom.chat.chat_io import build_chat_io
 from atom.config.schema import Config
-from atom.serving.openai.chat_reader import ChatReaderFactory
-from atom.serving.openai.chat_messages import ChatRenderer
+from atom.serving.anthropic.serving_messages import messages_handler
 from atom.serving.context import ServerContext, model_aliases, served_model_name
 from atom.serving.errors import OpenAIError, engine_unavailable, handle_error
 from atom.serving.metrics import CONTENT_TYPE, AtomMetricsExporter
+from atom.serving.mtp_stats import mtp_stats_handler
+from atom.serving.openai.protocol import (ChatCompletionRequest, CompletionRequest,
+                                          HealthResponse, ModelCard, ModelList)
+from atom.serving.openai.serving_chat import OpenAIServingChat
+from atom.serving.openai.serving_completion import OpenAIServingCompletion
+from atom.serving.openai.serving_tokenize import tokenize_handlers
 from atom.serving.openapi import openapi_document
 from atom.serving.profiling import ProfileControl, profile_handlers
-from atom.serving.openai.protocol import (ChatCompletionRequest, CompletionRequest,
-                                              HealthResponse, ModelCard, ModelList)
 from atom.serving.request_body import decode_body
-from atom.serving.sse import encode_json
-from atom.serving.openai.serving_chat import OpenAIServingChat
-from atom.serving.openai.serving_completion import OpenAIServingCompletion, json_response
+from atom.serving.sse import encode_json, json_response
 from atom.serving.streaming_dispatch import SilenceWatchdog, StreamBatchDispatcher
 
 log = logging.getLogger("atom.server")
@@ -60,8 +62,6 @@ def _api_key_guard(key: Optional[str]):
 
 
 def create_app(cfg: Config, client: Any, *, tokenizer: Any = None,
-               chat_renderer: Optional[ChatRenderer] = None,
-               chat_reader_factory: Optional[ChatReaderFactory] = None,
                close_client_on_shutdown: bool = True) -> Litestar:
     """An app serving `client` (an EngineClient already started, or a test double)."""
     tokenizer = tokenizer if tokenizer is not None else client.tokenizer
@@ -72,12 +72,8 @@ def create_app(cfg: Config, client: Any, *, tokenizer: Any = None,
     ctx = ServerContext(cfg, client, tokenizer, watchdog, metrics, model_name=name,
                         aliases=model_aliases(cfg))
     # Tool calls and reasoning (cfg.format): template, format and dialect resolved once here.
-    from atom.serving.anthropic.serving_messages import messages_handler
-    from atom.chat.chat_io import build_chat_io
-
     chat_io = build_chat_io(cfg, tokenizer)
-    chat = OpenAIServingChat(ctx, chat_renderer or chat_io.render,
-                             chat_reader_factory or chat_io.reader)
+    chat = OpenAIServingChat(ctx, chat_io)
     completion = OpenAIServingCompletion(ctx)
 
     @post("/chat/completions", status_code=200)
@@ -132,9 +128,6 @@ def create_app(cfg: Config, client: Any, *, tokenizer: Any = None,
 
     v1 = Router("/v1", route_handlers=[chat_completions, completions, models,
                                        messages_handler(ctx, chat_io)])
-    from atom.serving.mtp_stats import mtp_stats_handler
-    from atom.serving.openai.serving_tokenize import tokenize_handlers
-
     app = Litestar(
         route_handlers=[v1, health, metrics_route, openapi_route, *profile_handlers(profiling),
                         *tokenize_handlers(ctx, chat_io, []),

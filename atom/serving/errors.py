@@ -7,17 +7,29 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Optional
+from typing import Optional, Union
 
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
+from msgspec import Struct
 
-from atom.serving.anthropic.protocol import AnthropicErrorInfo, AnthropicErrorResponse
-from atom.serving.openai.protocol import ErrorInfo, ErrorResponse
-from atom.serving.sse import encode_json
 from atom.model_engine.engine_client import EngineError, RequestFailed
+from atom.serving.sse import encode_json
 
 log = logging.getLogger("atom.server")
+
+class ErrorInfo(Struct):
+    message: str
+    type: str
+    param: Optional[str] = None
+    code: Optional[Union[str, int]] = None
+
+
+class ErrorResponse(Struct):
+    """The error body of every route but /v1/messages (which answers in Anthropic's shape)."""
+
+    error: ErrorInfo
+
 
 _STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                  405: "invalid_request_error", 413: "invalid_request_error",
@@ -94,23 +106,3 @@ def as_openai_error(request: Request, exc: Exception) -> OpenAIError:
 
 def handle_error(request: Request, exc: Exception) -> Response:
     return error_response(as_openai_error(request, exc))
-
-
-# Anthropic's error types by status; its SDKs show `error.message` and branch on the status.
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                    403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
-                    413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
-
-
-def anthropic_body(err: OpenAIError) -> AnthropicErrorResponse:
-    """Anthropic names the field as a prefix of the message (`messages.0.content: ...`)."""
-    kind = _ANTHROPIC_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
-    message = f"{err.param}: {err.message}" if err.param else err.message
-    return AnthropicErrorResponse(AnthropicErrorInfo(kind, without_paths(message)))
-
-
-def handle_anthropic_error(request: Request, exc: Exception) -> Response:
-    """/v1/messages answers every failure in Anthropic's shape."""
-    err = as_openai_error(request, exc)
-    return Response(encode_json(anthropic_body(err)), status_code=err.status,
-                    media_type="application/json")

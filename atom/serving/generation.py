@@ -9,13 +9,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from atom.serving.errors import engine_error, engine_unavailable
-from atom.serving.openai.protocol import PromptTokensDetails, UsageInfo
-from atom.serving.streaming_dispatch import StreamOutputCollector
 from atom.model_engine.engine_client import EngineCoreDead, EngineError
 from atom.model_engine.messages import TokenLogprob
 from atom.model_engine.output_processor import RequestOutput
 from atom.sampling_params import SamplingParams
+from atom.serving.errors import engine_error, engine_unavailable
+from atom.serving.streaming_dispatch import StreamOutputCollector
+from atom.serving.usage import PromptTokensDetails, UsageInfo
 
 if TYPE_CHECKING:
     from atom.serving.context import ServerContext

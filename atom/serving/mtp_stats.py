@@ -11,8 +11,8 @@ from litestar import Response, get
 from litestar.handlers import HTTPRouteHandler
 
 from atom.config.schema import Config
-from atom.serving.sse import encode_json
 from atom.model_engine.messages import EngineStats
+from atom.serving.sse import encode_json
 from atom.spec_decode.stats import mtp_stats_json
 
 

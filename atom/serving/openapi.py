@@ -11,9 +11,10 @@ from typing import Any
 import msgspec
 
 from atom.serving.anthropic.protocol import AnthropicErrorResponse, MessagesRequest
+from atom.serving.errors import ErrorResponse
 from atom.serving.openai.protocol import (ChatCompletionRequest, ChatCompletionResponse,
-                                              CompletionRequest, CompletionResponse, ErrorResponse,
-                                              HealthResponse, ModelList)
+                                          CompletionRequest, CompletionResponse, HealthResponse,
+                                          ModelList)
 
 _REF = "#/components/schemas/{name}"
 # OpenAPI 3.1 reads an event stream's `schema` as one event: its `data` line(s) and `event` name

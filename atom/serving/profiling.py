@@ -18,7 +18,7 @@ from litestar.handlers import HTTPRouteHandler
 
 from atom.config.schema import Config
 from atom.serving.errors import OpenAIError, bad_request, engine_unavailable
-from atom.serving.openai.serving_completion import json_response
+from atom.serving.sse import json_response
 
 log = logging.getLogger("atom.server")
 

@@ -15,9 +15,9 @@ from typing import Any, Callable, Optional, TypeVar
 
 import msgspec
 
-from atom.chat.encoders import render_budget
+from atom.chat.chat_io import ChatIO, ChatRequest, RenderedChat
+from atom.chat.encoders import TemplateRenderError, render_budget
 from atom.serving.errors import OpenAIError, bad_request
-from atom.serving.openai.protocol import ChatMessage
 
 T = TypeVar("T")
 
@@ -44,19 +44,16 @@ def check_prompt_chars(chars: int, ctx: Any, param: str) -> None:
                           "accepted).", param, "context_length_exceeded")
 
 
-def message_chars(messages: list[ChatMessage]) -> int:
+def message_chars(messages: list[dict[str, Any]]) -> int:
     """Characters the messages bring to the prompt (the template adds its own framing)."""
     total = 0
     for m in messages:
-        content = m.content
-        if isinstance(content, str):
-            total += len(content)
-        elif isinstance(content, list):
-            total += sum(len(p.get("text") or "") for p in content if isinstance(p, dict)
-                         and isinstance(p.get("text"), str))
-        total += len(m.reasoning_content or "")
-        if m.tool_calls:
-            total += len(msgspec.json.encode(m.tool_calls))
+        content = m.get("content")
+        total += len(content) if isinstance(content, str) else 0
+        reasoning = m.get("reasoning_content")
+        total += len(reasoning) if isinstance(reasoning, str) else 0
+        if m.get("tool_calls"):
+            total += len(msgspec.json.encode(m["tool_calls"]))
     return total
 
 
@@ -65,14 +62,14 @@ async def off_loop(fn: Callable[[], T]) -> T:
     return await asyncio.get_running_loop().run_in_executor(None, contextvars.copy_context().run, fn)
 
 
-async def render_chat(ctx: Any, renderer: Callable[[Any, list[ChatMessage]], list[int]], req: Any,
-                      messages: list[ChatMessage], param: str = "messages") -> list[int]:
-    """The prompt's token ids; any failure of the template or the renderer is a 400."""
-    check_prompt_chars(message_chars(messages), ctx, param)
+async def render_chat(ctx: Any, chat_io: ChatIO, chat: ChatRequest,
+                      param: str = "messages") -> RenderedChat:
+    """The rendered prompt; any failure of the template is a 400."""
+    check_prompt_chars(message_chars(chat.messages), ctx, param)
     timeout = ctx.cfg.server.chat_template_timeout_s
     limit = max_prompt_chars(ctx) or 2**62
     with render_budget(timeout, limit):
-        work = asyncio.ensure_future(off_loop(lambda: _render(renderer, req, messages, param)))
+        work = asyncio.ensure_future(off_loop(lambda: _render(chat_io, chat, param)))
     try:
         return await asyncio.wait_for(work, timeout + _GRACE_S)
     except asyncio.TimeoutError:
@@ -80,10 +77,12 @@ async def render_chat(ctx: Any, renderer: Callable[[Any, list[ChatMessage]], lis
                           "invalid_messages") from None
 
 
-def _render(renderer: Callable[[Any, list[ChatMessage]], list[int]], req: Any,
-            messages: list[ChatMessage], param: str) -> list[int]:
+def _render(chat_io: ChatIO, chat: ChatRequest, param: str) -> RenderedChat:
     try:
-        return renderer(req, messages)
+        return chat_io.render(chat)
+    except TemplateRenderError as exc:
+        raise bad_request(f"the chat template rejected these messages: {exc}", param,
+                          "invalid_messages") from exc
     except OpenAIError:
         raise
     except Exception as exc:  # noqa: BLE001 - a template is code; its failure is the request's

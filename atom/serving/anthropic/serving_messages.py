@@ -19,24 +19,24 @@ from typing import Any, AsyncIterator, Optional, Union
 from litestar import Request, Response, post
 from litestar.response import Stream
 
-from atom.serving.errors import (bad_request, engine_error, engine_unavailable,
-                                            handle_anthropic_error)
-from atom.serving.generation import Generation, complete_or_abort
+from atom.chat.chat_io import ChatIO, ChatRequest
+from atom.chat.tool_parser.events import (
+    ContentDelta, Event, ReasoningDelta, ToolCallArgs, ToolCallStart)
+from atom.model_engine.engine_client import EngineError
+from atom.serving.anthropic.errors import handle_anthropic_error
 from atom.serving.anthropic.protocol import (
     ContentBlock, MessagesRequest, PlainTextBlock, TextBlock, ThinkingBlock, ThinkingDisabled,
     ThinkingEnabled, ToolChoice, ToolChoiceAny, ToolChoiceNone, ToolChoiceTool, ToolParam,
     ToolResultBlock, ToolUseBlock)
+from atom.serving.errors import bad_request, engine_error, engine_unavailable
+from atom.serving.generation import Generation, complete_or_abort
+from atom.serving.openai.protocol import ChatCompletionRequest
+from atom.serving.openai.validation import check_model, fit_max_tokens, sampling_params
 from atom.serving.prompt_input import render_chat
-from atom.serving.openai.protocol import ChatCompletionRequest, ChatMessage
 from atom.serving.request_body import decode_body
-from atom.serving.openai.serving_completion import SSE_HEADERS, json_response
+from atom.serving.sse import SSE_HEADERS, json_response
 from atom.serving.sse import event_frame
 from atom.serving.streaming_dispatch import client_stream
-from atom.chat.chat_io import ChatIO
-from atom.chat.tool_parser.events import (
-    ContentDelta, Event, ReasoningDelta, ToolCallArgs, ToolCallStart)
-from atom.serving.openai.validation import check_model, fit_max_tokens, sampling_params
-from atom.model_engine.engine_client import EngineError
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "abort": "end_turn"}
 
@@ -49,12 +49,12 @@ def _text_of(content: Union[str, list[PlainTextBlock], None]) -> str:
     return "".join(b.text for b in content or ())
 
 
-def chat_messages(req: MessagesRequest) -> list[ChatMessage]:
+def chat_messages(req: MessagesRequest) -> list[dict[str, Any]]:
     """Anthropic turns as chat-template messages: tool_result blocks become tool messages,
     tool_use blocks tool_calls, thinking blocks reasoning_content."""
-    out: list[ChatMessage] = []
+    out: list[dict[str, Any]] = []
     if req.system:
-        out.append(ChatMessage("system", _text_of(req.system)))
+        out.append({"role": "system", "content": _text_of(req.system)})
     for m in req.messages:
         blocks = [TextBlock(m.content)] if isinstance(m.content, str) else m.content
         if m.role == "user":
@@ -64,27 +64,32 @@ def chat_messages(req: MessagesRequest) -> list[ChatMessage]:
     return out
 
 
-def _user_turn(blocks: list[ContentBlock]) -> list[ChatMessage]:
-    turn: list[ChatMessage] = []
+def _user_turn(blocks: list[ContentBlock]) -> list[dict[str, Any]]:
+    turn: list[dict[str, Any]] = []
     text = []
     for b in blocks:
         if isinstance(b, ToolResultBlock):
-            turn.append(ChatMessage("tool", _text_of(b.content), tool_call_id=b.tool_use_id))
+            turn.append({"role": "tool", "content": _text_of(b.content),
+                         "tool_call_id": b.tool_use_id})
         elif isinstance(b, TextBlock):
             text.append(b.text)
     if text or not turn:
-        turn.append(ChatMessage("user", "".join(text)))
+        turn.append({"role": "user", "content": "".join(text)})
     return turn
 
 
-def _assistant_turn(blocks: list[ContentBlock]) -> ChatMessage:
+def _assistant_turn(blocks: list[ContentBlock]) -> dict[str, Any]:
     text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
     thinking = "".join(b.thinking for b in blocks if isinstance(b, ThinkingBlock))
     calls = [{"id": b.id, "type": "function",
               "function": {"name": b.name, "arguments": json.dumps(b.input)}}
              for b in blocks if isinstance(b, ToolUseBlock)]
-    return ChatMessage("assistant", text, tool_calls=calls or None,
-                       reasoning_content=thinking or None)
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        message["tool_calls"] = calls
+    if thinking:
+        message["reasoning_content"] = thinking
+    return message
 
 
 def openai_tools(tools: Optional[list[ToolParam]]) -> Optional[list[dict[str, Any]]]:
@@ -217,33 +222,39 @@ class ServingMessages:
         self.ctx = ctx
         self.io = chat_io
 
-    def _chat_request(self, req: MessagesRequest) -> ChatCompletionRequest:
+    def _chat_request(self, req: MessagesRequest) -> ChatRequest:
         kwargs: dict[str, Any] = {}
         off = thinking_disabled(req.thinking)
         switch = self.io.formats.thinking_switch
         if off is not None and switch is not None:
             kwargs.update(switch.kwargs(not off))
+        return ChatRequest(chat_messages(req), openai_tools(req.tools),
+                           openai_tool_choice(req.tool_choice), True, kwargs)
+
+    @staticmethod
+    def _sampling_request(req: MessagesRequest) -> ChatCompletionRequest:
+        """The sampling fields in the terms the shared validation reads."""
         return ChatCompletionRequest(
             model=req.model, max_tokens=req.max_tokens, temperature=req.temperature,
-            top_p=req.top_p, top_k=req.top_k, stop=req.stop_sequences, stream=req.stream,
-            messages=chat_messages(req), tools=openai_tools(req.tools),
-            tool_choice=openai_tool_choice(req.tool_choice), chat_template_kwargs=kwargs or None)
+            top_p=req.top_p, top_k=req.top_k, stop=req.stop_sequences, stream=req.stream)
 
     async def create(self, req: MessagesRequest, request: Request, arrival: float) -> Response:
         ctx = self.ctx
         check_model(req.model, ctx.aliases, ctx.model_name)
         check_tools(req)
         chat = self._chat_request(req)
+        sampling = self._sampling_request(req)
         if not ctx.client.alive:
             raise engine_unavailable()
-        prompt = await render_chat(ctx, self.io.render, chat, chat.messages or [])
-        max_tokens = fit_max_tokens(chat, len(prompt), ctx.max_model_len)
-        reader = self.io.response_reader(chat)
+        rendered = await render_chat(ctx, self.io, chat)
+        prompt = rendered.token_ids
+        max_tokens = fit_max_tokens(sampling, len(prompt), ctx.max_model_len)
+        reader = self.io.reader(rendered)
         withhold = thinking_disabled(req.thinking) is True and \
             self.io.formats.thinking_switch is None
         writer = BlockWriter(withhold)
         rid = ctx.new_id("msg")
-        gen = Generation(ctx, rid, [(prompt, sampling_params(chat, max_tokens, None, 0))],
+        gen = Generation(ctx, rid, [(prompt, sampling_params(sampling, max_tokens, None, 0))],
                          arrival)
         gen.start()
         if req.stream:

@@ -1,25 +1,20 @@
-"""What every chat renderer shares: its signature, the roles, messages as template dicts, and
-the plain ChatML template for tokenizers that ship none.
-
-A renderer (`create_app(..., chat_renderer=...)`; by default tool_parser/chat_io.py's, over
-chat_encoders.py's bounded sandbox) is any callable with this signature; prompt_input.py runs it
-off the event loop and turns whatever it raises into a 400.
-"""
+"""OpenAI chat messages as the chat layer's conversation: roles checked, text content parts
+joined (the only kind served), and the request's tools and template kwargs carried along."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
+from atom.chat.chat_io import ChatRequest
 from atom.serving.errors import bad_request
 from atom.serving.openai.protocol import ChatCompletionRequest, ChatMessage
 
-ChatRenderer = Callable[[ChatCompletionRequest, list[ChatMessage]], list[int]]
-
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
-# For tokenizers that ship no template (dummy-weight and test models): plain ChatML.
-FALLBACK_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+def chat_request(req: ChatCompletionRequest, messages: list[ChatMessage]) -> ChatRequest:
+    return ChatRequest([message_dict(i, m) for i, m in enumerate(messages)], req.tools,
+                       req.tool_choice, req.add_generation_prompt,
+                       dict(req.chat_template_kwargs or {}))
 
 
 def message_dict(i: int, m: ChatMessage) -> dict[str, Any]:

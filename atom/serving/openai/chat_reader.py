@@ -1,31 +1,53 @@
-"""The seam between generated text and chat deltas: a per-request "text → events" stage.
+"""The reader's events as OpenAI chat deltas: one `DeltaReader` per choice.
 
-The chat handler feeds every text delta of one choice through a `ChatTextReader` and sends what it
-returns; the default (tool_parser/chat_io.py) splits reasoning and reads tool calls, and
-`create_app` takes another `ChatReaderFactory`. Non-streaming responses run the same
-reader over the whole text (one `feed`, then `finish`), so both delivery modes share one reading.
+The chat handler feeds every text delta of one choice through it and sends what it returns; a
+non-streaming response runs the same reader over the whole text (one `feed`, then `finish`), so
+both delivery modes share one reading.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Protocol
+from typing import Optional
 
-from atom.serving.openai.protocol import (ChatCompletionRequest, DeltaMessage, ToolCall,
-                                              ToolCallFunction)
+from atom.chat.reader import ResponseReader
+from atom.chat.tool_parser.events import ContentDelta, Event, ReasoningDelta, ToolCallArgs, ToolCallStart
+from atom.serving.openai.protocol import DeltaMessage, ToolCall, ToolCallFunction
 
 
-class ChatTextReader(Protocol):
+class DeltaReader:
+    """One choice's `ResponseReader`, its events turned into `DeltaMessage`s."""
+
+    def __init__(self, reader: ResponseReader) -> None:
+        self._reader = reader
+        self.finish_reason: Optional[str] = None  # "tool_calls" once a call closed
+
     def feed(self, text: str) -> Optional[DeltaMessage]:
-        """Consume a text delta; return what may be released now (None: nothing yet)."""
+        """What may be released now (None: nothing yet)."""
+        return self._delta(self._reader.feed(text))
 
     def finish(self) -> Optional[DeltaMessage]:
-        """End of the choice's text: release everything still held."""
+        """End of the choice's text: everything still held."""
+        return self._delta(self._reader.finish())
 
-    @property
-    def finish_reason(self) -> Optional[str]:
-        """An override of the engine's finish reason (e.g. "tool_calls"), or None."""
-
-
-ChatReaderFactory = Callable[[ChatCompletionRequest], ChatTextReader]
+    def _delta(self, events: list[Event]) -> Optional[DeltaMessage]:
+        content = "".join(e.text for e in events if isinstance(e, ContentDelta))
+        reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+        calls: dict[int, ToolCall] = {}
+        for e in events:
+            if isinstance(e, ToolCallStart):
+                calls[e.index] = ToolCall(id=e.id, type="function", index=e.index,
+                                          function=ToolCallFunction(name=e.name, arguments=""))
+            elif isinstance(e, ToolCallArgs):
+                self.finish_reason = "tool_calls"
+                prev = calls.get(e.index)
+                fn = ToolCallFunction(name=prev.function.name if prev and prev.function else None,
+                                      arguments=e.arguments)
+                calls[e.index] = ToolCall(id=prev.id if prev else None,
+                                          type="function" if prev else None, index=e.index,
+                                          function=fn)
+        if not (content or reasoning or calls):
+            return None
+        return DeltaMessage(content=content or None, reasoning_content=reasoning or None,
+                            tool_calls=[calls[i] for i in sorted(calls)] or None)
 
 
 def merge_deltas(a: Optional[DeltaMessage], b: Optional[DeltaMessage]) -> Optional[DeltaMessage]:

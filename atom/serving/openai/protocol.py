@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 import msgspec
 from msgspec import Meta, Struct
 
+from atom.serving.usage import UsageInfo
+
 NonNegFloat = Annotated[float, Meta(ge=0.0, le=1e4)]
 Probability = Annotated[float, Meta(gt=0.0, le=1.0)]
 UnitInterval = Annotated[float, Meta(ge=0.0, le=1.0)]
@@ -133,20 +135,6 @@ class CompletionRequest(_SamplingFields, kw_only=True, forbid_unknown_fields=Tru
 
 # ---- responses -------------------------------------------------------------------------------
 
-class PromptTokensDetails(Struct):
-    cached_tokens: int = 0
-
-
-class UsageInfo(Struct):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    ttft_s: float = 0.0
-    tpot_s: float = 0.0
-    latency_s: float = 0.0
-    prompt_tokens_details: Optional[PromptTokensDetails] = None
-
-
 class TopLogprob(Struct):
     token: str
     logprob: float
@@ -259,17 +247,6 @@ class ModelCard(Struct):
 class ModelList(Struct):
     data: list[ModelCard]
     object: str = "list"
-
-
-class ErrorInfo(Struct):
-    message: str
-    type: str
-    param: Optional[str] = None
-    code: Optional[Union[str, int]] = None
-
-
-class ErrorResponse(Struct):
-    error: ErrorInfo
 
 
 class HealthResponse(Struct):

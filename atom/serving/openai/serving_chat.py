@@ -1,6 +1,6 @@
 """POST /v1/chat/completions: messages → template → engine → text → reader → deltas → SSE or JSON.
 
-The text of each choice passes through a `ChatTextReader` (chat_reader.py) before it becomes a
+The text of each choice passes through a `DeltaReader` (chat_reader.py) before it becomes a
 delta; that is where the reasoning split and tool-call reading plug in.
 """
 from __future__ import annotations
@@ -10,30 +10,30 @@ from typing import AsyncIterator, Optional
 from litestar import Request, Response
 from litestar.response import Stream
 
-from atom.serving.openai.chat_reader import ChatReaderFactory, ChatTextReader, merge_deltas
-from atom.serving.openai.chat_messages import ChatRenderer
+from atom.chat.chat_io import ChatIO
+from atom.model_engine.engine_client import EngineError
+from atom.model_engine.messages import TokenLogprob
 from atom.serving.context import ServerContext
 from atom.serving.errors import bad_request, engine_unavailable
 from atom.serving.generation import Generation, complete_or_abort
+from atom.serving.openai.chat_messages import chat_request
+from atom.serving.openai.chat_reader import DeltaReader, merge_deltas
 from atom.serving.openai.protocol import (ChatChoice, ChatChunkChoice, ChatCompletionChunk,
-                                              ChatCompletionRequest, ChatCompletionResponse,
-                                              ChatLogprobs, ChatResponseMessage, ChatTokenLogprob,
-                                              DeltaMessage, TopLogprob)
-from atom.serving.openai.serving_completion import SSE_HEADERS, error_frame, json_response
-from atom.serving.sse import DONE_FRAME, data_frame
-from atom.serving.streaming_dispatch import client_stream
-from atom.serving.prompt_input import check_fan_out, render_chat
+                                          ChatCompletionRequest, ChatCompletionResponse,
+                                          ChatLogprobs, ChatResponseMessage, ChatTokenLogprob,
+                                          DeltaMessage, TopLogprob)
+from atom.serving.openai.serving_completion import error_frame
 from atom.serving.openai.validation import (check_chat_fields, check_model, fit_max_tokens,
-                                                refuse_unimplemented, sampling_params)
-from atom.model_engine.engine_client import EngineError
-from atom.model_engine.messages import TokenLogprob
+                                            refuse_unimplemented, sampling_params)
+from atom.serving.prompt_input import check_fan_out, render_chat
+from atom.serving.sse import DONE_FRAME, SSE_HEADERS, data_frame, json_response
+from atom.serving.streaming_dispatch import client_stream
 
 
 class OpenAIServingChat:
-    def __init__(self, ctx: ServerContext, renderer: ChatRenderer, reader_factory: ChatReaderFactory) -> None:
+    def __init__(self, ctx: ServerContext, chat_io: ChatIO) -> None:
         self.ctx = ctx
-        self.render = renderer
-        self.reader_factory = reader_factory
+        self.io = chat_io
 
     def _top_logprobs(self, req: ChatCompletionRequest) -> Optional[int]:
         if req.logprobs:
@@ -55,10 +55,11 @@ class OpenAIServingChat:
         check_fan_out(1, req.n, ctx)
         if not ctx.client.alive:
             raise engine_unavailable()
-        prompt = await render_chat(ctx, self.render, req, messages)
+        rendered = await render_chat(ctx, self.io, chat_request(req, messages))
+        prompt = rendered.token_ids
         max_tokens = fit_max_tokens(req, len(prompt), ctx.max_model_len)
         choices = [(prompt, sampling_params(req, max_tokens, top, j)) for j in range(req.n)]
-        readers = [self.reader_factory(req) for _ in range(req.n)]
+        readers = [DeltaReader(self.io.reader(rendered)) for _ in range(req.n)]
         rid = ctx.new_id("chatcmpl")
         gen = Generation(ctx, rid, choices, arrival)
         gen.start()
@@ -79,7 +80,7 @@ class OpenAIServingChat:
                                                     gen.usage(len(prompt))))
 
     async def _stream(self, gen: Generation, req: ChatCompletionRequest, rid: str,
-                      readers: list[ChatTextReader], prompt_tokens: int) -> AsyncIterator[bytes]:
+                      readers: list[DeltaReader], prompt_tokens: int) -> AsyncIterator[bytes]:
         ctx = self.ctx
         created, model = ctx.created_now(), ctx.model_name
         want_lp = req.logprobs is True

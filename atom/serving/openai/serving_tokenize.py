@@ -13,12 +13,13 @@ import msgspec
 from litestar import Response, post
 from litestar.params import JSONBody
 
-from atom.serving.openai.chat_messages import message_dict
+from atom.chat.chat_io import ChatIO, ChatRequest
 from atom.serving.context import ServerContext
 from atom.serving.errors import bad_request
+from atom.serving.openai.chat_messages import message_dict
 from atom.serving.openai.protocol import ChatMessage
-from atom.serving.openai.serving_completion import json_response
 from atom.serving.openai.validation import check_model
+from atom.serving.sse import json_response
 
 
 class TokenizeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -36,18 +37,19 @@ class DetokenizeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     model: Optional[str] = None
 
 
-def _prompt_ids(ctx: ServerContext, chat_io: Any, req: TokenizeRequest) -> list[int]:
+def _prompt_ids(ctx: ServerContext, chat_io: ChatIO, req: TokenizeRequest) -> list[int]:
     if (req.prompt is None) == (req.messages is None):
         raise bad_request("give exactly one of `prompt` and `messages`", "prompt", "invalid_value")
     if req.prompt is not None:
         return list(ctx.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens))
     conversation = [message_dict(i, m) for i, m in enumerate(req.messages or [])]
-    text = chat_io.render_text(conversation, req.tools, req.add_generation_prompt,
-                               dict(req.chat_template_kwargs or {}))
+    text = chat_io.render_text(ChatRequest(conversation, req.tools, None,
+                                           req.add_generation_prompt,
+                                           dict(req.chat_template_kwargs or {})))
     return list(ctx.tokenizer.encode(text, add_special_tokens=False))
 
 
-def tokenize_handlers(ctx: ServerContext, chat_io: Any, guards: list[Any]) -> list[Any]:
+def tokenize_handlers(ctx: ServerContext, chat_io: ChatIO, guards: list[Any]) -> list[Any]:
     """The two route handlers, for the app's root (where vLLM serves them)."""
 
     @post("/tokenize", status_code=200, guards=guards, summary="Text or chat messages → token ids")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
+from atom.sampling_params import SamplingParams
 from atom.serving.errors import OpenAIError, bad_request
 from atom.serving.openai.protocol import (DEFAULT_MAX_TOKENS, ChatCompletionRequest,
-                                              CompletionRequest)
-from atom.sampling_params import SamplingParams
+                                          CompletionRequest)
 
 AnyRequest = Union[ChatCompletionRequest, CompletionRequest]
 

@@ -11,19 +11,20 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "templates"))
 import llama_cpp_templates  # noqa: E402
 
-from atom.config.format import REASONING_DIALECTS, TOOL_CALL_PARSERS  # noqa: E402
+from atom.chat.chat_io import ChatIO, ChatRequest  # noqa: E402
 from atom.chat.encoders import (  # noqa: E402
-    JinjaChatEncoder, TemplateRenderError, apply_chat_template, find_thinking_switch,
-    load_chat_encoder)
+                                JinjaChatEncoder, TemplateRenderError, apply_chat_template, find_thinking_switch,
+                                load_chat_encoder)
+from atom.chat.formats import resolve_model_formats  # noqa: E402
+from atom.chat.reader import read_response  # noqa: E402
 from atom.chat.reasoning import ReasoningChannel  # noqa: E402
-from atom.chat.chat_io import ChatIO  # noqa: E402
 from atom.chat.reasoning_dialects import DIALECTS  # noqa: E402
 from atom.chat.tool_parser.events import ToolCallArgs, ToolCallStart  # noqa: E402
 from atom.chat.tool_parser.policy import ToolPolicy  # noqa: E402
 from atom.chat.tool_parser.registry import (  # noqa: E402
-    FORMATS, UnknownToolFormat, resolve_tool_format)
-from atom.chat.formats import resolve_model_formats  # noqa: E402
-from atom.chat.reader import read_response  # noqa: E402
+                                            FORMATS, UnknownToolFormat, resolve_tool_format)
+from atom.config.format import REASONING_DIALECTS, TOOL_CALL_PARSERS  # noqa: E402
+from atom.loader.tokenizer import ByteTokenizer  # noqa: E402
 
 # template -> (tool format, reasoning dialect, thinking-switch kwarg)
 EXPECTED = {
@@ -54,6 +55,7 @@ EXPECTED = {
 OPENS_BY_DEFAULT = {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "llama-cpp-deepseek-r1",
                     "Kimi-K3", "MiniMax-M2", "GLM-4.7-Flash", "Qwen3.5-4B"}
 SPECIAL = {"bos_token": "<s>", "eos_token": "</s>"}
+BYTES = ByteTokenizer(256, None)  # the prompt's token ids play no part in these decisions
 TOOLS = [{"type": "function", "function": {
     "name": "lookup", "description": "Look a word up.",
     "parameters": {"type": "object", "properties": {"word": {"type": "string"},
@@ -109,11 +111,8 @@ def test_the_templates_own_reply_reads_back_as_the_call(encoders, name):
 def _begins_inside(enc, messages, **kwargs):
     """What the server decides for one request: ChatIO renders, finds the generation prompt
     by rendering again without it, and the channel reads that."""
-    io = ChatIO(enc, resolve_model_formats(enc), tokenizer=None)
-    prompt = io.render_text(messages, None, True, kwargs)
-    generation = io.generation_text(messages, None, True, kwargs, prompt)
-    return ReasoningChannel.for_request(io.formats.dialect, generation, io.thinking_off(kwargs),
-                                        io.formats.opens_by_default).begins_inside
+    io = ChatIO(enc, resolve_model_formats(enc), BYTES)
+    return io.channel(io.render(ChatRequest(messages, template_kwargs=kwargs))).begins_inside
 
 
 HI = [{"role": "user", "content": "hi"}]
@@ -147,11 +146,10 @@ def test_output_begins_inside_the_channel_per_request(encoders, name, messages, 
                                   "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"])
 def test_r1_answer_starts_inside_the_block_its_prompt_opened(encoders, name):
     enc = encoders[name]
-    io = ChatIO(enc, resolve_model_formats(enc), tokenizer=None)
+    io = ChatIO(enc, resolve_model_formats(enc), BYTES)
     kwargs = {"enable_thinking": True} if io.formats.thinking_switch else {}
-    prompt = io.render_text(HI, None, True, kwargs)
-    channel = ReasoningChannel.for_request(io.formats.dialect,
-                                           io.generation_text(HI, None, True, kwargs, prompt))
+    rendered = io.render(ChatRequest(HI, template_kwargs=kwargs))
+    channel = ReasoningChannel.for_request(io.formats.dialect, rendered.generation)
     assert channel.split("plan</think>answer") == ("plan", "answer")
 
 

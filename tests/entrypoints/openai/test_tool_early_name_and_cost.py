@@ -13,12 +13,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "templates"))
 import tool_wire  # noqa: E402
 
+from atom.chat.reader import ResponseReader, read_response  # noqa: E402
 from atom.chat.reasoning import ReasoningChannel  # noqa: E402
 from atom.chat.reasoning_dialects import KIMI_K3, THINK  # noqa: E402
 from atom.chat.tool_parser.events import ToolCallArgs, ToolCallStart  # noqa: E402
 from atom.chat.tool_parser.policy import ToolPolicy  # noqa: E402
 from atom.chat.tool_parser.registry import FORMATS  # noqa: E402
-from atom.chat.reader import ResponseReader, read_response  # noqa: E402
 from atom.chat.tool_parser.stream import ToolCallStream  # noqa: E402
 
 NAMES = sorted(FORMATS)

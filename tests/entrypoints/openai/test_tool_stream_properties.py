@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "templates"))
 import tool_wire  # noqa: E402
 
+from atom.chat.reader import ResponseReader, read_response  # noqa: E402
 from atom.chat.reasoning import ReasoningChannel  # noqa: E402
 from atom.chat.reasoning_dialects import KIMI_K3, THINK  # noqa: E402
 from atom.chat.tool_parser.events import (  # noqa: E402
-    ContentDelta, ReasoningDelta, ToolCallArgs, ToolCallStart)
+                                          ContentDelta, ReasoningDelta, ToolCallArgs, ToolCallStart)
 from atom.chat.tool_parser.policy import ToolPolicy  # noqa: E402
 from atom.chat.tool_parser.registry import FORMATS  # noqa: E402
-from atom.chat.reader import ResponseReader, read_response  # noqa: E402
 from atom.chat.tool_parser.stream import ToolCallStream, read_whole  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {

@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from atom.config.schema import Config
 from atom.chat.encoders import (JinjaChatEncoder, TemplateRenderError,
-                                                   load_chat_encoder, render_budget)
+                                load_chat_encoder, render_budget)
+from atom.config.schema import Config
 from atom.serving.context import model_aliases, served_model_name
 from atom.serving.errors import public_reason
 from srv_process import API_KEY
