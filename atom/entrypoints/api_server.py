@@ -11,8 +11,14 @@ from __future__ import annotations
 import logging
 import socket
 
+import uvicorn
+
+from atom.builder import build_app
 from atom.config.errors import ConfigError
 from atom.config.schema import Config, ParallelConfig
+from atom.core_process import run_core
+from atom.loader.hf_config import model_source
+from atom.log_setup import configure_logging
 
 log = logging.getLogger("atom.server")
 
@@ -39,16 +45,10 @@ def check_port_free(cfg: Config) -> None:
 
 
 def serve(cfg: Config) -> None:
-    import uvicorn
-
-    from atom.builder import build_app
-    from atom.log_setup import configure_logging
-    from atom.models.hf_config import model_source
-
     configure_logging()
     check_port_free(cfg)
     model_source(cfg)  # the embedded model's one fetch (when it is not cached yet)
-    app = build_app(cfg)
+    app = build_app(cfg, run_core)
     s = cfg.server
     log.info("serving %s on http://%s:%d%s", app.state.ctx.model_name, s.host, s.port,
              _port_flag_hint(cfg))

@@ -8,11 +8,12 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
+from atom.config.model_facts import is_gguf
 from atom.config.schema import Config
 from atom.loader.dummy import fill_dummy
+from atom.loader.hf_config import architecture_of, model_source
 from atom.loader.weights import (check_complete, iter_with_progress, load_named_tensors,
                                  process_after_loading)
-from atom.models.hf_config import architecture_of, is_gguf, model_source
 from atom.models.registry import model_class
 
 log = logging.getLogger("atom.loader")

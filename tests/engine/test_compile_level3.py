@@ -9,10 +9,10 @@ import torch
 from atom.config.compose import compose
 from atom.kernels.backend import get_backend
 from atom.kernels.metadata import AttentionMetadata
-from atom.layers.attention_op import bound_layers, paged_attention
-from atom.loader.model_loader import build_model
-from atom.models.hf_config import load_hf_config
 from atom.layers import forward_context
+from atom.layers.attention_op import bound_layers, paged_attention
+from atom.loader.hf_config import load_hf_config
+from atom.loader.model_loader import build_model
 from atom.runner.compile import CompiledForward, compile_forward, compiles
 from tests.engine.checkpoints import make_checkpoint
 from tests.engine.stepping import BLOCK, BLOCKS_PER_SEQ, SteppedBatch

@@ -185,7 +185,7 @@ def test_level3_compiled_forward_matches_eager_without_recompiling():
     compiled forward gives eager's logits, and fresh metadata and routings reuse its graphs."""
     from atom.kernels.backend import get_backend
     from atom.loader.model_loader import build_model
-    from atom.models.hf_config import load_hf_config
+    from atom.loader.hf_config import load_hf_config
     from atom.layers import forward_context
     from atom.runner.compile import CompiledForward
     from tests.engine.stepping import SteppedBatch
@@ -240,7 +240,7 @@ def test_r1_config_builds_r1s_shapes():
     671B parameters (685B with the MTP module, which is not built), a 576-wide latent per token
     and layer, and one rotary table for all 61 layers."""
     from atom.models.deepseek_v3 import DeepseekV3ForCausalLM, DeepseekV3MoE
-    from atom.models.hf_config import load_hf_config
+    from atom.loader.hf_config import load_hf_config
     from atom.models.llama import LlamaMLP
     from atom.runner.model_runner import model_kv_spec
 
