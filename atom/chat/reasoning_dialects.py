@@ -30,7 +30,7 @@ class ReasoningDialect:
     """The delimiters of one model family's reasoning channel.
 
     `implicit_open` says an answer starts inside the channel when its generation prompt is
-    silent (configured `deepseek_r1`; `auto` measures it: resolve.py).
+    silent (configured `deepseek_r1`; `auto` measures it: formats.py).
     """
 
     name: str

@@ -1,7 +1,7 @@
 """Which format a model emits, resolved once at startup from its chat template.
 
 The evidence is what the template itself tells the model (`render_probe_prompt`) and what it
-does with a reply that carries a tool call (`chat_template_source`), both in chat_encoders.py.
+does with a reply that carries a tool call (`chat_template_source`), both in atom/chat/encoders.py.
 The `_DETECT_ORDER` cascade runs over that text; nothing is ever guessed from a response, which
 would make an answer quoting another format's token read differently streamed and not.
 """
@@ -72,7 +72,7 @@ def resolve_tool_format(template_evidence: Optional[str],
     """The format class to read this model's output with, or None (calls stay plain text).
 
     `template_evidence` is the chat template rendered with a tools payload and a reply carrying
-    a call (chat_encoders.format_evidence); a configured name overrides it.
+    a call (encoders.format_evidence); a configured name overrides it.
     """
     check_format_name(name)
     if name == "none":

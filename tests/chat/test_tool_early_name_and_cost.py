@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "templates"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "templates"))
 import tool_wire  # noqa: E402
 
 from atom.chat.reader import ResponseReader, read_response  # noqa: E402

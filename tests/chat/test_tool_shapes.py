@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "templates"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "templates"))
 import tool_wire  # noqa: E402
 
 from atom.chat import kimi_k3_tokens as k3  # noqa: E402

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "templates"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "templates"))
 import llama_cpp_templates  # noqa: E402
 
 from atom.chat.chat_io import ChatIO, ChatRequest  # noqa: E402
