@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+from atom.serving.common.sse import data_frame
 from atom.serving.openai.protocol import CompletionChoice, CompletionResponse
-from atom.serving.sse import data_frame
 
 REPO = Path(__file__).resolve().parents[2]
 

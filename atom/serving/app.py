@@ -18,20 +18,20 @@ from litestar.handlers.base import BaseRouteHandler
 from atom.chat.chat_io import build_chat_io
 from atom.config.schema import Config
 from atom.serving.anthropic.serving_messages import messages_handler
-from atom.serving.context import ServerContext, model_aliases, served_model_name
-from atom.serving.errors import OpenAIError, engine_unavailable, handle_error
-from atom.serving.metrics import CONTENT_TYPE, AtomMetricsExporter
-from atom.serving.mtp_stats import mtp_stats_handler
+from atom.serving.common.context import ServerContext, model_aliases, served_model_name
+from atom.serving.common.errors import OpenAIError, engine_unavailable, handle_error
+from atom.serving.common.metrics import CONTENT_TYPE, AtomMetricsExporter
+from atom.serving.common.mtp_stats import mtp_stats_handler
+from atom.serving.common.profiling import ProfileControl, profile_handlers
+from atom.serving.common.request_body import decode_body
+from atom.serving.common.sse import encode_json, json_response
+from atom.serving.common.streaming_dispatch import SilenceWatchdog, StreamBatchDispatcher
 from atom.serving.openai.protocol import (ChatCompletionRequest, CompletionRequest,
                                           HealthResponse, ModelCard, ModelList)
 from atom.serving.openai.serving_chat import OpenAIServingChat
 from atom.serving.openai.serving_completion import OpenAIServingCompletion
 from atom.serving.openai.serving_tokenize import tokenize_handlers
 from atom.serving.openapi import openapi_document
-from atom.serving.profiling import ProfileControl, profile_handlers
-from atom.serving.request_body import decode_body
-from atom.serving.sse import encode_json, json_response
-from atom.serving.streaming_dispatch import SilenceWatchdog, StreamBatchDispatcher
 
 log = logging.getLogger("atom.server")
 

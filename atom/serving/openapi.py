@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from atom.serving.anthropic.protocol import AnthropicErrorResponse, MessagesRequest
-from atom.serving.errors import ErrorResponse
+from atom.serving.common.errors import ErrorResponse
 from atom.serving.openai.protocol import (ChatCompletionRequest, ChatCompletionResponse,
                                           CompletionRequest, CompletionResponse, HealthResponse,
                                           ModelList)

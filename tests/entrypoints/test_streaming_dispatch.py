@@ -11,10 +11,10 @@ import pytest
 
 from atom.model_engine.messages import TokenLogprob
 from atom.model_engine.output_processor import RequestOutput
+from atom.serving.common.sse import DONE_FRAME, data_frame, event_frame
+from atom.serving.common.streaming_dispatch import (SilenceWatchdog, StreamBatchDispatcher,
+                                                    StreamOutputCollector, client_stream)
 from atom.serving.openai.protocol import ChatChunkChoice, ChatCompletionChunk, DeltaMessage
-from atom.serving.sse import DONE_FRAME, data_frame, event_frame
-from atom.serving.streaming_dispatch import (SilenceWatchdog, StreamBatchDispatcher,
-                                             StreamOutputCollector, client_stream)
 
 
 def out(rid: str, text: str, tokens: list[int], finished: bool = False, n_out: int = 0) -> RequestOutput:

@@ -4,8 +4,8 @@ from __future__ import annotations
 from litestar import Request, Response
 
 from atom.serving.anthropic.protocol import AnthropicErrorInfo, AnthropicErrorResponse
-from atom.serving.errors import OpenAIError, as_openai_error, without_paths
-from atom.serving.sse import encode_json
+from atom.serving.common.errors import OpenAIError, as_openai_error, without_paths
+from atom.serving.common.sse import encode_json
 
 # Anthropic's error types by status; its SDKs show `error.message` and branch on the status.
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from msgspec import Meta, Struct
 
-from atom.serving.openai.protocol import JsonSchemaObject, PositiveInt, Probability, StopList
+from atom.serving.common.bounds import JsonSchemaObject, PositiveInt, Probability, StopList
 
 Name = Annotated[str, Meta(min_length=1, max_length=256)]
 

@@ -28,15 +28,13 @@ from atom.serving.anthropic.protocol import (
     ContentBlock, MessagesRequest, PlainTextBlock, TextBlock, ThinkingBlock, ThinkingDisabled,
     ThinkingEnabled, ToolChoice, ToolChoiceAny, ToolChoiceNone, ToolChoiceTool, ToolParam,
     ToolResultBlock, ToolUseBlock)
-from atom.serving.errors import bad_request, engine_error, engine_unavailable
-from atom.serving.generation import Generation, complete_or_abort
-from atom.serving.openai.protocol import ChatCompletionRequest
-from atom.serving.openai.validation import check_model, fit_max_tokens, sampling_params
-from atom.serving.prompt_input import render_chat
-from atom.serving.request_body import decode_body
-from atom.serving.sse import SSE_HEADERS, json_response
-from atom.serving.sse import event_frame
-from atom.serving.streaming_dispatch import client_stream
+from atom.serving.common.errors import bad_request, engine_error, engine_unavailable
+from atom.serving.common.generation import Generation, complete_or_abort
+from atom.serving.common.prompt_input import render_chat
+from atom.serving.common.request_body import decode_body
+from atom.serving.common.sampling import check_model, fit_max_tokens, sampling_params
+from atom.serving.common.sse import SSE_HEADERS, event_frame, json_response
+from atom.serving.common.streaming_dispatch import client_stream
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "abort": "end_turn"}
 
@@ -231,31 +229,24 @@ class ServingMessages:
         return ChatRequest(chat_messages(req), openai_tools(req.tools),
                            openai_tool_choice(req.tool_choice), True, kwargs)
 
-    @staticmethod
-    def _sampling_request(req: MessagesRequest) -> ChatCompletionRequest:
-        """The sampling fields in the terms the shared validation reads."""
-        return ChatCompletionRequest(
-            model=req.model, max_tokens=req.max_tokens, temperature=req.temperature,
-            top_p=req.top_p, top_k=req.top_k, stop=req.stop_sequences, stream=req.stream)
-
     async def create(self, req: MessagesRequest, request: Request, arrival: float) -> Response:
         ctx = self.ctx
         check_model(req.model, ctx.aliases, ctx.model_name)
         check_tools(req)
         chat = self._chat_request(req)
-        sampling = self._sampling_request(req)
         if not ctx.client.alive:
             raise engine_unavailable()
         rendered = await render_chat(ctx, self.io, chat)
         prompt = rendered.token_ids
-        max_tokens = fit_max_tokens(sampling, len(prompt), ctx.max_model_len)
+        max_tokens = fit_max_tokens(req.max_tokens, len(prompt), ctx.max_model_len, "messages")
         reader = self.io.reader(rendered)
         withhold = thinking_disabled(req.thinking) is True and \
             self.io.formats.thinking_switch is None
         writer = BlockWriter(withhold)
         rid = ctx.new_id("msg")
-        gen = Generation(ctx, rid, [(prompt, sampling_params(sampling, max_tokens, None, 0))],
-                         arrival)
+        params = sampling_params(max_tokens=max_tokens, temperature=req.temperature,
+                                 top_p=req.top_p, top_k=req.top_k, stop=req.stop_sequences)
+        gen = Generation(ctx, rid, [(prompt, params)], arrival)
         gen.start()
         if req.stream:
             frames = self._stream(gen, req, rid, reader, writer, len(prompt))

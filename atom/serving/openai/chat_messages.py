@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from atom.chat.chat_io import ChatRequest
-from atom.serving.errors import bad_request
+from atom.serving.common.errors import bad_request
 from atom.serving.openai.protocol import ChatCompletionRequest, ChatMessage
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")

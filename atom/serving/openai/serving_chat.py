@@ -13,9 +13,13 @@ from litestar.response import Stream
 from atom.chat.chat_io import ChatIO
 from atom.model_engine.engine_client import EngineError
 from atom.model_engine.messages import TokenLogprob
-from atom.serving.context import ServerContext
-from atom.serving.errors import bad_request, engine_unavailable
-from atom.serving.generation import Generation, complete_or_abort
+from atom.serving.common.context import ServerContext
+from atom.serving.common.errors import bad_request, engine_unavailable
+from atom.serving.common.generation import Generation, complete_or_abort
+from atom.serving.common.prompt_input import check_fan_out, render_chat
+from atom.serving.common.sampling import check_model
+from atom.serving.common.sse import DONE_FRAME, SSE_HEADERS, data_frame, json_response
+from atom.serving.common.streaming_dispatch import client_stream
 from atom.serving.openai.chat_messages import chat_request
 from atom.serving.openai.chat_reader import DeltaReader, merge_deltas
 from atom.serving.openai.protocol import (ChatChoice, ChatChunkChoice, ChatCompletionChunk,
@@ -23,11 +27,8 @@ from atom.serving.openai.protocol import (ChatChoice, ChatChunkChoice, ChatCompl
                                           ChatLogprobs, ChatResponseMessage, ChatTokenLogprob,
                                           DeltaMessage, TopLogprob)
 from atom.serving.openai.serving_completion import error_frame
-from atom.serving.openai.validation import (check_chat_fields, check_model, fit_max_tokens,
+from atom.serving.openai.validation import (check_chat_fields, fit_max_tokens,
                                             refuse_unimplemented, sampling_params)
-from atom.serving.prompt_input import check_fan_out, render_chat
-from atom.serving.sse import DONE_FRAME, SSE_HEADERS, data_frame, json_response
-from atom.serving.streaming_dispatch import client_stream
 
 
 class OpenAIServingChat:

@@ -8,16 +8,17 @@ from litestar.response import Stream
 
 from atom.model_engine.engine_client import EngineError
 from atom.model_engine.messages import TokenLogprob
-from atom.serving.context import ServerContext
-from atom.serving.errors import bad_request, engine_error, engine_unavailable
-from atom.serving.generation import Generation, complete_or_abort
+from atom.serving.common.context import ServerContext
+from atom.serving.common.errors import bad_request, engine_error, engine_unavailable
+from atom.serving.common.generation import Generation, complete_or_abort
+from atom.serving.common.prompt_input import check_fan_out, encode_texts
+from atom.serving.common.sampling import check_model
+from atom.serving.common.sse import DONE_FRAME, SSE_HEADERS, data_frame, json_response
+from atom.serving.common.streaming_dispatch import client_stream
 from atom.serving.openai.protocol import (CompletionChoice, CompletionLogprobs, CompletionRequest,
                                           CompletionResponse)
-from atom.serving.openai.validation import (check_model, fit_max_tokens, refuse_unimplemented,
+from atom.serving.openai.validation import (fit_max_tokens, refuse_unimplemented,
                                             sampling_params)
-from atom.serving.prompt_input import check_fan_out, encode_texts
-from atom.serving.sse import DONE_FRAME, SSE_HEADERS, data_frame, json_response
-from atom.serving.streaming_dispatch import client_stream
 
 def error_frame(exc: EngineError) -> bytes:
     """How a stream that cannot finish says so: the SDKs raise on a `data: {"error": ...}` event."""

@@ -14,12 +14,12 @@ from litestar import Response, post
 from litestar.params import JSONBody
 
 from atom.chat.chat_io import ChatIO, ChatRequest
-from atom.serving.context import ServerContext
-from atom.serving.errors import bad_request
+from atom.serving.common.context import ServerContext
+from atom.serving.common.errors import bad_request
+from atom.serving.common.sampling import check_model
+from atom.serving.common.sse import json_response
 from atom.serving.openai.chat_messages import message_dict
 from atom.serving.openai.protocol import ChatMessage
-from atom.serving.openai.validation import check_model
-from atom.serving.sse import json_response
 
 
 class TokenizeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -1,21 +1,19 @@
-"""Request fields → SamplingParams, with every refusal named: no silent acceptance.
+"""OpenAI request fields → SamplingParams, with every refusal named: no silent acceptance.
 
-Shared by both endpoints. Field types and ranges are already enforced by the protocol Structs; this
-adds the cross-field rules (context length) and refuses recognised-but-unimplemented fields.
+Field types and ranges are already enforced by the protocol Structs; this refuses
+recognised-but-unimplemented fields, checks tools and template kwargs, and maps the fields onto
+sampling.py's rules (shared with /v1/messages).
 """
 from __future__ import annotations
 
 from typing import Any, Optional, Union
 
 from atom.sampling_params import SamplingParams
-from atom.serving.errors import OpenAIError, bad_request
-from atom.serving.openai.protocol import (DEFAULT_MAX_TOKENS, ChatCompletionRequest,
-                                          CompletionRequest)
+from atom.serving.common import sampling
+from atom.serving.common.errors import bad_request
+from atom.serving.openai.protocol import ChatCompletionRequest, CompletionRequest
 
 AnyRequest = Union[ChatCompletionRequest, CompletionRequest]
-
-_MIN_TEMPERATURE = 1e-5
-
 
 def _set(value: Any) -> bool:
     return value is not None and value != [] and value != {}
@@ -99,13 +97,6 @@ def _tool_name(i: int, tool: dict[str, Any]) -> str:
     return name
 
 
-def stop_list(stop: Union[str, list[str], None]) -> Optional[list[str]]:
-    if stop is None:
-        return None
-    stops = [stop] if isinstance(stop, str) else list(stop)
-    return [s for s in stops if s] or None
-
-
 def requested_max_tokens(req: AnyRequest) -> Optional[int]:
     if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
         return req.max_completion_tokens
@@ -113,53 +104,16 @@ def requested_max_tokens(req: AnyRequest) -> Optional[int]:
 
 
 def fit_max_tokens(req: AnyRequest, num_prompt_tokens: int, max_model_len: int) -> int:
-    """The prompt must leave room for at least one token; an explicit max_tokens must fit whole,
-    the default is clamped to what is left."""
-    if num_prompt_tokens == 0:
-        raise bad_request("the prompt is empty after tokenization", "prompt", "empty_prompt")
-    if max_model_len and num_prompt_tokens >= max_model_len:
-        raise bad_request(f"This model's maximum context length is {max_model_len} tokens. However, "
-                          f"your prompt is {num_prompt_tokens} tokens long.", "messages"
-                          if isinstance(req, ChatCompletionRequest) else "prompt",
-                          "context_length_exceeded")
-    explicit = requested_max_tokens(req)
-    if explicit is None:
-        left = max_model_len - num_prompt_tokens if max_model_len else DEFAULT_MAX_TOKENS
-        return max(1, min(DEFAULT_MAX_TOKENS, left))
-    if max_model_len and num_prompt_tokens + explicit > max_model_len:
-        raise bad_request(f"This model's maximum context length is {max_model_len} tokens. However, "
-                          f"you requested {num_prompt_tokens + explicit} tokens ({num_prompt_tokens} in "
-                          f"the prompt, {explicit} for the completion).", "max_tokens",
-                          "context_length_exceeded")
-    return explicit
+    return sampling.fit_max_tokens(requested_max_tokens(req), num_prompt_tokens, max_model_len,
+                                   "messages" if isinstance(req, ChatCompletionRequest) else "prompt")
 
 
 def sampling_params(req: AnyRequest, max_tokens: int, logprobs: Optional[int],
                     choice_index: int = 0) -> SamplingParams:
-    """One choice's params; with `n > 1` and a seed, choice i samples with seed + i so choices
-    differ yet stay reproducible."""
-    seed = None if req.seed is None else req.seed + choice_index
-    top_k = -1 if req.top_k in (None, 0) else req.top_k
-    temperature = 1.0 if req.temperature is None else req.temperature
-    if temperature < _MIN_TEMPERATURE:  # logits / 1e-30 overflow to inf; that limit is greedy anyway
-        temperature = 0.0
-    try:
-        return SamplingParams(
-            temperature=temperature, max_tokens=max_tokens,
-            ignore_eos=req.ignore_eos, stop_strings=stop_list(req.stop),
-            top_p=1.0 if req.top_p is None else req.top_p, top_k=top_k, seed=seed,
-            stop_token_ids=req.stop_token_ids or None,
-            presence_penalty=req.presence_penalty or 0.0, frequency_penalty=req.frequency_penalty or 0.0,
-            repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
-            logprobs=logprobs, include_stop_str_in_output=req.include_stop_str_in_output,
-            skip_special_tokens=req.skip_special_tokens)
-    except ValueError as exc:
-        raise bad_request(str(exc), str(exc).split(" ", 1)[0]) from exc
-
-
-def check_model(requested: Optional[str], accepted: tuple[str, ...], served: str) -> None:
-    """404 for a model this server does not serve; None means "whatever is loaded"."""
-    if requested is None or requested in accepted:
-        return
-    raise OpenAIError(404, f"The model `{requested}` does not exist; this server serves `{served}`.",
-                      "model", "model_not_found")
+    return sampling.sampling_params(
+        max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+        seed=req.seed, stop=req.stop, stop_token_ids=req.stop_token_ids,
+        ignore_eos=req.ignore_eos, presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty,
+        logprobs=logprobs, include_stop_str_in_output=req.include_stop_str_in_output,
+        skip_special_tokens=req.skip_special_tokens, choice_index=choice_index)

@@ -18,10 +18,10 @@ from atom.config.compose import compose
 from atom.core_process import run_core
 from atom.model_engine.engine_client import EngineClient
 from atom.sampling_params import SamplingParams
-from atom.serving.context import ServerContext
-from atom.serving.generation import Generation
-from atom.serving.metrics import AtomMetricsExporter
-from atom.serving.streaming_dispatch import SilenceWatchdog, StreamBatchDispatcher
+from atom.serving.common.context import ServerContext
+from atom.serving.common.generation import Generation
+from atom.serving.common.metrics import AtomMetricsExporter
+from atom.serving.common.streaming_dispatch import SilenceWatchdog, StreamBatchDispatcher
 
 from srv_process import HELLO_IDS
 

@@ -14,8 +14,8 @@ import pytest
 from atom.chat.encoders import (JinjaChatEncoder, TemplateRenderError,
                                 load_chat_encoder, render_budget)
 from atom.config.schema import Config
-from atom.serving.context import model_aliases, served_model_name
-from atom.serving.errors import public_reason
+from atom.serving.common.context import model_aliases, served_model_name
+from atom.serving.common.errors import public_reason
 from srv_process import API_KEY
 
 USER = [{"role": "user", "content": "hi"}]

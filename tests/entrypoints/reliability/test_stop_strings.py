@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from atom.model_engine.stop_strings import StopStringMatcher
-from atom.serving.openai.protocol import MAX_STOP_CHARS, MAX_STOP_STRINGS
+from atom.serving.common.bounds import MAX_STOP_CHARS, MAX_STOP_STRINGS
 
 
 def reference(text: str, stops: list[str], include: bool) -> tuple[str, bool]:

@@ -12,7 +12,7 @@ from litestar.handlers import HTTPRouteHandler
 
 from atom.config.schema import Config
 from atom.model_engine.messages import EngineStats
-from atom.serving.sse import encode_json
+from atom.serving.common.sse import encode_json
 from atom.spec_decode.stats import mtp_stats_json
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from atom.config.schema import Config
-from atom.serving.metrics import AtomMetricsExporter
-from atom.serving.streaming_dispatch import SilenceWatchdog, StreamBatchDispatcher
+from atom.serving.common.metrics import AtomMetricsExporter
+from atom.serving.common.streaming_dispatch import SilenceWatchdog, StreamBatchDispatcher
 
 
 def served_model_name(cfg: Config) -> str:

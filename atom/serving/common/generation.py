@@ -13,12 +13,12 @@ from atom.model_engine.engine_client import EngineCoreDead, EngineError
 from atom.model_engine.messages import TokenLogprob
 from atom.model_engine.output_processor import RequestOutput
 from atom.sampling_params import SamplingParams
-from atom.serving.errors import engine_error, engine_unavailable
-from atom.serving.streaming_dispatch import StreamOutputCollector
-from atom.serving.usage import PromptTokensDetails, UsageInfo
+from atom.serving.common.errors import engine_error, engine_unavailable
+from atom.serving.common.streaming_dispatch import StreamOutputCollector
+from atom.serving.common.usage import PromptTokensDetails, UsageInfo
 
 if TYPE_CHECKING:
-    from atom.serving.context import ServerContext
+    from atom.serving.common.context import ServerContext
 
 
 @dataclass

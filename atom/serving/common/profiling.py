@@ -17,8 +17,8 @@ from litestar import Response, post
 from litestar.handlers import HTTPRouteHandler
 
 from atom.config.schema import Config
-from atom.serving.errors import OpenAIError, bad_request, engine_unavailable
-from atom.serving.sse import json_response
+from atom.serving.common.errors import OpenAIError, bad_request, engine_unavailable
+from atom.serving.common.sse import json_response
 
 log = logging.getLogger("atom.server")
 

@@ -14,7 +14,7 @@ from litestar.exceptions import HTTPException
 from msgspec import Struct
 
 from atom.model_engine.engine_client import EngineError, RequestFailed
-from atom.serving.sse import encode_json
+from atom.serving.common.sse import encode_json
 
 log = logging.getLogger("atom.server")
 

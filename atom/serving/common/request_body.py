@@ -11,7 +11,7 @@ from typing import Optional, TypeVar
 
 import msgspec
 
-from atom.serving.errors import OpenAIError, bad_request
+from atom.serving.common.errors import OpenAIError, bad_request
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ import msgspec
 
 from atom.chat.chat_io import ChatIO, ChatRequest, RenderedChat
 from atom.chat.encoders import TemplateRenderError, render_budget
-from atom.serving.errors import OpenAIError, bad_request
+from atom.serving.common.errors import OpenAIError, bad_request
 
 T = TypeVar("T")
 
