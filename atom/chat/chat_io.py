@@ -21,6 +21,7 @@ from atom.chat.reader import ResponseReader
 from atom.chat.reasoning import ReasoningChannel
 from atom.chat.reasoning_dialects import generation_part
 from atom.chat.tool_parser.policy import ToolPolicy
+from atom.config.schema import Config
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class ChatIO:
         return kwargs[switch.kwarg] == switch.off
 
 
-def build_chat_io(cfg: Any, tokenizer: Any) -> ChatIO:
+def build_chat_io(cfg: Config, tokenizer: Any) -> ChatIO:
     """Resolve the template, the tool-call format, the dialect and the thinking switch once."""
     special = {k: getattr(tokenizer, k) for k in ("bos_token", "eos_token")
                if isinstance(getattr(tokenizer, k, None), str)}

@@ -14,6 +14,7 @@ Two rules particular to this wire:
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, AsyncIterator, Optional, Union
 
 from litestar import Request, Response, post
@@ -90,7 +91,8 @@ def _assistant_turn(blocks: list[ContentBlock]) -> dict[str, Any]:
     return message
 
 
-def openai_tools(tools: Optional[list[ToolParam]]) -> Optional[list[dict[str, Any]]]:
+def template_tools(tools: Optional[list[ToolParam]]) -> Optional[list[dict[str, Any]]]:
+    """Anthropic tools in the function-tool shape chat templates take."""
     if not tools:
         return None
     return [{"type": "function", "function": {
@@ -99,7 +101,7 @@ def openai_tools(tools: Optional[list[ToolParam]]) -> Optional[list[dict[str, An
         for t in tools]
 
 
-def openai_tool_choice(choice: Optional[ToolChoice]) -> Union[str, dict[str, Any], None]:
+def template_tool_choice(choice: Optional[ToolChoice]) -> Union[str, dict[str, Any], None]:
     if choice is None:
         return None
     if isinstance(choice, ToolChoiceTool):
@@ -226,8 +228,8 @@ class ServingMessages:
         switch = self.io.formats.thinking_switch
         if off is not None and switch is not None:
             kwargs.update(switch.kwargs(not off))
-        return ChatRequest(chat_messages(req), openai_tools(req.tools),
-                           openai_tool_choice(req.tool_choice), True, kwargs)
+        return ChatRequest(chat_messages(req), template_tools(req.tools),
+                           template_tool_choice(req.tool_choice), True, kwargs)
 
     async def create(self, req: MessagesRequest, request: Request, arrival: float) -> Response:
         ctx = self.ctx
@@ -306,8 +308,6 @@ class ServingMessages:
 
 def messages_handler(ctx: Any, chat_io: ChatIO):
     """The route, for `create_app` to register under /v1."""
-    import time
-
     serving = ServingMessages(ctx, chat_io)
 
     @post("/messages", status_code=200, exception_handlers={Exception: handle_anthropic_error})

@@ -13,7 +13,7 @@ from atom.chat.tool_parser.events import (
 from atom.chat.tool_parser.policy import ToolPolicy
 from atom.chat.tool_parser.qwen import QwenFormat
 from atom.serving.anthropic.serving_messages import (
-    BlockWriter, MessagesRequest, chat_messages, openai_tools, thinking_disabled)
+    BlockWriter, MessagesRequest, chat_messages, template_tools, thinking_disabled)
 from atom.serving.openai.chat_reader import DeltaReader, merge_deltas
 
 CALL_TEXT = ("<think>hmm</think>Checking.\n<tool_call>\n<function=get_weather>\n"
@@ -46,7 +46,7 @@ def test_anthropic_turns_become_template_messages():
     assert msgs[2]["reasoning_content"] == "use the tool" and msgs[2]["content"] == "Checking."
     assert json.loads(msgs[2]["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
     assert msgs[3]["tool_call_id"] == "toolu_1" and msgs[3]["content"] == "Sunny"
-    tools = openai_tools(_request({"tools": [{"name": "get_weather",
+    tools = template_tools(_request({"tools": [{"name": "get_weather",
                                               "input_schema": {"type": "object"}}]}).tools)
     assert tools[0]["function"]["parameters"] == {"type": "object"}
 
