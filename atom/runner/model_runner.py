@@ -12,22 +12,22 @@ import torch
 from atom.config.schema import Config
 from atom.kernels.backend import get_backend, resolve_backend_name
 from atom.kernels.metadata import AttentionMetadata, leading_decodes
-from atom.layers import forward_context
-from atom.layers.forward_context import ForwardContext
 from atom.layers.sampler import PenaltyBatch, SamplingBatch, compute_logprobs, sample
-from atom.loader.hf_config import load_hf_config
 from atom.loader.model_loader import build_model
+from atom.runner.scheduler_output import PENDING_TOKEN, ScheduledRequest, SchedulerOutput
+from atom.sampling_params import SamplingParams
+from atom.loader.hf_config import load_hf_config
+from atom.layers import forward_context
 from atom.runner.annotation import annotate
 from atom.runner.compile import compile_forward, describe_level
 from atom.runner.cpu_threads import cpu_threads
 from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
+from atom.layers.forward_context import ForwardContext
 from atom.runner.host_staging import HostStager
 from atom.runner.kv_cache import KVCacheSpec, allocate, describe_kv_dtype, kv_dtype, num_blocks_for
 from atom.runner.launched_step import LaunchedStep, accept_drafts
-from atom.runner.profiler import StepProfiler
-from atom.runner.scheduler_output import PENDING_TOKEN, ScheduledRequest, SchedulerOutput
-from atom.sampling_params import SamplingParams
 from atom.spec_decode.acceptance import build_verifier
+from atom.runner.profiler import StepProfiler
 
 log = logging.getLogger("atom.runner")
 
