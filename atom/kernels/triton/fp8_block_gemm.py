@@ -1,0 +1,112 @@
+"""y = x @ W.T (+ b) for DeepSeek-V3's block-scaled fp8 weights (`fp8_block`): W is e4m3 with one
+float32 scale (`weight_scale_inv`) per 128 × 128 block, x is quantised to e4m3 per row and group
+of 128 columns (fp8_quant.quant_per_token_group), and both operands meet in an fp8 tensor-core
+dot.
+
+BLOCK_K is the scale block (128), so each K step is one fp8 dot whose [BLOCK_M, BLOCK_N] result
+carries exactly one x scale per row and one weight scale; it is scaled and added into an fp32
+accumulator in registers. That is also the accumulation precision fix DeepSeek-V3 describes:
+Hopper's fp8 MMA accumulates in ~14 bits, so promoting to fp32 every 128 products bounds its
+error. BLOCK_N ≤ 128 divides 128, so a tile's columns share one weight-scale row.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from atom.kernels.triton.fp8_quant import quant_per_token_group
+from atom.kernels.triton.pdl import pdl_args, pdl_wait
+
+SCALE_BLOCK = 128
+
+
+@triton.jit
+def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, m_rows, n_rows, k_dim,
+                       a_stride, as_stride, b_stride, bs_stride, c_stride,
+                       HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
+    # Programs walk GROUP_M row tiles down one column of tiles before moving right, so a wave
+    # of programs shares weight tiles in L2 (the Triton matmul tutorial's ordering).
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(m_rows, BLOCK_M)
+    tiles_n = tl.cdiv(n_rows, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    group_m = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_m
+    pid_n = (pid % per_group) // group_m
+
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask = rm < m_rows
+    n_mask = rn < n_rows
+    a_rows = a_ptr + rm.to(tl.int64)[:, None] * a_stride
+    b_rows = b_ptr + rn.to(tl.int64)[:, None] * b_stride
+    as_rows = as_ptr + rm.to(tl.int64) * as_stride
+    bs_row = bs_ptr + ((pid_n * BLOCK_N) // BLOCK_K) * bs_stride
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for kb in range(0, tl.cdiv(k_dim, BLOCK_K)):
+        cols = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+        c_mask = cols < k_dim
+        a = tl.load(a_rows + cols[None, :], mask=m_mask[:, None] & c_mask[None, :], other=0.0)
+        b = tl.load(b_rows + cols[None, :], mask=n_mask[:, None] & c_mask[None, :], other=0.0)
+        a_s = tl.load(as_rows + kb, mask=m_mask, other=0.0)
+        b_s = tl.load(bs_row + kb)
+        acc += tl.dot(a, tl.trans(b)) * (a_s[:, None] * b_s)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    tl.store(c_ptr + rm.to(tl.int64)[:, None] * c_stride + rn[None, :],
+             acc.to(c_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+
+
+def _config(m_rows: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) by row count, not autotuned (autotuning costs a
+    compile per candidate at start-up). Decode (M ≤ 64) streams the weight: narrow N tiles give
+    the most programs (N = 7168 → 112 tiles of 64) and deep pipelines hide the latency; prefill
+    is compute-bound and wants the 128 × 128 tile of one warp group pair. Shared memory per
+    stage is (BLOCK_M + BLOCK_N) × 128 bytes: 96 KiB at 128 × 128 and 3 stages."""
+    if m_rows <= 16:
+        return 16, 64, 4, 4
+    if m_rows <= 64:
+        return 64, 64, 4, 4
+    return 128, 128, 8, 3
+
+
+def block_scaled_mm(xq: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
+                    w_scale: torch.Tensor, bias: torch.Tensor | None = None,
+                    out_dtype: torch.dtype = torch.bfloat16, block_m: int | None = None,
+                    block_n: int | None = None, num_warps: int | None = None,
+                    num_stages: int | None = None) -> torch.Tensor:
+    """The GEMM over already-quantised operands: xq [M, K] e4m3 with x_scale [M, ceil(K/128)],
+    w [N, K] e4m3 with w_scale [ceil(N/128), ceil(K/128)] → [M, N] in out_dtype. The block
+    sizes override the defaults (benchmarks sweep them)."""
+    m_rows, k_dim = xq.shape
+    n_rows = w.shape[0]
+    kb = triton.cdiv(k_dim, SCALE_BLOCK)
+    assert w.shape[1] == k_dim and xq.dtype == w.dtype == torch.float8_e4m3fn
+    assert x_scale.shape == (m_rows, kb) and w_scale.shape == (triton.cdiv(n_rows, SCALE_BLOCK), kb)
+    assert xq.stride(-1) == 1 and w.stride(-1) == 1
+    bm, bn, nw, ns = _config(m_rows)
+    bm, bn = block_m or bm, block_n or bn
+    nw, ns = num_warps or nw, num_stages or ns
+    assert SCALE_BLOCK % bn == 0
+    y = torch.empty((m_rows, n_rows), dtype=out_dtype, device=xq.device)
+    if m_rows == 0:
+        return y
+    grid = (triton.cdiv(m_rows, bm) * triton.cdiv(n_rows, bn),)
+    _block_gemm_kernel[grid](
+        xq, x_scale, w, w_scale, bias if bias is not None else w_scale, y, m_rows, n_rows, k_dim,
+        xq.stride(0), x_scale.stride(0), w.stride(0), w_scale.stride(0), y.stride(0),
+        HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=SCALE_BLOCK, GROUP_M=8,
+        num_warps=nw, num_stages=ns, **pdl_args(xq.device))
+    return y
+
+
+def fp8_block_gemm(x: torch.Tensor, w: torch.Tensor, block_scale: torch.Tensor,
+                   bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x: [M, K] bf16, w: [N, K] e4m3, block_scale: [ceil(N/128), ceil(K/128)] fp32 → [M, N] in
+    x's dtype: x quantised per 1 × 128 group (one launch), then the block-scaled GEMM."""
+    xq, xs = quant_per_token_group(x, SCALE_BLOCK)
+    return block_scaled_mm(xq, xs, w, block_scale, bias, out_dtype=x.dtype)
