@@ -66,10 +66,10 @@ def test_block_scaled_mm_matches_dequantized_matmul(m, n, k, bias):
     assert rel_err(out, reference(xq, xs, q, ws, b)) < TOL
 
 
-@pytest.mark.parametrize("m,bm,bn", [(40, 16, 64), (40, 64, 128), (3, 128, 128)])
+@pytest.mark.parametrize("m,bm,bn", [(40, 16, 64), (40, 64, 64), (40, 64, 128), (3, 128, 128)])
 def test_every_tile_shape_gives_the_same_product(m, bm, bn):
-    """The three default configs (and a tile larger than M) on one problem whose N and K are
-    not multiples of the tile."""
+    """The default configs, a 16-row tile (an mma.sync over f16 on sm_90) and a tile larger than
+    M, on one problem whose N and K are not multiples of the tile."""
     x = torch.randn(m, 200, device=DEVICE).to(torch.bfloat16)
     xq, xs = ref_quant(x, 128)
     q, ws = block_weight(150, 200)

@@ -48,6 +48,54 @@ for split in (False, True):  # the kernel's two variants: every split count > 1 
         GROUP=2, G_PAD=16, PAGE=16, BLOCK_N=64 if split else 128, HEAD_DIM=128, SPLIT=split,
         SPLIT_PAD=A.MAX_SPLITS, HAS_WINDOW=False, DOT=tl.bfloat16, PREC="tf32", PDL=False,
         E4M3_PAIRS=False), 4)
+
+# fp8 kernels, with the divisibility-by-16 the launch gives pointers, strides and K (their PTX
+# properties are checked too: a one-byte global load or an fp8 dot that is not an fp8 MMA would
+# cost their bandwidth or their FLOPs and pass every CPU test).
+import re
+from atom.kernels.triton import fp8_block_gemm as FB, fp8_gemv as FG, fp8_quant as FQ
+
+def compile_sm90_div16(fn, sig, consts, warps, stages=3, div16=()):
+    names = list(sig) + list(consts)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
+    src = ASTSource(fn, dict(sig) | {k: "constexpr" for k in consts}, constexprs=consts, attrs=attrs)
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                         options=dict(num_warps=warps, num_stages=stages)).asm["ptx"]
+    print(fn.__name__, len(ptx))
+    assert not re.search(r"ld\.global[a-zA-Z0-9:._]*\.[bu]8", ptx), fn.__name__ + ": byte-wise load"
+    return ptx
+
+q_sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "k_dim": "i32", "x_stride": "i32",
+         "q_stride": "i32", "eps": "fp32"}
+compile_sm90_div16(FQ._per_token_kernel, q_sig, dict(BLOCK=4096, PDL=True), 8,
+                   div16=("x_ptr", "q_ptr", "s_ptr", "k_dim", "x_stride", "q_stride"))
+g_sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "k_dim": "i32", "n_groups": "i32",
+         "x_stride": "i32", "q_stride": "i32", "s_stride": "i32", "eps": "fp32"}
+compile_sm90_div16(FQ._per_group_kernel, g_sig, dict(GROUP=128, GROUPS=8, PDL=True), 4,
+                   div16=("x_ptr", "q_ptr", "s_ptr", "k_dim", "x_stride", "q_stride"))
+gemv_sig = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*bf16",
+            "m_rows": "i32", "n_rows": "i32", "k_dim": "i32", "x_stride": "i32", "w_stride": "i32",
+            "y_stride": "i32"}
+gemv_div = ("x_ptr", "w_ptr", "s_ptr", "b_ptr", "y_ptr", "k_dim", "x_stride", "w_stride")
+for dot, rows in ((False, 1), (True, 4)):
+    bn, bk, nw = FG._config(rows, 4096, 4096)
+    ptx = compile_sm90_div16(FG._fp8_gemv_kernel, gemv_sig, dict(
+        HAS_BIAS=False, DOT=dot, M_PAD=16 if dot else 1, BLOCK_N=bn, BLOCK_K=bk, PDL=True), nw,
+        div16=gemv_div)
+    # The weight stream: 16-byte loads straight from global (one row) or 16-byte async copies.
+    assert re.search(r"ld\.global\.L1::evict_first[a-zA-Z0-9:._]*\.v4" if not dot
+                     else r"cp\.async\.cg\.shared\.global", ptx), "fp8_gemv: narrow weight loads"
+    assert "cvt.rn.f16x2.e4m3x2" in ptx
+b_sig = {n: "*fp8e4nv" if n in ("a_ptr", "b_ptr") else "*fp32"
+         for n in ("a_ptr", "as_ptr", "b_ptr", "bs_ptr", "bias_ptr")} | {"c_ptr": "*bf16"}
+b_sig |= {n: "i32" for n in ("m_rows", "n_rows", "k_dim", "a_stride", "as_stride", "b_stride",
+                             "bs_stride", "c_stride")}
+for rows in (64, 4096):
+    bm, bn, nw, ns = FB._config(rows)
+    ptx = compile_sm90_div16(FB._block_gemm_kernel, b_sig, dict(
+        HAS_BIAS=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8, PDL=True), nw, ns,
+        div16=[n for n in b_sig if n.endswith("_ptr") or n.endswith("stride") or n == "k_dim"])
+    assert re.search(r"(wgmma\.mma_async|mma\.sync)[a-zA-Z0-9._]*e4m3\.e4m3", ptx), "not an fp8 MMA"
 """
 
 
@@ -60,4 +108,5 @@ def test_kernels_compile_for_sm90():
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
-        "_decode_kernel", "_decode_kernel"])
+        "_decode_kernel", "_decode_kernel", "_per_token_kernel", "_per_group_kernel"]
+        + ["_fp8_gemv_kernel"] * 2 + ["_block_gemm_kernel"] * 2)

@@ -64,11 +64,12 @@ def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, m_rows, n_
 def _config(m_rows: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) by row count, not autotuned (autotuning costs a
     compile per candidate at start-up). Decode (M ≤ 64) streams the weight: narrow N tiles give
-    the most programs (N = 7168 → 112 tiles of 64) and deep pipelines hide the latency; prefill
-    is compute-bound and wants the 128 × 128 tile of one warp group pair. Shared memory per
-    stage is (BLOCK_M + BLOCK_N) × 128 bytes: 96 KiB at 128 × 128 and 3 stages."""
-    if m_rows <= 16:
-        return 16, 64, 4, 4
+    the most programs (N = 7168 → 112 tiles of 64) and deep pipelines hide the latency; 64 rows
+    even for M = 1, since below 64 Triton's dot on sm_90 is an mma.sync that converts both fp8
+    operands to f16 first, and the wasted rows of an fp8 wgmma cost less than the weight's
+    bytes take to arrive. Prefill is compute-bound and wants the 128 × 128 tile of two warp
+    groups. Shared memory per stage is (BLOCK_M + BLOCK_N) × 128 bytes: 96 KiB at 128 × 128
+    and 3 stages."""
     if m_rows <= 64:
         return 64, 64, 4, 4
     return 128, 128, 8, 3
