@@ -1,0 +1,149 @@
+"""The fp8 weight kernels (issue 19) against their peers, for gpu_bench's `fp8_kernels`:
+
+- fp8_gemv at 1, 4 and 16 rows on Llama-3.1-8B's projections: GB/s of weight bytes against the
+  4.18 TB/s copy, beside the bf16 GEMV (one row) or cuBLAS bf16 (more rows) over the same
+  weights and torch._scaled_mm (per-tensor scales, x quantised ahead); plus a few block shapes
+  of both inner products, to choose fp8_gemv._config from.
+- fp8_block_gemm at M = 1 … 8192 on DeepSeek-V3's projections: µs and TFLOP/s, with and without
+  its quantisation launch, beside torch._scaled_mm (per-tensor) and bf16 F.linear.
+
+Every time is one CUDA graph of one call per weight set (gpu_bench._per_weight_ms, passed in),
+the sets together larger than L2.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+COPY_BW = 4.18e12  # bytes/s, as gpu_bench.COPY_BW
+L2_BYTES = 240e6  # weight bytes per shape: the sets exceed the H200's 60 MB L2 four times over
+
+LLAMA8B = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
+DEEPSEEK = {"q_a": (1536, 7168), "q_b": (24576, 1536), "kv_a": (576, 7168), "kv_b": (32768, 512),
+            "o": (7168, 16384), "mlp_gate_up": (36864, 7168), "mlp_down": (7168, 18432),
+            "expert_gate_up": (4096, 7168), "expert_down": (7168, 2048)}
+GEMV_SWEEP = {1: [(8, 1024, 4), (8, 2048, 8), (16, 2048, 8), (4, 2048, 8), (16, 1024, 4)],
+              4: [(16, 256, 4), (32, 256, 4), (32, 512, 4), (64, 256, 4)],
+              16: [(16, 256, 4), (32, 256, 4), (64, 256, 4), (64, 128, 4)]}
+
+BLOCK_ROWS = (1, 64, 256, 2048, 8192)
+
+PerWeightMs = Callable[[Callable[[Any], Any], list], float]
+
+
+def _sets(n: int, k: int, bytes_per: int) -> int:
+    return max(2, min(64, int(L2_BYTES // (n * k * bytes_per))))
+
+
+def _fp8_rows(n: int, k: int, sets: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per-row e4m3 weights with their [N] fp32 scales (random codes: the bytes are what costs)."""
+    out = []
+    for _ in range(sets):
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        out.append((w.to(torch.float8_e4m3fn), torch.rand(n, device="cuda") / 448 + 1e-4))
+    return out
+
+
+def _per_tensor(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    scale = (x.abs().amax().float() / 448).clamp_min(1e-10)
+    return (x / scale).clamp(-448, 448).to(torch.float8_e4m3fn), scale
+
+
+def _scaled_mm(xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, ws: torch.Tensor) -> torch.Tensor:
+    return torch._scaled_mm(xq, w.t(), scale_a=xs, scale_b=ws, out_dtype=torch.bfloat16)
+
+
+def _timed(per_weight_ms: PerWeightMs, fn: Callable[[Any], Any], ws: list) -> float | str:
+    """ms per call, or the error's text (a peer that refuses a shape must not stop the bench)."""
+    try:
+        return per_weight_ms(fn, ws)
+    except Exception as e:  # noqa: BLE001 - recorded in the result beside the numbers
+        return f"{type(e).__name__}: {str(e)[:120]}"
+
+
+def _gbps(byts: int, ms: float | str) -> Any:
+    return ms if isinstance(ms, str) else {"us": round(ms * 1e3, 2),
+                                           "GBps": round(byts / (ms * 1e-3) / 1e9, 1),
+                                           "of_copy": round(byts / (ms * 1e-3) / COPY_BW, 3)}
+
+
+def bench_fp8_gemv(per_weight_ms: PerWeightMs) -> dict[str, Any]:
+    from atom.kernels.triton.fp8_gemv import fp8_gemv
+    from atom.kernels.triton.gemv import gemv
+
+    out: dict[str, Any] = {}
+    for name, (n, k) in LLAMA8B.items():
+        fp8 = _fp8_rows(n, k, _sets(n, k, 1))
+        one = torch.ones((), device="cuda")
+        bf16 = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+                for _ in range(_sets(n, k, 2))]
+        for m in (1, 4, 16):
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            xq, xs = _per_tensor(x)
+            row: dict[str, Any] = {
+                "fp8_gemv": _gbps(n * k, _timed(per_weight_ms, lambda w: fp8_gemv(x, *w), fp8)),
+                "scaled_mm": _gbps(n * k, _timed(per_weight_ms,
+                                                 lambda w: _scaled_mm(xq, xs, w[0], one), fp8)),
+                "bf16_peer": _gbps(2 * n * k, _timed(
+                    per_weight_ms, (lambda w: gemv(x, w)) if m == 1
+                    else (lambda w: torch.nn.functional.linear(x, w)), bf16)),
+            }
+            if m == 1:
+                row["fp8_gemv_dot"] = _gbps(n * k, _timed(
+                    per_weight_ms, lambda w: fp8_gemv(x, *w, dot=True), fp8))
+            for bn, bk, nw in GEMV_SWEEP[m]:
+                row[f"n{bn}k{bk}w{nw}"] = _gbps(n * k, _timed(
+                    per_weight_ms, lambda w: fp8_gemv(x, *w, block_n=bn, block_k=bk,
+                                                      num_warps=nw), fp8))
+            out[f"gemv_8b_{name}_m{m}"] = row
+        del fp8, bf16
+        torch.cuda.empty_cache()
+    return out
+
+
+def _block_weights(n: int, k: int, sets: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    nb, kb = -(-n // 128), -(-k // 128)
+    return [(torch.randn(n, k, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn),
+             torch.rand(nb, kb, device="cuda") / 448 + 1e-4) for _ in range(sets)]
+
+
+def _tflops(m: int, n: int, k: int, ms: float | str) -> Any:
+    return ms if isinstance(ms, str) else {"us": round(ms * 1e3, 2),
+                                           "TFLOPs": round(2 * m * n * k / (ms * 1e-3) / 1e12, 1)}
+
+
+def bench_fp8_block_gemm(per_weight_ms: PerWeightMs) -> dict[str, Any]:
+    from atom.kernels.triton.fp8_block_gemm import block_scaled_mm, fp8_block_gemm
+    from atom.kernels.triton.fp8_quant import quant_per_token_group
+
+    out: dict[str, Any] = {}
+    for name, (n, k) in DEEPSEEK.items():
+        fp8 = _block_weights(n, k, _sets(n, k, 1))
+        one = torch.ones((), device="cuda")
+        bf16 = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+        for m in BLOCK_ROWS:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            gq, gs = quant_per_token_group(x)
+            tq, ts = _per_tensor(x)
+            out[f"block_{name}_m{m}"] = {
+                "fp8_block_gemm": _tflops(m, n, k, _timed(
+                    per_weight_ms, lambda w: fp8_block_gemm(x, *w), fp8)),
+                "gemm_only": _tflops(m, n, k, _timed(
+                    per_weight_ms, lambda w: block_scaled_mm(gq, gs, *w), fp8)),
+                "scaled_mm_per_tensor": _tflops(m, n, k, _timed(
+                    per_weight_ms, lambda w: _scaled_mm(tq, ts, w[0], one), fp8)),
+                "bf16_linear": _tflops(m, n, k, _timed(
+                    per_weight_ms, lambda w: torch.nn.functional.linear(x, w), bf16)),
+            }
+            if m <= 64:  # the decode tile against a 16-row one (f16 mma.sync on sm_90)
+                out[f"block_{name}_m{m}"]["gemm_only_m16n64"] = _tflops(m, n, k, _timed(
+                    per_weight_ms, lambda w: block_scaled_mm(gq, gs, *w, block_m=16, block_n=64),
+                    fp8))
+        del fp8, bf16
+        torch.cuda.empty_cache()
+    return out
+
+
+def bench_fp8_kernels(per_weight_ms: PerWeightMs) -> dict[str, Any]:
+    return {"gemv": bench_fp8_gemv(per_weight_ms), "block_gemm": bench_fp8_block_gemm(per_weight_ms)}
