@@ -91,11 +91,22 @@ b_sig = {n: "*fp8e4nv" if n in ("a_ptr", "b_ptr") else "*fp32"
 b_sig |= {n: "i32" for n in ("m_rows", "n_rows", "k_dim", "a_stride", "as_stride", "b_stride",
                              "bs_stride", "c_stride")}
 for rows in (64, 4096):
-    bm, bn, nw, ns = FB._config(rows)
+    bm, bn, nw, ns = FB.tile_config(rows)
     ptx = compile_sm90_div16(FB._block_gemm_kernel, b_sig, dict(
         HAS_BIAS=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8, PDL=True), nw, ns,
         div16=[n for n in b_sig if n.endswith("_ptr") or n.endswith("stride") or n == "k_dim"])
     assert re.search(r"wgmma\.mma_async[a-zA-Z0-9._]*e4m3\.e4m3", ptx), "not an fp8 wgmma"
+from atom.kernels.triton import fp8_scaled_gemm as FS
+s_sig = {n: b_sig[n] for n in ("a_ptr", "as_ptr", "b_ptr", "bs_ptr", "bias_ptr", "c_ptr", "m_rows",
+                                "n_rows", "k_dim", "a_stride", "b_stride", "c_stride")}
+for rows in (64, 4096):
+    bm, bn, nw, ns = FB.tile_config(rows)
+    ptx = compile_sm90_div16(FS._scaled_gemm_kernel, s_sig, dict(
+        HAS_BIAS=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=FS.BLOCK_K, GROUP_M=8, PDL=True), nw, ns,
+        div16=[n for n in s_sig if n.endswith("_ptr") or n.endswith("stride") or n == "k_dim"])
+    assert re.search(r"wgmma\.mma_async[a-zA-Z0-9._]*e4m3\.e4m3", ptx), "not an fp8 wgmma"
+    # Promotion every 128 products: one fp32 add per accumulator element and K step.
+    assert len(re.findall(r"add\.f32", ptx)) >= bm * bn // (32 * nw), "fp8 dot not promoted"
 """
 
 
@@ -109,4 +120,4 @@ def test_kernels_compile_for_sm90():
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
         "_decode_kernel", "_decode_kernel", "_per_token_kernel", "_per_group_kernel"]
-        + ["_fp8_gemv_kernel"] * 2 + ["_block_gemm_kernel"] * 2)
+        + ["_fp8_gemv_kernel"] * 2 + ["_block_gemm_kernel"] * 2 + ["_scaled_gemm_kernel"] * 2)

@@ -22,22 +22,26 @@ SCALE_BLOCK = 128
 
 
 @triton.jit
-def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, m_rows, n_rows, k_dim,
-                       a_stride, as_stride, b_stride, bs_stride, c_stride,
-                       HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PDL: tl.constexpr):
-    pdl_wait(PDL)
-    # Programs walk GROUP_M row tiles down one column of tiles before moving right, so a wave
-    # of programs shares weight tiles in L2 (the Triton matmul tutorial's ordering).
+def tile_ids(m_rows, n_rows, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of this program. Programs walk GROUP_M row tiles down one column of tiles
+    before moving right, so a wave of programs shares weight tiles in L2 (the Triton matmul
+    tutorial's ordering)."""
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(m_rows, BLOCK_M)
     tiles_n = tl.cdiv(n_rows, BLOCK_N)
     per_group = GROUP_M * tiles_n
     first_m = (pid // per_group) * GROUP_M
     group_m = tl.minimum(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_m
-    pid_n = (pid % per_group) // group_m
+    return first_m + (pid % per_group) % group_m, (pid % per_group) // group_m
 
+
+@triton.jit
+def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, m_rows, n_rows, k_dim,
+                       a_stride, as_stride, b_stride, bs_stride, c_stride,
+                       HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
+    pid_m, pid_n = tile_ids(m_rows, n_rows, BLOCK_M, BLOCK_N, GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_mask = rm < m_rows
@@ -61,7 +65,7 @@ def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, m_rows, n_
              acc.to(c_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
 
-def _config(m_rows: int) -> tuple[int, int, int, int]:
+def tile_config(m_rows: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) by row count, not autotuned (autotuning costs a
     compile per candidate at start-up). Decode (M ≤ 64) streams the weight: narrow N tiles give
     the most programs (N = 7168 → 112 tiles of 64) and deep pipelines hide the latency; 64 rows
@@ -89,7 +93,7 @@ def block_scaled_mm(xq: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
     assert w.shape[1] == k_dim and xq.dtype == w.dtype == torch.float8_e4m3fn
     assert x_scale.shape == (m_rows, kb) and w_scale.shape == (triton.cdiv(n_rows, SCALE_BLOCK), kb)
     assert xq.stride(-1) == 1 and w.stride(-1) == 1
-    bm, bn, nw, ns = _config(m_rows)
+    bm, bn, nw, ns = tile_config(m_rows)
     bm, bn = block_m or bm, block_n or bn
     nw, ns = num_warps or nw, num_stages or ns
     assert SCALE_BLOCK % bn == 0
