@@ -6,6 +6,9 @@
   of both inner products, to choose fp8_gemv._config from.
 - fp8_block_gemm at M = 1 … 8192 on DeepSeek-V3's projections: µs and TFLOP/s, with and without
   its quantisation launch, beside torch._scaled_mm (per-tensor) and bf16 F.linear.
+- fp8_scaled_gemm (per-channel weight, per-token x) at M = 16 … 8192 on the 8B projections,
+  beside torch._scaled_mm's row-wise mode over the same operands and bf16 F.linear: the
+  per-shape choice between the two fp8 GEMMs.
 
 Every time is one CUDA graph of one call per weight set (gpu_bench._per_weight_ms, passed in),
 the sets together larger than L2.
@@ -23,11 +26,13 @@ LLAMA8B = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "do
 DEEPSEEK = {"q_a": (1536, 7168), "q_b": (24576, 1536), "kv_a": (576, 7168), "kv_b": (32768, 512),
             "o": (7168, 16384), "mlp_gate_up": (36864, 7168), "mlp_down": (7168, 18432),
             "expert_gate_up": (4096, 7168), "expert_down": (7168, 2048)}
-GEMV_SWEEP = {1: [(8, 1024, 4), (8, 2048, 8), (16, 2048, 8), (4, 2048, 8), (16, 1024, 4)],
+GEMV_SWEEP = {1: [(8, 1024, 4), (8, 1024, 8), (16, 1024, 8), (4, 2048, 8), (8, 2048, 8),
+                  (16, 512, 4), (32, 512, 8)],
               4: [(16, 256, 4), (32, 256, 4), (32, 512, 4), (64, 256, 4)],
               16: [(16, 256, 4), (32, 256, 4), (64, 256, 4), (64, 128, 4)]}
 
 BLOCK_ROWS = (1, 64, 256, 2048, 8192)
+SCALED_ROWS = (16, 64, 256, 2048, 8192)
 
 PerWeightMs = Callable[[Callable[[Any], Any], list], float]
 
@@ -145,5 +150,34 @@ def bench_fp8_block_gemm(per_weight_ms: PerWeightMs) -> dict[str, Any]:
     return out
 
 
+def bench_fp8_scaled_gemm(per_weight_ms: PerWeightMs) -> dict[str, Any]:
+    from atom.kernels.triton.fp8_quant import quant_per_token
+    from atom.kernels.triton.fp8_scaled_gemm import fp8_scaled_gemm, scaled_mm
+
+    out: dict[str, Any] = {}
+    for name, (n, k) in LLAMA8B.items():
+        fp8 = _fp8_rows(n, k, _sets(n, k, 1))
+        bf16 = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+        for m in SCALED_ROWS:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            xq, xs = quant_per_token(x)
+            out[f"scaled_8b_{name}_m{m}"] = {
+                "fp8_scaled_gemm": _tflops(m, n, k, _timed(
+                    per_weight_ms, lambda w: fp8_scaled_gemm(x, *w), fp8)),
+                "gemm_only": _tflops(m, n, k, _timed(
+                    per_weight_ms, lambda w: scaled_mm(xq, xs, *w), fp8)),
+                "scaled_mm_rowwise": _tflops(m, n, k, _timed(
+                    per_weight_ms, lambda w: torch._scaled_mm(
+                        xq, w[0].t(), scale_a=xs, scale_b=w[1].view(1, -1),
+                        out_dtype=torch.bfloat16), fp8)),
+                "bf16_linear": _tflops(m, n, k, _timed(
+                    per_weight_ms, lambda w: torch.nn.functional.linear(x, w), bf16)),
+            }
+        del fp8, bf16
+        torch.cuda.empty_cache()
+    return out
+
+
 def bench_fp8_kernels(per_weight_ms: PerWeightMs) -> dict[str, Any]:
-    return {"gemv": bench_fp8_gemv(per_weight_ms), "block_gemm": bench_fp8_block_gemm(per_weight_ms)}
+    return {"gemv": bench_fp8_gemv(per_weight_ms), "block_gemm": bench_fp8_block_gemm(per_weight_ms),
+            "scaled_gemm": bench_fp8_scaled_gemm(per_weight_ms)}

@@ -64,14 +64,17 @@ def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, b_ptr, y_ptr, m_rows, n_rows, k_dim,
 
 
 def _config(m_rows: int, n_rows: int, k_dim: int) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps). One row: gemv.py's shapes with BLOCK_K doubled, so a
-    program streams the same bytes per step (and a thread 16 of them per load). Several rows:
-    32-row blocks (one mma tile pair per warp group) keep ≥ 128 programs from N = 4096 on."""
+    """(BLOCK_N, BLOCK_K, num_warps), a first guess to be re-chosen from gpu_bench's
+    fp8_kernels sweep. One row: gemv.py's table (its H200 sweep) with 2048-column steps where
+    the rows are few; a [16, 2048] step would take 233 registers a thread (ptxas, sm_90), one
+    program of 8 warps per SM, so long rows step 1024 columns: still four 16-byte loads per
+    thread and step, at 125 registers. Several rows: 32-row blocks keep ≥ 128 programs from
+    N = 4096 on at 64 registers."""
     if m_rows == 1:
         if n_rows <= 2048:
             return 4, 2048, 8
         if n_rows <= 4096 and k_dim >= 4096:
-            return 16, 2048, 8
+            return 16, 1024, 8
         return 8, 1024, 8 if k_dim >= 8192 else 4
     return (16 if n_rows <= 2048 else 32), 256, 4
 
