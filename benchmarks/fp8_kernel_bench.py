@@ -5,7 +5,8 @@
   weights and torch._scaled_mm (per-tensor scales, x quantised ahead); plus a few block shapes
   of both inner products, to choose fp8_gemv._config from.
 - fp8_block_gemm at M = 1 … 8192 on DeepSeek-V3's projections: µs and TFLOP/s, with and without
-  its quantisation launch, beside torch._scaled_mm (per-tensor) and bf16 F.linear.
+  its quantisation launch (and, at decode rows, without split-K and with a 16-row tile),
+  beside torch._scaled_mm (per-tensor) and bf16 F.linear.
 - fp8_scaled_gemm (per-channel weight, per-token x) at M = 16 … 8192 on the 8B projections,
   beside torch._scaled_mm's row-wise mode over the same operands and bf16 F.linear: the
   per-shape choice between the two fp8 GEMMs.
@@ -141,10 +142,13 @@ def bench_fp8_block_gemm(per_weight_ms: PerWeightMs) -> dict[str, Any]:
                 "bf16_linear": _tflops(m, n, k, _timed(
                     per_weight_ms, lambda w: torch.nn.functional.linear(x, w), bf16)),
             }
-            if m <= 64:  # the decode tile against a 16-row one (f16 mma.sync on sm_90)
-                out[f"block_{name}_m{m}"]["gemm_only_m16n64"] = _tflops(m, n, k, _timed(
+            if m <= 64:  # the decode tile against a 16-row one (f16 mma.sync), and unsplit
+                row = out[f"block_{name}_m{m}"]
+                row["gemm_only_m16n64"] = _tflops(m, n, k, _timed(
                     per_weight_ms, lambda w: block_scaled_mm(gq, gs, *w, block_m=16, block_n=64),
                     fp8))
+                row["gemm_only_unsplit"] = _tflops(m, n, k, _timed(
+                    per_weight_ms, lambda w: block_scaled_mm(gq, gs, *w, split_k=1), fp8))
         del fp8, bf16
         torch.cuda.empty_cache()
     return out
@@ -166,6 +170,8 @@ def bench_fp8_scaled_gemm(per_weight_ms: PerWeightMs) -> dict[str, Any]:
                     per_weight_ms, lambda w: fp8_scaled_gemm(x, *w), fp8)),
                 "gemm_only": _tflops(m, n, k, _timed(
                     per_weight_ms, lambda w: scaled_mm(xq, xs, *w), fp8)),
+                "gemm_only_unsplit": _tflops(m, n, k, _timed(
+                    per_weight_ms, lambda w: scaled_mm(xq, xs, *w, split_k=1), fp8)),
                 "scaled_mm_rowwise": _tflops(m, n, k, _timed(
                     per_weight_ms, lambda w: torch._scaled_mm(
                         xq, w[0].t(), scale_a=xs, scale_b=w[1].view(1, -1),

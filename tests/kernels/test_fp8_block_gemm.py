@@ -77,6 +77,18 @@ def test_every_tile_shape_gives_the_same_product(m, bm, bn):
     assert rel_err(out, reference(xq, xs, q, ws, None)) < TOL
 
 
+@pytest.mark.parametrize("split", [2, 3, 8])
+def test_split_k_slices_sum_to_the_unsplit_product(split):
+    """K cut into slices (8 K blocks: 4 + 4, 3 + 3 + 2, eight of one), each slice's fp32
+    partial summed by a second launch that adds the bias once."""
+    x = torch.randn(5, 1000, device=DEVICE).to(torch.bfloat16)
+    xq, xs = ref_quant(x, 128)
+    q, ws = block_weight(200, 1000)
+    b = torch.randn(200, device=DEVICE).to(torch.bfloat16)
+    out = block_scaled_mm(xq, xs, q, ws, b, split_k=split)
+    assert rel_err(out, reference(xq, xs, q, ws, b)) < TOL
+
+
 @pytest.mark.parametrize("m,n,k", [pytest.param(4, 96, 300, id="small"),
                                    gpu_param(2048, 7168, 2048, id="expert-down-prefill")])
 def test_fp8_block_gemm_quantizes_x_per_group_of_128(m, n, k):

@@ -39,6 +39,18 @@ def test_scaled_mm_matches_dequantized_matmul(m, n, k, bias):
     assert rel_err(out, reference(xq, xs, q, ws, b)) < TOL
 
 
+@pytest.mark.parametrize("split", [2, 3])
+def test_split_k_slices_sum_to_the_unsplit_product(split):
+    """The scales are linear in the slices' partials: each slice applies them, the sum adds
+    the bias once."""
+    x = torch.randn(3, 700, device=DEVICE).to(torch.bfloat16)
+    xq, xs = ref_quant(x, None)
+    q, ws = fp8_weight(100, 700)
+    b = torch.randn(100, device=DEVICE).to(torch.bfloat16)
+    out = scaled_mm(xq, xs, q, ws, b, split_k=split)
+    assert rel_err(out, reference(xq, xs, q, ws, b)) < TOL
+
+
 def test_fp8_scaled_gemm_quantizes_x_per_token():
     """The public entry against the reference fed torch's per-token quantisation of x (the
     Triton quantiser's own bytes when interpreted: see test_fp8_block_gemm)."""

@@ -1,4 +1,4 @@
-"""The sampler's and the decode attention's kernels compile for sm_90 on this GPU-less machine.
+"""The sampler's, the decode attention's and the fp8 weight kernels compile for sm_90 on this GPU-less machine.
 
 Why: TRITON_INTERPRET runs a kernel as numpy and skips the compiler's checks, so a kernel can
 pass every CPU test and fail to compile on the H200 (a loop-carried variable that changed type
@@ -87,26 +87,25 @@ for dot, rows in ((False, 1), (True, 4)):
                      else r"cp\.async\.cg\.shared\.global", ptx), "fp8_gemv: narrow weight loads"
     assert "cvt.rn.f16x2.e4m3x2" in ptx
 b_sig = {n: "*fp8e4nv" if n in ("a_ptr", "b_ptr") else "*fp32"
-         for n in ("a_ptr", "as_ptr", "b_ptr", "bs_ptr", "bias_ptr")} | {"c_ptr": "*bf16"}
+         for n in ("a_ptr", "as_ptr", "b_ptr", "bs_ptr", "bias_ptr")} | {"c_ptr": "*bf16", "part_ptr": "*fp32"}
 b_sig |= {n: "i32" for n in ("m_rows", "n_rows", "k_dim", "a_stride", "as_stride", "b_stride",
-                             "bs_stride", "c_stride")}
-for rows in (64, 4096):
-    bm, bn, nw, ns = FB.tile_config(rows)
-    ptx = compile_sm90_div16(FB._block_gemm_kernel, b_sig, dict(
-        HAS_BIAS=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8, PDL=True), nw, ns,
-        div16=[n for n in b_sig if n.endswith("_ptr") or n.endswith("stride") or n == "k_dim"])
-    assert re.search(r"wgmma\.mma_async[a-zA-Z0-9._]*e4m3\.e4m3", ptx), "not an fp8 wgmma"
-from atom.kernels.triton import fp8_scaled_gemm as FS
-s_sig = {n: b_sig[n] for n in ("a_ptr", "as_ptr", "b_ptr", "bs_ptr", "bias_ptr", "c_ptr", "m_rows",
-                                "n_rows", "k_dim", "a_stride", "b_stride", "c_stride")}
-for rows in (64, 4096):
-    bm, bn, nw, ns = FB.tile_config(rows)
-    ptx = compile_sm90_div16(FS._scaled_gemm_kernel, s_sig, dict(
-        HAS_BIAS=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=FS.BLOCK_K, GROUP_M=8, PDL=True), nw, ns,
-        div16=[n for n in s_sig if n.endswith("_ptr") or n.endswith("stride") or n == "k_dim"])
-    assert re.search(r"wgmma\.mma_async[a-zA-Z0-9._]*e4m3\.e4m3", ptx), "not an fp8 wgmma"
-    # Promotion every 128 products: one fp32 add per accumulator element and K step.
-    assert len(re.findall(r"add\.f32", ptx)) >= bm * bn // (32 * nw), "fp8 dot not promoted"
+                             "bs_stride", "c_stride", "kb_per_slice")}
+b_div = [n for n in b_sig if n.endswith("_ptr") or n in ("k_dim", "a_stride", "b_stride", "c_stride")]
+from atom.kernels.triton import fp8_scaled_gemm as FS, split_k as SK
+for kernel in (FB._block_gemm_kernel, FS._scaled_gemm_kernel):
+    for rows, split in ((64, True), (4096, False)):  # decode split along K, prefill not
+        bm, bn, nw, ns = FB.tile_config(rows)
+        ptx = compile_sm90_div16(kernel, b_sig, dict(
+            HAS_BIAS=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8, SPLIT=split, PDL=True),
+            nw, ns, div16=b_div)
+        assert re.search(r"wgmma\.mma_async[a-zA-Z0-9._]*e4m3\.e4m3", ptx), "not an fp8 wgmma"
+        if kernel is FS._scaled_gemm_kernel:
+            # Promotion every 128 products: one fp32 add per accumulator element and K step.
+            assert len(re.findall(r"add\.f32", ptx)) >= bm * bn // (32 * nw), "fp8 dot not promoted"
+compile_sm90_div16(SK._sum_slices_kernel, {"part_ptr": "*fp32", "bias_ptr": "*bf16", "c_ptr": "*bf16",
+                                           "n_elems": "i32", "n_cols": "i32", "c_stride": "i32",
+                                           "n_slices": "i32"},
+                   dict(HAS_BIAS=True, BLOCK=1024, PDL=True), 4, div16=("part_ptr", "bias_ptr", "c_ptr"))
 """
 
 
@@ -120,4 +119,5 @@ def test_kernels_compile_for_sm90():
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
         "_decode_kernel", "_decode_kernel", "_per_token_kernel", "_per_group_kernel"]
-        + ["_fp8_gemv_kernel"] * 2 + ["_block_gemm_kernel"] * 2 + ["_scaled_gemm_kernel"] * 2)
+        + ["_fp8_gemv_kernel"] * 2 + ["_block_gemm_kernel"] * 2 + ["_scaled_gemm_kernel"] * 2
+        + ["_sum_slices_kernel"])

@@ -17,6 +17,7 @@ import triton.language as tl
 
 from atom.kernels.triton.fp8_quant import quant_per_token_group
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
+from atom.kernels.triton.split_k import split_count, sum_slices
 
 SCALE_BLOCK = 128
 
@@ -36,10 +37,12 @@ def tile_ids(m_rows, n_rows, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP
 
 
 @triton.jit
-def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, m_rows, n_rows, k_dim,
-                       a_stride, as_stride, b_stride, bs_stride, c_stride,
+def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, part_ptr,
+                       m_rows, n_rows, k_dim, a_stride, as_stride, b_stride, bs_stride, c_stride,
+                       kb_per_slice,
                        HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PDL: tl.constexpr):
+                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPLIT: tl.constexpr,
+                       PDL: tl.constexpr):
     pdl_wait(PDL)
     pid_m, pid_n = tile_ids(m_rows, n_rows, BLOCK_M, BLOCK_N, GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -51,7 +54,8 @@ def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, m_rows, n_
     as_rows = as_ptr + rm.to(tl.int64) * as_stride
     bs_row = bs_ptr + ((pid_n * BLOCK_N) // BLOCK_K) * bs_stride
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for kb in range(0, tl.cdiv(k_dim, BLOCK_K)):
+    kb0 = tl.program_id(1) * kb_per_slice
+    for kb in range(kb0, tl.minimum(kb0 + kb_per_slice, tl.cdiv(k_dim, BLOCK_K))):
         cols = kb * BLOCK_K + tl.arange(0, BLOCK_K)
         c_mask = cols < k_dim
         a = tl.load(a_rows + cols[None, :], mask=m_mask[:, None] & c_mask[None, :], other=0.0)
@@ -59,10 +63,24 @@ def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, m_rows, n_
         a_s = tl.load(as_rows + kb, mask=m_mask, other=0.0)
         b_s = tl.load(bs_row + kb)
         acc += tl.dot(a, tl.trans(b)) * (a_s[:, None] * b_s)
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-    tl.store(c_ptr + rm.to(tl.int64)[:, None] * c_stride + rn[None, :],
-             acc.to(c_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+    store_tile(acc, rm, rn, m_mask, n_mask, bias_ptr, c_ptr, c_stride, part_ptr, m_rows, n_rows,
+               HAS_BIAS, SPLIT)
+
+
+@triton.jit
+def store_tile(acc, rm, rn, m_mask, n_mask, bias_ptr, c_ptr, c_stride, part_ptr, m_rows, n_rows,
+               HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr):
+    """The finished tile: with SPLIT, this K slice's fp32 partial at [slice, m, n] (the bias is
+    split_k.sum_slices' to add, once); else bias-added and cast into C."""
+    mask = m_mask[:, None] & n_mask[None, :]
+    if SPLIT:
+        base = part_ptr + tl.program_id(1).to(tl.int64) * m_rows * n_rows
+        tl.store(base + rm.to(tl.int64)[:, None] * n_rows + rn[None, :], acc, mask=mask)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(c_ptr + rm.to(tl.int64)[:, None] * c_stride + rn[None, :],
+                 acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 def tile_config(m_rows: int) -> tuple[int, int, int, int]:
@@ -83,30 +101,48 @@ def block_scaled_mm(xq: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
                     w_scale: torch.Tensor, bias: torch.Tensor | None = None,
                     out_dtype: torch.dtype = torch.bfloat16, block_m: int | None = None,
                     block_n: int | None = None, num_warps: int | None = None,
-                    num_stages: int | None = None) -> torch.Tensor:
+                    num_stages: int | None = None, split_k: int | None = None) -> torch.Tensor:
     """The GEMM over already-quantised operands: xq [M, K] e4m3 with x_scale [M, ceil(K/128)],
     w [N, K] e4m3 with w_scale [ceil(N/128), ceil(K/128)] → [M, N] in out_dtype. The block
-    sizes override the defaults (benchmarks sweep them)."""
+    sizes and the K slice count override the defaults (benchmarks and tests set them)."""
     m_rows, k_dim = xq.shape
     n_rows = w.shape[0]
     kb = triton.cdiv(k_dim, SCALE_BLOCK)
     assert w.shape[1] == k_dim and xq.dtype == w.dtype == torch.float8_e4m3fn
     assert x_scale.shape == (m_rows, kb) and w_scale.shape == (triton.cdiv(n_rows, SCALE_BLOCK), kb)
-    assert xq.stride(-1) == 1 and w.stride(-1) == 1
-    bm, bn, nw, ns = tile_config(m_rows)
-    bm, bn = block_m or bm, block_n or bn
-    nw, ns = num_warps or nw, num_stages or ns
-    assert SCALE_BLOCK % bn == 0
+    assert xq.stride(-1) == 1 and w.stride(-1) == 1 and x_scale.stride(-1) == 1
+    assert w_scale.stride(-1) == 1 and (block_n or 64) <= SCALE_BLOCK
     y = torch.empty((m_rows, n_rows), dtype=out_dtype, device=xq.device)
-    if m_rows == 0:
-        return y
-    grid = (triton.cdiv(m_rows, bm) * triton.cdiv(n_rows, bn),)
-    _block_gemm_kernel[grid](
-        xq, x_scale, w, w_scale, bias if bias is not None else w_scale, y, m_rows, n_rows, k_dim,
-        xq.stride(0), x_scale.stride(0), w.stride(0), w_scale.stride(0), y.stride(0),
-        HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=SCALE_BLOCK, GROUP_M=8,
-        num_warps=nw, num_stages=ns, **pdl_args(xq.device))
+    launch_tiles(_block_gemm_kernel, xq, x_scale, w, w_scale, bias, y,
+                 (block_m, block_n, num_warps, num_stages), split_k)
     return y
+
+
+def launch_tiles(kernel, xq: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
+                 w_scale: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor,
+                 overrides: tuple, split_k: int | None) -> None:
+    """One tiled fp8 GEMM into y (this file's kernel or fp8_scaled_gemm's: they share the
+    argument list), its tile from tile_config unless overridden, split along K by
+    split_k.split_count (or `split_k`) when its tiles leave SMs idle, then the slices' sum."""
+    m_rows, n_rows = y.shape
+    if m_rows == 0:
+        return
+    bm, bn, nw, ns = (o or d for o, d in zip(overrides, tile_config(m_rows)))
+    k_dim = xq.shape[1]
+    tiles = triton.cdiv(m_rows, bm) * triton.cdiv(n_rows, bn)
+    k_blocks = triton.cdiv(k_dim, SCALE_BLOCK)
+    per_slice = triton.cdiv(k_blocks, split_k or split_count(tiles, k_blocks, y.device))
+    slices = triton.cdiv(k_blocks, per_slice)  # none left empty
+    part = (torch.empty((slices, m_rows, n_rows), dtype=torch.float32, device=y.device)
+            if slices > 1 else y)
+    kernel[(tiles, slices)](
+        xq, x_scale, w, w_scale, bias if bias is not None else w_scale, y, part,
+        m_rows, n_rows, k_dim, xq.stride(0), x_scale.stride(0), w.stride(0), w_scale.stride(0),
+        y.stride(0), per_slice,
+        HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=SCALE_BLOCK, GROUP_M=8,
+        SPLIT=slices > 1, num_warps=nw, num_stages=ns, **pdl_args(y.device))
+    if slices > 1:
+        sum_slices(part, bias, y)
 
 
 def fp8_block_gemm(x: torch.Tensor, w: torch.Tensor, block_scale: torch.Tensor,
