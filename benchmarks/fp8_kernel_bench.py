@@ -3,7 +3,8 @@
 - fp8_gemv at 1, 4 and 16 rows on Llama-3.1-8B's projections: GB/s of weight bytes against the
   4.18 TB/s copy, beside the bf16 GEMV (one row) or cuBLAS bf16 (more rows) over the same
   weights and torch._scaled_mm (per-tensor scales, x quantised ahead); plus a few block shapes
-  of both inner products, to choose fp8_gemv._config from.
+  of both inner products, to choose fp8_gemv._config from, and (one row) the fused
+  residual-add + RMSNorm GEMV on the fp8 weight and on the bf16 one.
 - fp8_block_gemm at M = 1 … 8192 on DeepSeek-V3's projections: µs and TFLOP/s, with and without
   its quantisation launch (and, at decode rows, without split-K and with a 16-row tile),
   beside torch._scaled_mm (per-tensor) and bf16 F.linear.
@@ -76,7 +77,7 @@ def _gbps(byts: int, ms: float | str) -> Any:
 
 def bench_fp8_gemv(per_weight_ms: PerWeightMs) -> dict[str, Any]:
     from atom.kernels.triton.fp8_gemv import fp8_gemv
-    from atom.kernels.triton.gemv import gemv
+    from atom.kernels.triton.gemv import add_rms_norm_gemv, gemv
 
     out: dict[str, Any] = {}
     for name, (n, k) in LLAMA8B.items():
@@ -98,6 +99,12 @@ def bench_fp8_gemv(per_weight_ms: PerWeightMs) -> dict[str, Any]:
             if m == 1:
                 row["fp8_gemv_dot"] = _gbps(n * k, _timed(
                     per_weight_ms, lambda w: fp8_gemv(x, *w, dot=True), fp8))
+                r, nw = torch.randn_like(x), torch.ones(k, device="cuda", dtype=torch.bfloat16)
+                row["fp8_add_rms_norm_gemv"] = _gbps(n * k, _timed(
+                    per_weight_ms, lambda w: add_rms_norm_gemv(x, r, nw, 1e-6, w[0], w_scale=w[1]),
+                    fp8))
+                row["bf16_add_rms_norm_gemv"] = _gbps(2 * n * k, _timed(
+                    per_weight_ms, lambda w: add_rms_norm_gemv(x, r, nw, 1e-6, w), bf16))
             for bn, bk, nw in GEMV_SWEEP[m]:
                 row[f"n{bn}k{bk}w{nw}"] = _gbps(n * k, _timed(
                     per_weight_ms, lambda w: fp8_gemv(x, *w, block_n=bn, block_k=bk,

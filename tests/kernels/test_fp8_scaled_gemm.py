@@ -6,7 +6,7 @@ import torch
 from atom.kernels.triton.fp8_quant import quant_per_token
 from atom.kernels.triton.fp8_scaled_gemm import fp8_scaled_gemm, scaled_mm
 from kernel_helpers import DEVICE, INTERPRETED, gpu_param, rel_err
-from test_fp8_gemv import fp8_weight
+from test_fp8_gemv import TOL, fp8_weight
 from test_fp8_quant import ref_quant
 
 
@@ -18,7 +18,6 @@ def reference(xq, xs, q, ws, bias):
     return torch.nn.functional.linear(x, w, None if bias is None else bias.double())
 
 
-TOL = 4e-3  # as test_fp8_block_gemm: the output's bf16 rounding (a full ulp interpreted)
 
 LLAMA8B = [(4096, 6144, "qkv"), (4096, 4096, "o"), (4096, 28672, "gate_up"), (14336, 4096, "down")]
 
@@ -63,12 +62,13 @@ def test_fp8_scaled_gemm_quantizes_x_per_token():
 @pytest.mark.parametrize("m,k,n", [gpu_param(m, k, n, id=f"llama8b-{name}-m{m}")
                                    for k, n, name in LLAMA8B for m in (16, 2048)])
 def test_scaled_mm_agrees_with_torch_scaled_mm_rowwise(m, k, n):
-    """The same quantised operands through cuBLASLt's row-wise fp8 GEMM: the two may differ by
-    accumulation order only, so both sit within TOL of each other."""
+    """The same quantised operands through cuBLASLt's row-wise fp8 GEMM: the two differ by
+    accumulation order and each by its own bf16 rounding, two independent errors of TOL's
+    size, hence 2 * TOL."""
     x = torch.randn(m, k, device=DEVICE).to(torch.bfloat16)
     xq, xs = quant_per_token(x)
     q, ws = fp8_weight(n, k)
     peer = torch._scaled_mm(xq, q.t(), scale_a=xs, scale_b=ws.view(1, -1),
                             out_dtype=torch.bfloat16)
-    assert rel_err(scaled_mm(xq, xs, q, ws), peer) < TOL
+    assert rel_err(scaled_mm(xq, xs, q, ws), peer) < 2 * TOL
 

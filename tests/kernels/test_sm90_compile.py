@@ -76,16 +76,24 @@ compile_sm90_div16(FQ._per_group_kernel, g_sig, dict(GROUP=128, GROUPS=8, PDL=Tr
 gemv_sig = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*bf16",
             "m_rows": "i32", "n_rows": "i32", "k_dim": "i32", "x_stride": "i32", "w_stride": "i32",
             "y_stride": "i32"}
-gemv_div = ("x_ptr", "w_ptr", "s_ptr", "b_ptr", "y_ptr", "k_dim", "x_stride", "w_stride")
-for dot, rows in ((False, 1), (True, 4)):
-    bn, bk, nw = FG._config(rows, 4096, 4096)
-    ptx = compile_sm90_div16(FG._fp8_gemv_kernel, gemv_sig, dict(
-        HAS_BIAS=False, DOT=dot, M_PAD=16 if dot else 1, BLOCK_N=bn, BLOCK_K=bk, PDL=True), nw,
-        div16=gemv_div)
-    # The weight stream: 16-byte loads straight from global (one row) or 16-byte async copies.
-    assert re.search(r"ld\.global\.L1::evict_first[a-zA-Z0-9:._]*\.v4" if not dot
-                     else r"cp\.async\.cg\.shared\.global", ptx), "fp8_gemv: narrow weight loads"
-    assert "cvt.rn.f16x2.e4m3x2" in ptx
+bn, bk, nw = FG._config(True, 4096, 4096)
+ptx = compile_sm90_div16(FG._fp8_gemv_kernel, gemv_sig, dict(
+    HAS_BIAS=False, M_PAD=FG.M_PAD, BLOCK_N=bn, BLOCK_K=bk, PDL=True), nw,
+    div16=("x_ptr", "w_ptr", "s_ptr", "b_ptr", "y_ptr", "k_dim", "x_stride", "w_stride"))
+assert re.search(r"cp\.async\.cg\.shared\.global", ptx), "fp8_gemv: no 16-byte weight copies"
+assert "cvt.rn.f16x2.e4m3x2" in ptx
+# The one-row path: gemv.py's kernel on an e4m3 weight with its row scales.
+from atom.kernels.triton import gemv as GV
+one = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "b_ptr": "*bf16", "y_ptr": "*bf16", "n_rows": "i32",
+       "k_dim": "i32", "w_stride": "i32", "res_ptr": "*bf16", "norm_w_ptr": "*bf16",
+       "res_out_ptr": "*bf16", "eps": "fp32", "s_ptr": "*fp32"}
+bn, bk, nw = FG._config(False, 4096, 4096)
+ptx = compile_sm90_div16(GV._gemv_kernel, one, dict(
+    HAS_BIAS=False, SILU_GATE=False, RMS_NORM=False, HAS_SCALE=True, HAS_RESIDUAL=False,
+    BLOCK_N=bn, BLOCK_K=bk, PDL=True), nw,
+    div16=[n for n in one if n.endswith("_ptr")] + ["k_dim", "w_stride"])
+assert re.search(r"ld\.global\.L1::evict_first[a-zA-Z0-9:._]*\.v4", ptx), "gemv: narrow fp8 loads"
+assert "cvt.rn.f16x2.e4m3x2" in ptx
 b_sig = {n: "*fp8e4nv" if n in ("a_ptr", "b_ptr") else "*fp32"
          for n in ("a_ptr", "as_ptr", "b_ptr", "bs_ptr", "bias_ptr")} | {"c_ptr": "*bf16", "part_ptr": "*fp32"}
 b_sig |= {n: "i32" for n in ("m_rows", "n_rows", "k_dim", "a_stride", "as_stride", "b_stride",
@@ -119,5 +127,5 @@ def test_kernels_compile_for_sm90():
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
         "_decode_kernel", "_decode_kernel", "_per_token_kernel", "_per_group_kernel"]
-        + ["_fp8_gemv_kernel"] * 2 + ["_block_gemm_kernel"] * 2 + ["_scaled_gemm_kernel"] * 2
+        + ["_fp8_gemv_kernel", "_gemv_kernel"] + ["_block_gemm_kernel"] * 2 + ["_scaled_gemm_kernel"] * 2
         + ["_sum_slices_kernel"])
