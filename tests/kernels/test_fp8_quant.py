@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from atom.kernels.triton.fp8_quant import EPS, quant_per_token, quant_per_token_group
-from kernel_helpers import DEVICE, INTERPRETED, gpu_param
+from kernel_helpers import DEVICE, INTERPRETED, assert_same_rounding, gpu_param
 
 
 def ref_quant(x: torch.Tensor, group: int | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,3 +80,54 @@ def test_round_trip_error_is_within_half_an_e4m3_step():
     rel = 2.0 ** -1 if INTERPRETED else 2.0 ** -4
     err = (q.float() * s_el - x).abs()
     assert (err <= rel * x.abs() + 2.0 ** -10 * s_el).all()
+
+
+NORM_SHAPES = [
+    pytest.param(3, 300, True, id="odd-k-residual"),
+    pytest.param(2, 256, False, id="first-layer"),
+    gpu_param(64, 7168, True, id="deepseek-hidden"),
+    gpu_param(256, 4096, True, id="llama8b-hidden"),
+]
+
+
+def _norm_inputs(m, k, residual):
+    x = (3 * torch.randn(m, k, device=DEVICE)).to(torch.bfloat16)
+    r = (3 * torch.randn(m, k, device=DEVICE)).to(torch.bfloat16) if residual else None
+    w = (1 + 0.2 * torch.randn(k, device=DEVICE)).to(torch.bfloat16)
+    return x, r, w
+
+
+@pytest.mark.parametrize("group", [128, None])
+@pytest.mark.parametrize("m,k,residual", NORM_SHAPES)
+def test_rms_norm_quant_gives_the_unfused_kernels_bytes(m, k, residual, group):
+    """Fused (residual-add +) RMSNorm + quantisation against rms_norm.py's kernel followed by
+    this file's quantiser: the same norm code and roundings, so the same bytes and scales, on
+    the GPU and interpreted alike."""
+    from atom.kernels.triton.fp8_quant import rms_norm_quant
+    from atom.kernels.triton.rms_norm import fused_add_rms_norm, rms_norm
+
+    x, r, w = _norm_inputs(m, k, residual)
+    normed, h_ref = fused_add_rms_norm(x, r, w, 1e-6) if residual else (rms_norm(x, w, 1e-6), x)
+    rq, rs = quant_per_token(normed) if group is None else quant_per_token_group(normed, group)
+    q, s, h = rms_norm_quant(x, r, w, 1e-6, group)
+    assert torch.equal(h, h_ref)
+    assert torch.equal(s, rs)
+    assert torch.equal(q.float(), rq.float())
+
+
+@pytest.mark.parametrize("m,k,residual", NORM_SHAPES)
+def test_rms_norm_quant_dequantizes_to_the_reference_norm(m, k, residual):
+    """Against torch_ref's norm (float32 math, bf16 out): q * scale within half an e4m3 step of
+    it (a full step where the interpreter's carry slip or a 1-ulp bf16 difference of the norm
+    lands on a rounding boundary), and h = x + residual rounded as the reference rounds it."""
+    from atom.kernels import torch_ref
+    from atom.kernels.triton.fp8_quant import rms_norm_quant
+
+    x, r, w = _norm_inputs(m, k, residual)
+    h_ref = (x.float() + r.float()).to(torch.bfloat16) if residual else x
+    normed = torch_ref.rms_norm(h_ref, w, 1e-6).float()
+    q, s, h = rms_norm_quant(x, r, w, 1e-6, 128)
+    assert_same_rounding(h, h_ref)
+    s_el = s.repeat_interleave(128, 1)[:, :k]
+    rel = 2.0 ** -1 if INTERPRETED else 2.0 ** -3
+    assert ((q.float() * s_el - normed).abs() <= rel * normed.abs() + 2.0 ** -9 * s_el).all()

@@ -73,6 +73,14 @@ g_sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "k_dim": "i32"
          "x_stride": "i32", "q_stride": "i32", "s_stride": "i32", "eps": "fp32"}
 compile_sm90_div16(FQ._per_group_kernel, g_sig, dict(GROUP=128, GROUPS=8, PDL=True), 4,
                    div16=("x_ptr", "q_ptr", "s_ptr", "k_dim", "x_stride", "q_stride"))
+n_sig = {"x_ptr": "*bf16", "res_ptr": "*bf16", "w_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32",
+         "res_out_ptr": "*bf16"} | {n: "i32" for n in ("x_stride", "res_stride", "q_stride", "s_stride",
+                                                      "res_out_stride", "n_cols")}
+n_sig |= {"eps": "fp32", "q_eps": "fp32"}
+for group in (128, 8192):  # per group of 128, per token (one group: the row)
+    compile_sm90_div16(FQ._rms_norm_quant_kernel, n_sig, dict(
+        GROUP=group, HAS_RESIDUAL=True, BLOCK=8192, PDL=True), 16,
+        div16=[n for n in n_sig if n.endswith("_ptr")] + ["x_stride", "res_stride", "q_stride"])
 gemv_sig = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*bf16",
             "m_rows": "i32", "n_rows": "i32", "k_dim": "i32", "x_stride": "i32", "w_stride": "i32",
             "y_stride": "i32"}
@@ -127,5 +135,6 @@ def test_kernels_compile_for_sm90():
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
         "_decode_kernel", "_decode_kernel", "_per_token_kernel", "_per_group_kernel"]
+        + ["_rms_norm_quant_kernel"] * 2
         + ["_fp8_gemv_kernel", "_gemv_kernel"] + ["_block_gemm_kernel"] * 2 + ["_scaled_gemm_kernel"] * 2
         + ["_sum_slices_kernel"])
