@@ -11,6 +11,7 @@
 - fp8_scaled_gemm (per-channel weight, per-token x) at M = 16 … 8192 on the 8B projections,
   beside torch._scaled_mm's row-wise mode over the same operands and bf16 F.linear: the
   per-shape choice between the two fp8 GEMMs.
+- rms_norm_quant against the norm kernel then the group quantiser, µs.
 
 Every time is one CUDA graph of one call per weight set (gpu_bench._per_weight_ms, passed in),
 the sets together larger than L2.
@@ -191,6 +192,26 @@ def bench_fp8_scaled_gemm(per_weight_ms: PerWeightMs) -> dict[str, Any]:
     return out
 
 
+def bench_rms_norm_quant(per_weight_ms: PerWeightMs) -> dict[str, Any]:
+    from atom.kernels.triton.fp8_quant import quant_per_token_group, rms_norm_quant
+    from atom.kernels.triton.rms_norm import fused_add_rms_norm
+
+    out: dict[str, Any] = {}
+    for k in (4096, 7168):
+        w = torch.ones(k, device="cuda", dtype=torch.bfloat16)
+        for m in (1, 64, 2048):
+            xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+            r = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            out[f"norm_quant_k{k}_m{m}_us"] = {
+                label: round(ms * 1e3, 2) if not isinstance(ms, str) else ms
+                for label, ms in {
+                    "fused": _timed(per_weight_ms, lambda x: rms_norm_quant(x, r, w, 1e-6), xs),
+                    "two_kernels": _timed(per_weight_ms, lambda x: quant_per_token_group(
+                        fused_add_rms_norm(x, r, w, 1e-6)[0]), xs)}.items()}
+    return out
+
+
 def bench_fp8_kernels(per_weight_ms: PerWeightMs) -> dict[str, Any]:
     return {"gemv": bench_fp8_gemv(per_weight_ms), "block_gemm": bench_fp8_block_gemm(per_weight_ms),
-            "scaled_gemm": bench_fp8_scaled_gemm(per_weight_ms)}
+            "scaled_gemm": bench_fp8_scaled_gemm(per_weight_ms),
+            "rms_norm_quant": bench_rms_norm_quant(per_weight_ms)}
