@@ -1,5 +1,7 @@
 """Weight-only fp8 GEMV (e4m3 rows, one fp32 scale each, bf16 x) against the dequantised
 weight's matmul in float64."""
+import functools
+
 import pytest
 import torch
 
@@ -8,6 +10,7 @@ from kernel_helpers import (DEVICE, HAS_CUDA, INTERPRETED, assert_same_rounding,
                             rel_err)
 
 
+@functools.lru_cache(maxsize=2)  # the GPU cases run each shape at several M in a row
 def fp8_weight(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A per-row e4m3 weight as fp8 checkpoints store it: w ≈ q * scale, scale = amax / 448."""
     g = torch.Generator().manual_seed(seed)

@@ -86,7 +86,8 @@ def store_tile(acc, rm, rn, m_mask, n_mask, bias_ptr, c_ptr, c_stride, part_ptr,
 def tile_config(m_rows: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) by row count, not autotuned (autotuning costs a
     compile per candidate at start-up). Decode (M ≤ 64) streams the weight: narrow N tiles give
-    the most programs (N = 7168 → 112 tiles of 64) and deep pipelines hide the latency; 64 rows
+    the most programs (N = 7168 → 112 tiles of 64; split_k fills the SMs that narrower outputs
+    leave idle) and deep pipelines hide the latency; 64 rows
     even for M = 1, since below 64 Triton's dot on sm_90 is an mma.sync that converts both fp8
     operands to f16 first, and the wasted rows of an fp8 wgmma cost less than the weight's
     bytes take to arrive. Prefill is compute-bound and wants the 128 × 128 tile of two warp
