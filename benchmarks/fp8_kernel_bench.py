@@ -29,10 +29,12 @@ LLAMA8B = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "do
 DEEPSEEK = {"q_a": (1536, 7168), "q_b": (24576, 1536), "kv_a": (576, 7168), "kv_b": (32768, 512),
             "o": (7168, 16384), "mlp_gate_up": (36864, 7168), "mlp_down": (7168, 18432),
             "expert_gate_up": (4096, 7168), "expert_down": (7168, 2048)}
-GEMV_SWEEP = {1: [(8, 1024, 4), (8, 1024, 8), (16, 1024, 8), (4, 2048, 8), (8, 2048, 8),
-                  (16, 512, 4), (32, 512, 8)],
-              4: [(16, 256, 4), (32, 256, 4), (32, 512, 4), (64, 256, 4)],
-              16: [(16, 256, 4), (32, 256, 4), (64, 256, 4), (64, 128, 4)]}
+# (dot, BLOCK_N, BLOCK_K, num_warps) per row count: fp8_gemv._config is chosen from these.
+GEMV_SWEEP = {1: [(False, 8, 1024, 4), (False, 8, 1024, 8), (False, 16, 1024, 8),
+                  (False, 4, 2048, 8), (False, 8, 2048, 8), (False, 16, 512, 4),
+                  (False, 32, 512, 8), (True, 32, 256, 4), (True, 64, 256, 4)],
+              4: [(True, 16, 256, 4), (True, 32, 256, 4), (True, 32, 512, 4), (True, 64, 256, 4)],
+              16: [(True, 16, 256, 4), (True, 32, 256, 4), (True, 64, 256, 4), (True, 64, 128, 4)]}
 
 BLOCK_ROWS = (1, 64, 256, 2048, 8192)
 SCALED_ROWS = (16, 64, 256, 2048, 8192)
@@ -106,9 +108,9 @@ def bench_fp8_gemv(per_weight_ms: PerWeightMs) -> dict[str, Any]:
                     fp8))
                 row["bf16_add_rms_norm_gemv"] = _gbps(2 * n * k, _timed(
                     per_weight_ms, lambda w: add_rms_norm_gemv(x, r, nw, 1e-6, w), bf16))
-            for bn, bk, nw in GEMV_SWEEP[m]:
-                row[f"n{bn}k{bk}w{nw}"] = _gbps(n * k, _timed(
-                    per_weight_ms, lambda w: fp8_gemv(x, *w, block_n=bn, block_k=bk,
+            for dot, bn, bk, nw in GEMV_SWEEP[m]:
+                row[f"{'dot_' if dot else ''}n{bn}k{bk}w{nw}"] = _gbps(n * k, _timed(
+                    per_weight_ms, lambda w: fp8_gemv(x, *w, dot=dot, block_n=bn, block_k=bk,
                                                       num_warps=nw), fp8))
             out[f"gemv_8b_{name}_m{m}"] = row
         del fp8, bf16
