@@ -2,10 +2,13 @@
 per-channel-weight fp8 GEMM) or per row and group of columns (per-token-group of 128, as
 DeepSeek-V3's block-scaled weights expect).
 
-scale = max(amax / 448, EPS) and q = x / scale clamped to ±448, both divisions round to nearest
-(div_rn: Triton's plain `/` on fp32 is the approximate div.full, which can land an element one
-e4m3 step away from torch's x / scale), so a torch reference written the same way gets the same
-bytes on the GPU. EPS keeps an all-zero row finite (its q is zeros).
+scale = max(amax / 448, EPS) and q = x * (1 / scale) clamped to ±448, both divisions rounded to
+nearest (div_rn: Triton's plain `/` on fp32 is the approximate div.full, which can land an
+element one e4m3 step away from torch's), so a torch reference written the same way gets the
+same bytes on the GPU. A reciprocal per scale and a multiply per element is what the block
+GEMM can afford inside its K loop (fp8_block_gemm quantises x there at decode), and the
+kernels here share its arithmetic so both give the same bytes. EPS keeps an all-zero row
+finite (its q is zeros).
 
 rms_norm_quant fuses the (residual-add +) RMSNorm in front of a W8A8 projection into the
 quantisation: one launch and one read of the row instead of two launches and a bf16 round trip.
@@ -26,8 +29,15 @@ EPS = 1e-10
 
 
 @triton.jit
-def _quantize(x, scale):
-    q = tl.math.div_rn(x, scale)
+def scale_of(amax, eps):
+    """The dequantisation scale for a group whose largest magnitude is amax."""
+    return tl.maximum(tl.math.div_rn(amax, 448.0), eps)
+
+
+@triton.jit
+def quantize(x, scale):
+    """x / scale as fp32 e4m3 values (clamped; the caller converts)."""
+    q = x * tl.math.div_rn(1.0, scale)
     return tl.minimum(tl.maximum(q, -448.0), 448.0)
 
 
@@ -44,12 +54,12 @@ def _per_token_kernel(x_ptr, q_ptr, s_ptr, k_dim, x_stride, q_stride, eps,
         cols = k0 + tl.arange(0, BLOCK)
         x = tl.load(x_row + cols, mask=cols < k_dim, other=0.0).to(tl.float32)
         amax = tl.maximum(amax, tl.abs(x))
-    scale = tl.maximum(tl.math.div_rn(tl.max(amax, 0), 448.0), eps)
+    scale = scale_of(tl.max(amax, 0), eps)
     for k0 in range(0, k_dim, BLOCK):
         cols = k0 + tl.arange(0, BLOCK)
         mask = cols < k_dim
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(q_ptr + row * q_stride + cols, _quantize(x, scale).to(q_ptr.dtype.element_ty),
+        tl.store(q_ptr + row * q_stride + cols, quantize(x, scale).to(q_ptr.dtype.element_ty),
                  mask=mask)
     tl.store(s_ptr + row, scale)
 
@@ -64,8 +74,8 @@ def _per_group_kernel(x_ptr, q_ptr, s_ptr, k_dim, n_groups, x_stride, q_stride, 
     cols = g[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
     mask = (g[:, None] < n_groups) & (cols < k_dim)
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), 1), 448.0), eps)
-    q = _quantize(x, scale[:, None])
+    scale = scale_of(tl.max(tl.abs(x), 1), eps)
+    q = quantize(x, scale[:, None])
     tl.store(q_ptr + row * q_stride + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(s_ptr + row * s_stride + g, scale, mask=g < n_groups)
 
@@ -82,8 +92,8 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, w_ptr, q_ptr, s_ptr, res_out_ptr, x_s
     y, cols, mask = norm_row(x_ptr, res_ptr, w_ptr, res_out_ptr, row, x_stride, res_stride,
                              res_out_stride, n_cols, eps, HAS_RESIDUAL, BLOCK)
     y = tl.reshape(y.to(x_ptr.dtype.element_ty).to(tl.float32), [BLOCK // GROUP, GROUP])
-    scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(y), 1), 448.0), q_eps)
-    q = _quantize(y, scale[:, None])
+    scale = scale_of(tl.max(tl.abs(y), 1), q_eps)
+    q = quantize(y, scale[:, None])
     tl.store(q_ptr + row * q_stride + tl.reshape(cols, [BLOCK // GROUP, GROUP]),
              q.to(q_ptr.dtype.element_ty), mask=tl.reshape(mask, [BLOCK // GROUP, GROUP]))
     g = tl.arange(0, BLOCK // GROUP)
