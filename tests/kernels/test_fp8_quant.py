@@ -121,9 +121,9 @@ def test_rms_norm_quant_gives_the_unfused_kernels_bytes(m, k, residual, group):
 
 @pytest.mark.parametrize("m,k,residual", NORM_SHAPES)
 def test_rms_norm_quant_dequantizes_to_the_reference_norm(m, k, residual):
-    """Against torch_ref's norm (float32 math, bf16 out): q * scale within half an e4m3 step of
-    it (a full step where the interpreter's carry slip or a 1-ulp bf16 difference of the norm
-    lands on a rounding boundary), and h = x + residual rounded as the reference rounds it."""
+    """Against torch_ref's norm (float32 math, bf16 out): q * scale within an e4m3 step of it
+    (half a step, or a full one where the norm's output is a bf16 ulp off torch's on a rounding
+    boundary; SLIP interpreted), and h = x + residual rounded as the reference rounds it."""
     from atom.kernels import torch_ref
     from atom.kernels.triton.fp8_quant import rms_norm_quant
 

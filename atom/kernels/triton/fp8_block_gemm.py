@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from atom.kernels.triton.fp8_quant import quant_per_token_group
+from atom.kernels.triton.fp8_quant import EPS, quant_per_token_group, quantize, scale_of
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 from atom.kernels.triton.split_k import split_count, sum_slices
 
@@ -42,7 +42,10 @@ def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, part_ptr,
                        kb_per_slice,
                        HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPLIT: tl.constexpr,
-                       PDL: tl.constexpr):
+                       PDL: tl.constexpr, QUANT_X: tl.constexpr = False,
+                       X_EPS: tl.constexpr = 1e-10):
+    """With QUANT_X, a_ptr is x in bf16 and each program quantises its [BLOCK_M, 128] slices as
+    quant_per_token_group would (as_ptr unused)."""
     pdl_wait(PDL)
     pid_m, pid_n = tile_ids(m_rows, n_rows, BLOCK_M, BLOCK_N, GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -60,7 +63,12 @@ def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, part_ptr,
         c_mask = cols < k_dim
         a = tl.load(a_rows + cols[None, :], mask=m_mask[:, None] & c_mask[None, :], other=0.0)
         b = tl.load(b_rows + cols[None, :], mask=n_mask[:, None] & c_mask[None, :], other=0.0)
-        a_s = tl.load(as_rows + kb, mask=m_mask, other=0.0)
+        if QUANT_X:
+            xf = a.to(tl.float32)
+            a_s = scale_of(tl.max(tl.abs(xf), 1), X_EPS)
+            a = quantize(xf, a_s[:, None]).to(b.dtype)
+        else:
+            a_s = tl.load(as_rows + kb, mask=m_mask, other=0.0)
         b_s = tl.load(bs_row + kb)
         acc += tl.dot(a, tl.trans(b)) * (a_s[:, None] * b_s)
     store_tile(acc, rm, rn, m_mask, n_mask, bias_ptr, c_ptr, c_stride, part_ptr, m_rows, n_rows,
@@ -121,7 +129,7 @@ def block_scaled_mm(xq: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
 
 def launch_tiles(kernel, xq: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
                  w_scale: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor,
-                 overrides: tuple, split_k: int | None) -> None:
+                 overrides: tuple, split_k: int | None, **consts) -> None:
     """One tiled fp8 GEMM into y (this file's kernel or fp8_scaled_gemm's: they share the
     argument list), its tile from tile_config unless overridden, split along K by
     split_k.split_count (or `split_k`) when its tiles leave SMs idle, then the slices' sum."""
@@ -141,14 +149,29 @@ def launch_tiles(kernel, xq: torch.Tensor, x_scale: torch.Tensor, w: torch.Tenso
         m_rows, n_rows, k_dim, xq.stride(0), x_scale.stride(0), w.stride(0), w_scale.stride(0),
         y.stride(0), per_slice,
         HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=SCALE_BLOCK, GROUP_M=8,
-        SPLIT=slices > 1, num_warps=nw, num_stages=ns, **pdl_args(y.device))
+        SPLIT=slices > 1, num_warps=nw, num_stages=ns, **consts, **pdl_args(y.device))
     if slices > 1:
         sum_slices(part, bias, y)
 
 
 def fp8_block_gemm(x: torch.Tensor, w: torch.Tensor, block_scale: torch.Tensor,
-                   bias: torch.Tensor | None = None) -> torch.Tensor:
+                   bias: torch.Tensor | None = None, fuse_quant: bool | None = None
+                   ) -> torch.Tensor:
     """x: [M, K] bf16, w: [N, K] e4m3, block_scale: [ceil(N/128), ceil(K/128)] fp32 → [M, N] in
-    x's dtype: x quantised per 1 × 128 group (one launch), then the block-scaled GEMM."""
+    x's dtype, x quantised per 1 × 128 group. At decode rows (M ≤ 64, or fuse_quant) every
+    program quantises the x slices it reads, the same bytes as quant_per_token_group and one
+    launch fewer: x is a few KB in L2, and its re-quantisation by each of the N / 64 column
+    tiles costs a multiply per element beside a weight tile's worth of bytes. Prefill rows
+    are quantised once, by their own launch (there the re-quantisation would be N / 128 times
+    the x traffic)."""
+    m_rows, k_dim = x.shape
+    if fuse_quant if fuse_quant is not None else m_rows <= 64:
+        n_rows = w.shape[0]
+        assert w.shape[1] == k_dim and w.dtype == torch.float8_e4m3fn and x.stride(-1) == 1
+        assert block_scale.shape == (triton.cdiv(n_rows, SCALE_BLOCK), triton.cdiv(k_dim, SCALE_BLOCK))
+        y = torch.empty((m_rows, n_rows), dtype=x.dtype, device=x.device)
+        launch_tiles(_block_gemm_kernel, x, block_scale, w, block_scale, bias, y,
+                     (None,) * 4, None, QUANT_X=True, X_EPS=EPS)
+        return y
     xq, xs = quant_per_token_group(x, SCALE_BLOCK)
     return block_scaled_mm(xq, xs, w, block_scale, bias, out_dtype=x.dtype)
