@@ -66,7 +66,7 @@ def test_block_scaled_mm_matches_dequantized_matmul(m, n, k, bias):
 
 
 @pytest.mark.parametrize("m,bm,bn", [(40, 16, 64), (40, 64, 64), (40, 64, 128), (3, 128, 128)])
-def test_every_tile_shape_gives_the_same_product(m, bm, bn):
+def test_every_tile_shape_matches_the_dequantized_product(m, bm, bn):
     """The default configs, a 16-row tile (an mma.sync over f16 on sm_90) and a tile larger than
     M, on one problem whose N and K are not multiples of the tile."""
     x = torch.randn(m, 200, device=DEVICE).to(torch.bfloat16)
@@ -77,7 +77,7 @@ def test_every_tile_shape_gives_the_same_product(m, bm, bn):
 
 
 @pytest.mark.parametrize("split", [2, 3, 8])
-def test_split_k_slices_sum_to_the_unsplit_product(split):
+def test_split_k_slices_sum_to_the_dequantized_product(split):
     """K cut into slices (8 K blocks: 4 + 4, 3 + 3 + 2, eight of one), each slice's fp32
     partial summed by a second launch that adds the bias once."""
     x = torch.randn(5, 1000, device=DEVICE).to(torch.bfloat16)

@@ -39,7 +39,7 @@ def test_scaled_mm_matches_dequantized_matmul(m, n, k, bias):
 
 
 @pytest.mark.parametrize("split", [2, 3])
-def test_split_k_slices_sum_to_the_unsplit_product(split):
+def test_split_k_slices_sum_to_the_dequantized_product(split):
     """The scales are linear in the slices' partials: each slice applies them, the sum adds
     the bias once."""
     x = torch.randn(3, 700, device=DEVICE).to(torch.bfloat16)
