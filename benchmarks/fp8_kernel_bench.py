@@ -7,8 +7,7 @@
   residual-add + RMSNorm GEMV on the fp8 weight and on the bf16 one.
 - fp8_block_gemm at M = 1 … 8192 on DeepSeek-V3's projections: µs and TFLOP/s, with and without
   its quantisation (at decode rows fused into the GEMM: also with a launch of its own, without
-  split-K and with a 16-row tile),
-  beside torch._scaled_mm (per-tensor) and bf16 F.linear.
+  split-K and with a 16-row tile), beside torch._scaled_mm (per-tensor) and bf16 F.linear.
 - fp8_scaled_gemm (per-channel weight, per-token x) at M = 16 … 8192 on the 8B projections,
   beside torch._scaled_mm's row-wise mode over the same operands and bf16 F.linear: the
   per-shape choice between the two fp8 GEMMs.
@@ -33,7 +32,8 @@ DEEPSEEK = {"q_a": (1536, 7168), "q_b": (24576, 1536), "kv_a": (576, 7168), "kv_
 # (dot, BLOCK_N, BLOCK_K, num_warps) per row count: fp8_gemv._config is chosen from these.
 GEMV_SWEEP = {1: [(False, 8, 1024, 4), (False, 8, 1024, 8), (False, 16, 1024, 8),
                   (False, 4, 2048, 8), (False, 8, 2048, 8), (False, 16, 512, 4),
-                  (False, 32, 512, 8), (True, 32, 256, 4), (True, 64, 256, 4)],
+                  (False, 32, 512, 8), (False, 4, 4096, 8), (True, 32, 256, 4),
+                  (True, 64, 256, 4)],
               4: [(True, 16, 256, 4), (True, 32, 256, 4), (True, 32, 512, 4), (True, 64, 256, 4)],
               16: [(True, 16, 256, 4), (True, 32, 256, 4), (True, 64, 256, 4), (True, 64, 128, 4)]}
 
@@ -138,7 +138,8 @@ def bench_fp8_block_gemm(per_weight_ms: PerWeightMs) -> dict[str, Any]:
     for name, (n, k) in DEEPSEEK.items():
         fp8 = _block_weights(n, k, _sets(n, k, 1))
         one = torch.ones((), device="cuda")
-        bf16 = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+        bf16 = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+                for _ in range(_sets(n, k, 2))]
         for m in BLOCK_ROWS:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             gq, gs = quant_per_token_group(x)
@@ -174,7 +175,8 @@ def bench_fp8_scaled_gemm(per_weight_ms: PerWeightMs) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, (n, k) in LLAMA8B.items():
         fp8 = _fp8_rows(n, k, _sets(n, k, 1))
-        bf16 = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+        bf16 = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+                for _ in range(_sets(n, k, 2))]
         for m in SCALED_ROWS:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             xq, xs = quant_per_token(x)
