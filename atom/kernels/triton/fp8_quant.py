@@ -24,7 +24,6 @@ import triton.language as tl
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 from atom.kernels.triton.rms_norm import norm_row, norm_warps
 
-E4M3_MAX = 448.0
 EPS = 1e-10
 
 
