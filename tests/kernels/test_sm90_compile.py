@@ -107,11 +107,11 @@ b_sig = {n: "*fp8e4nv" if n in ("a_ptr", "b_ptr") else "*fp32"
 b_sig |= {n: "i32" for n in ("m_rows", "n_rows", "k_dim", "a_stride", "as_stride", "b_stride",
                              "bs_stride", "c_stride", "kb_per_slice")}
 b_div = [n for n in b_sig if n.endswith("_ptr") or n in ("k_dim", "a_stride", "b_stride", "c_stride")]
-from atom.kernels.triton import fp8_scaled_gemm as FS, split_k as SK
+from atom.kernels.triton import fp8_scaled_gemm as FS, fp8_tiles as FT, split_k as SK
 for kernel in (FB._block_gemm_kernel, FS._scaled_gemm_kernel):
     # decode: split along K (x quantised in the K loop by the block GEMM); prefill: neither
     for rows, split in ((64, True), (4096, False)):
-        bm, bn, nw, ns = FB.tile_config(rows)
+        bm, bn, nw, ns = FT.tile_config(rows)
         quant = dict(QUANT_X=split, X_EPS=1e-10) if kernel is FB._block_gemm_kernel else {}
         sig = b_sig | ({"a_ptr": "*bf16"} if quant.get("QUANT_X") else {})
         ptx = compile_sm90_div16(kernel, sig, dict(

@@ -16,24 +16,10 @@ import triton
 import triton.language as tl
 
 from atom.kernels.triton.fp8_quant import EPS, quant_per_token_group, quantize, scale_of
-from atom.kernels.triton.pdl import pdl_args, pdl_wait
-from atom.kernels.triton.split_k import split_count, sum_slices
+from atom.kernels.triton.fp8_tiles import K_STEP, launch_tiles, store_tile, tile_ids
+from atom.kernels.triton.pdl import pdl_wait
 
-SCALE_BLOCK = 128
-
-
-@triton.jit
-def tile_ids(m_rows, n_rows, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """(pid_m, pid_n) of this program. Programs walk GROUP_M row tiles down one column of tiles
-    before moving right, so a wave of programs shares weight tiles in L2 (the Triton matmul
-    tutorial's ordering)."""
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(m_rows, BLOCK_M)
-    tiles_n = tl.cdiv(n_rows, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    group_m = tl.minimum(tiles_m - first_m, GROUP_M)
-    return first_m + (pid % per_group) % group_m, (pid % per_group) // group_m
+SCALE_BLOCK = K_STEP  # weight_scale_inv blocks are 128 × 128
 
 
 @triton.jit
@@ -75,37 +61,6 @@ def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, part_ptr,
                HAS_BIAS, SPLIT)
 
 
-@triton.jit
-def store_tile(acc, rm, rn, m_mask, n_mask, bias_ptr, c_ptr, c_stride, part_ptr, m_rows, n_rows,
-               HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr):
-    """The finished tile: with SPLIT, this K slice's fp32 partial at [slice, m, n] (the bias is
-    split_k.sum_slices' to add, once); else bias-added and cast into C."""
-    mask = m_mask[:, None] & n_mask[None, :]
-    if SPLIT:
-        base = part_ptr + tl.program_id(1).to(tl.int64) * m_rows * n_rows
-        tl.store(base + rm.to(tl.int64)[:, None] * n_rows + rn[None, :], acc, mask=mask)
-    else:
-        if HAS_BIAS:
-            acc += tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        tl.store(c_ptr + rm.to(tl.int64)[:, None] * c_stride + rn[None, :],
-                 acc.to(c_ptr.dtype.element_ty), mask=mask)
-
-
-def tile_config(m_rows: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) by row count, not autotuned (autotuning costs a
-    compile per candidate at start-up). Decode (M ≤ 64) streams the weight: narrow N tiles give
-    the most programs (N = 7168 → 112 tiles of 64; split_k fills the SMs that narrower outputs
-    leave idle) and deep pipelines hide the latency; 64 rows
-    even for M = 1, since below 64 Triton's dot on sm_90 is an mma.sync that converts both fp8
-    operands to f16 first, and the wasted rows of an fp8 wgmma cost less than the weight's
-    bytes take to arrive. Prefill is compute-bound and wants the 128 × 128 tile of two warp
-    groups. Shared memory per stage is (BLOCK_M + BLOCK_N) × 128 bytes: 96 KiB at 128 × 128
-    and 3 stages."""
-    if m_rows <= 64:
-        return 64, 64, 4, 4
-    return 128, 128, 8, 3
-
-
 def block_scaled_mm(xq: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
                     w_scale: torch.Tensor, bias: torch.Tensor | None = None,
                     out_dtype: torch.dtype = torch.bfloat16, block_m: int | None = None,
@@ -125,33 +80,6 @@ def block_scaled_mm(xq: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
     launch_tiles(_block_gemm_kernel, xq, x_scale, w, w_scale, bias, y,
                  (block_m, block_n, num_warps, num_stages), split_k)
     return y
-
-
-def launch_tiles(kernel, xq: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
-                 w_scale: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor,
-                 overrides: tuple, split_k: int | None, **consts) -> None:
-    """One tiled fp8 GEMM into y (this file's kernel or fp8_scaled_gemm's: they share the
-    argument list), its tile from tile_config unless overridden, split along K by
-    split_k.split_count (or `split_k`) when its tiles leave SMs idle, then the slices' sum."""
-    m_rows, n_rows = y.shape
-    if m_rows == 0:
-        return
-    bm, bn, nw, ns = (o or d for o, d in zip(overrides, tile_config(m_rows)))
-    k_dim = xq.shape[1]
-    tiles = triton.cdiv(m_rows, bm) * triton.cdiv(n_rows, bn)
-    k_blocks = triton.cdiv(k_dim, SCALE_BLOCK)
-    per_slice = triton.cdiv(k_blocks, split_k or split_count(tiles, k_blocks, y.device))
-    slices = triton.cdiv(k_blocks, per_slice)  # none left empty
-    part = (torch.empty((slices, m_rows, n_rows), dtype=torch.float32, device=y.device)
-            if slices > 1 else y)
-    kernel[(tiles, slices)](
-        xq, x_scale, w, w_scale, bias if bias is not None else w_scale, y, part,
-        m_rows, n_rows, k_dim, xq.stride(0), x_scale.stride(0), w.stride(0), w_scale.stride(0),
-        y.stride(0), per_slice,
-        HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=SCALE_BLOCK, GROUP_M=8,
-        SPLIT=slices > 1, num_warps=nw, num_stages=ns, **consts, **pdl_args(y.device))
-    if slices > 1:
-        sum_slices(part, bias, y)
 
 
 def fp8_block_gemm(x: torch.Tensor, w: torch.Tensor, block_scale: torch.Tensor,

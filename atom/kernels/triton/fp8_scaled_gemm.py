@@ -14,11 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
-from atom.kernels.triton.fp8_block_gemm import SCALE_BLOCK, launch_tiles, store_tile, tile_ids
 from atom.kernels.triton.fp8_quant import quant_per_token
+from atom.kernels.triton.fp8_tiles import K_STEP, launch_tiles, store_tile, tile_ids
 from atom.kernels.triton.pdl import pdl_wait
 
-BLOCK_K = SCALE_BLOCK  # K per promotion to fp32
+BLOCK_K = K_STEP
 
 
 @triton.jit
@@ -29,7 +29,7 @@ def _scaled_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, part_ptr,
                         BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPLIT: tl.constexpr,
                         PDL: tl.constexpr):
     """as_stride and bs_stride are the scale vectors' (1): the argument list is the block
-    GEMM's, so both launch through fp8_block_gemm.launch_tiles."""
+    GEMM's, so both launch through fp8_tiles.launch_tiles."""
     pdl_wait(PDL)
     pid_m, pid_n = tile_ids(m_rows, n_rows, BLOCK_M, BLOCK_N, GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -58,7 +58,7 @@ def scaled_mm(xq: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor, w_scale:
               num_warps: int | None = None, num_stages: int | None = None,
               split_k: int | None = None) -> torch.Tensor:
     """xq [M, K] e4m3 with x_scale [M, 1] (or [M]) fp32, w [N, K] e4m3 with w_scale [N] fp32 →
-    [M, N] in out_dtype. The block sizes and the K slice count override fp8_block_gemm's
+    [M, N] in out_dtype. The block sizes and the K slice count override fp8_tiles'
     defaults (benchmarks and tests set them)."""
     m_rows, k_dim = xq.shape
     n_rows = w.shape[0]
