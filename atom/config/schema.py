@@ -46,6 +46,17 @@ class LoadConfig:
 
 
 @dataclass
+class QuantConfig:
+    """Weight quantization. fp8 runs e4m3 weights with per-channel (or per-128x128-block)
+    scales and activations quantized per token (or per 128-wide group) as they arrive."""
+
+    # auto (the checkpoint's quantization_config, else none) | none | fp8 (the checkpoint's
+    # per-tensor or per-channel fp8, or a float checkpoint quantized at load) | fp8_block
+    # (DeepSeek-V3's 128x128-block fp8 checkpoints)
+    method: str = "auto"
+
+
+@dataclass
 class ParallelConfig:
     tensor_parallel_size: int = 1  # devices one model is split across: one worker process per rank
     data_parallel_size: int = 1  # model replicas (the engine runs 1 today)
@@ -138,6 +149,7 @@ class Config:
     job: str = "serve"  # serve | generate | throughput | bench
     model: ModelConfig = field(default_factory=ModelConfig)
     load: LoadConfig = field(default_factory=LoadConfig)
+    quant: QuantConfig = field(default_factory=QuantConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     kv_cache: KVCacheConfig = field(default_factory=KVCacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
