@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from atom.kernels.backend import add_rms_norm_linear_unfused, register, rope_store_kv_unfused
+from atom.kernels.fp8_linear import Fp8Kernels
+from atom.kernels.fp8_weight import Fp8Weight
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.triton import (activation, blas_table, gemv, kv_store, rms_norm, rope_kv_store,
                                  rotary)
@@ -28,9 +30,12 @@ class TritonBackend:
 
     def __init__(self) -> None:
         self._blas: Optional[blas_table.BlasTable] = None  # this GPU's, read at the first GEMM
+        self._fp8 = Fp8Kernels.load()
 
     def prepare_weight(self, qw):
-        return None  # no quantized GEMM kernels yet: the model dtype's dequantized weight
+        """fp8 weights run as they are (fp8_linear.py); GGUF blocks have no CUDA kernel yet:
+        the model dtype's dequantized weight."""
+        return qw if isinstance(qw, Fp8Weight) else None
 
     def weights_prepared(self):
         pass
@@ -50,7 +55,9 @@ class TritonBackend:
                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Single-row (batch-1 decode) linears through the Triton GEMV, +7% 8B and +16%
         Qwen3-0.6B single-request decode on the H200; F.linear otherwise, through the BLAS library
-        this GPU's table names for the shape (blas_table.py)."""
+        this GPU's table names for the shape (blas_table.py). fp8 weights: fp8_linear.py."""
+        if isinstance(weight, Fp8Weight):
+            return self._fp8.linear(x, weight, bias)
         if gemv.takes(x, weight):
             return gemv.gemv(x, weight, bias)
         if not x.is_cuda or torch.compiler.is_compiling():  # compile picks its own GEMMs
@@ -68,8 +75,8 @@ class TritonBackend:
         linear (batch-1 decode) and K is short; the two kernels otherwise. Measured on the H200
         (decode_kernels, run D): Qwen3-0.6B down (K 3072) 4.73 µs fused vs 5.61 µs as two
         kernels, but Llama-3-8B down (K 14336) 40.4 vs 36.2 µs: there every program recomputing
-        SiLU over the long row costs more than the launch it saves."""
-        if gemv.takes(x, weight) and weight.shape[1] <= FUSED_SILU_MAX_K:
+        SiLU over the long row costs more than the launch it saves. fp8 weights: two kernels."""
+        if not isinstance(weight, Fp8Weight) and gemv.takes(x, weight) and weight.shape[1] <= FUSED_SILU_MAX_K:
             return gemv.gemv(x, weight, bias, silu_gate=True)
         return self.linear(activation.silu_and_mul(x), weight, bias)
 
@@ -82,8 +89,8 @@ class TritonBackend:
         weight, so the L2 traffic grows with the output rows. On the H200 (gpu_bench
         fused_gemv, µs fused vs two kernels): Qwen3-0.6B qkv 4.48 vs 4.93, gate_up 5.73 vs
         6.05 (16-row blocks), Llama-3-8B qkv 16.78 vs 17.5 (16-row blocks), but 8B gate_up
-        (28,672 rows) 65.5 vs 63.7. The norm kernel and the GEMV otherwise."""
-        if gemv.takes(x, weight) and weight.shape[0] <= FUSED_NORM_MAX_N:
+        (28,672 rows) 65.5 vs 63.7. The norm kernel and the GEMV otherwise (and for fp8 weights)."""
+        if not isinstance(weight, Fp8Weight) and gemv.takes(x, weight) and weight.shape[0] <= FUSED_NORM_MAX_N:
             return gemv.add_rms_norm_gemv(x, residual, norm_weight, eps, weight, bias)
         return add_rms_norm_linear_unfused(self, x, residual, norm_weight, eps, weight, bias)
 

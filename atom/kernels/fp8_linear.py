@@ -1,0 +1,93 @@
+"""The fp8 linear on a CUDA GPU: which kernel runs an Fp8Weight at a given row count.
+
+- block-scaled weights (DeepSeek-V3): the Triton block-scaled GEMM (activations quantized per
+  128-wide group of a token inside it);
+- a few rows with dynamic activations (decode): the Triton fp8 GEMV, which reads the e4m3
+  weight once for every row (the batch-1 step is bound by the weight's bytes);
+- everything else: cuBLASLt through `torch._scaled_mm`, e4m3 x e4m3 with a float32 scale per
+  row of x (per token, or the static input scale repeated) and per output channel, out bf16.
+The Triton kernels live in atom/kernels/triton/fp8_{gemv,block_gemm,quant}.py. Where one is not
+importable (an install without it), the GEMV's rows take `_scaled_mm`, the per-token
+quantization the reference's torch ops, and block weights the reference's emulated GEMM
+(fp8_reference.py): slower, never different in what is computed.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Optional
+
+import torch
+
+from atom.kernels import fp8_reference
+from atom.kernels.fp8_weight import Fp8Weight
+
+# cuBLASLt's fp8 GEMMs need K and N in multiples of 16; other shapes take the reference.
+SCALED_MM_ALIGN = 16
+
+
+def _triton_kernel(name: str) -> Optional[ModuleType]:
+    """atom.kernels.triton.<name>, or None where this install has no such kernel."""
+    try:
+        return importlib.import_module(f"atom.kernels.triton.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"atom.kernels.triton.{name}":
+            raise
+        return None
+
+
+def _takes_scaled_mm(w: Fp8Weight) -> bool:
+    n, k = w.shape
+    return n % SCALED_MM_ALIGN == 0 and k % SCALED_MM_ALIGN == 0
+
+
+@dataclass(frozen=True)
+class Fp8Kernels:
+    """The fp8 kernels this install has, looked up once by the backend that owns them."""
+
+    gemv: Optional[ModuleType]
+    block_gemm: Optional[ModuleType]
+    quant: Optional[ModuleType]
+
+    @classmethod
+    def load(cls) -> "Fp8Kernels":
+        return cls(_triton_kernel("fp8_gemv"), _triton_kernel("fp8_block_gemm"),
+                   _triton_kernel("fp8_quant"))
+
+    def quant_per_token(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [M, K] → (e4m3 [M, K], float32 [M, 1]): one Triton launch, or the torch ops."""
+        if self.quant is not None:
+            return self.quant.quant_per_token(x)
+        return fp8_reference.quant_per_token(x)
+
+    def scaled_mm(self, x: torch.Tensor, w: Fp8Weight, bias: Optional[torch.Tensor]
+                  ) -> torch.Tensor:
+        """x [M, K] (bf16) through cuBLASLt's row-wise scaled fp8 GEMM → [M, N] bf16.
+        `_scaled_mm` takes mat2 column-major: the row-major [N, K] codes transposed are that."""
+        if w.input_scale is None:
+            xq, scale_a = self.quant_per_token(x)
+        else:
+            xq = fp8_reference.quant_static(x, w.input_scale)
+            scale_a = w.input_scale.reshape(1, 1).expand(x.shape[0], 1).contiguous()
+        return torch._scaled_mm(xq, w.qweight.t(), scale_a=scale_a,
+                                scale_b=w.weight_scale.view(1, -1), out_dtype=torch.bfloat16,
+                                bias=None if bias is None else bias.to(torch.bfloat16))
+
+    def linear(self, x: torch.Tensor, w: Fp8Weight,
+               bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x [..., K] @ dequantize(w).T (+ bias) on the GPU: what fp8_reference.fp8_linear
+        defines. Row-wise `_scaled_mm` produces bf16 only, so other dtypes take the reference."""
+        lead, k = x.shape[:-1], x.shape[-1]
+        x2 = x.reshape(-1, k)
+        if w.block_scale is not None:
+            out = (self.block_gemm.fp8_block_gemm(x2, w.qweight, w.block_scale, bias)
+                   if self.block_gemm is not None else fp8_reference.fp8_linear(x2, w, bias))
+        elif (self.gemv is not None and w.input_scale is None
+              and self.gemv.takes(x2, w.qweight)):
+            out = self.gemv.fp8_gemv(x2, w.qweight, w.weight_scale, bias)
+        elif _takes_scaled_mm(w) and x2.dtype == torch.bfloat16:
+            out = self.scaled_mm(x2, w, bias)
+        else:
+            out = fp8_reference.fp8_linear(x2, w, bias)
+        return out.view(*lead, w.shape[0])
