@@ -117,11 +117,11 @@ def resolve_scheme(method: str, qc: Any, gguf: bool, dummy: bool) -> Optional[Fp
     qc = as_dict(qc)
     if method not in QUANT_METHODS:
         raise ConfigError("quant.method", method, f"must be one of {', '.join(QUANT_METHODS)}")
-    if gguf:
-        if method in ("fp8", "fp8_block"):
-            raise ConfigError("quant.method", method, "a GGUF keeps its own quantization "
-                              "(quant=auto); fp8 applies to safetensors checkpoints")
-        return None
+    if gguf:  # quant=fp8: the GGUF's dequantized values quantized per channel, as a float
+        if method == "fp8_block":  # checkpoint's are (GGUF blocks have no fp8 kernel)
+            raise ConfigError("quant.method", method, "a GGUF has no 128x128 block scales: "
+                              "quant=fp8 quantizes its weights per channel at load")
+        return Fp8Scheme("online", None, False) if method == "fp8" else None
     ckpt = checkpoint_scheme(qc) if qc else None
     if method == "auto":
         return ckpt

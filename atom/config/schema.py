@@ -51,8 +51,8 @@ class QuantConfig:
     scales and activations quantized per token (or per 128-wide group) as they arrive."""
 
     # auto (the checkpoint's quantization_config, else none) | none | fp8 (the checkpoint's
-    # per-tensor or per-channel fp8, or a float checkpoint quantized at load) | fp8_block
-    # (DeepSeek-V3's 128x128-block fp8 checkpoints)
+    # per-tensor or per-channel fp8, or a float checkpoint's or GGUF's values quantized per
+    # channel at load) | fp8_block (DeepSeek-V3's 128x128-block fp8 checkpoints)
     method: str = "auto"
 
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from atom.kernels import cpu_woq, torch_ref
 from atom.kernels.backend import register, rope_store_kv_unfused
 from atom.kernels.metadata import AttentionMetadata
-from atom.kernels.fp8_reference import fp8_linear
+from atom.kernels.fp8_reference import EmulatedFp8Linear
 from atom.kernels.fp8_weight import Fp8Weight
 from atom.kernels.quantized_weight import Quantized
 
@@ -148,7 +148,7 @@ class CpuBackend(torch_ref.TorchBackend):
 
     def prepare_weight(self, qw: Quantized) -> Optional[Any]:
         if isinstance(qw, Fp8Weight):
-            return qw  # the reference's emulated fp8 GEMM: the CPU has no fp8 matmul
+            return EmulatedFp8Linear.of(qw)  # the reference's: the CPU has no fp8 matmul
         if qw.codes.is_floating_point():
             return None
         lin = cpu_woq.prepare(qw)
@@ -162,8 +162,6 @@ class CpuBackend(torch_ref.TorchBackend):
     def linear(self, x, weight, bias=None):
         if isinstance(weight, torch.Tensor):
             return F.linear(x, weight, bias)
-        if isinstance(weight, Fp8Weight):
-            return fp8_linear(x, weight, bias)
         return weight(x, bias)
 
     def silu_and_mul_linear(self, x, weight, bias=None):

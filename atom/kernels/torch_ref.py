@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from atom.kernels.backend import add_rms_norm_linear_unfused, register, rope_store_kv_unfused
-from atom.kernels.fp8_reference import fp8_linear
+from atom.kernels.fp8_reference import EmulatedFp8Linear
 from atom.kernels.fp8_weight import Fp8Weight
 from atom.kernels.metadata import AttentionMetadata
 
@@ -184,14 +184,14 @@ class TorchBackend:
         return silu_and_mul(x)
 
     def linear(self, x, weight, bias=None):
-        if isinstance(weight, Fp8Weight):
-            return fp8_linear(x, weight, bias)
-        return F.linear(x, weight, bias)
+        if isinstance(weight, torch.Tensor):
+            return F.linear(x, weight, bias)
+        return weight(x, bias)  # EmulatedFp8Linear
 
     def prepare_weight(self, qw):
-        """fp8 weights stay fp8, their GEMM emulated (fp8_reference.py); other quantized
-        weights run dequantized: the oracle is the float weight."""
-        return qw if isinstance(qw, Fp8Weight) else None
+        """fp8 weights run as an fp8 GEMM computes (fp8_reference.py); other quantized weights
+        run dequantized: the oracle is the float weight."""
+        return EmulatedFp8Linear.of(qw) if isinstance(qw, Fp8Weight) else None
 
     def weights_prepared(self):
         pass

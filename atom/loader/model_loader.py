@@ -66,6 +66,8 @@ def build_model(cfg: Config, hf: Any, device: torch.device, dtype: torch.dtype) 
     src = model_source(cfg)
     assert src is not None
     quantize = None
+    if scheme is not None and scheme.online:
+        quantize = functools.partial(quantize_fp8, block=scheme.block is not None)
     if is_gguf(src) or cfg.load.format == "gguf":
         from atom.loader.gguf_loader import count_gguf_tensors, iter_gguf
 
@@ -82,8 +84,6 @@ def build_model(cfg: Config, hf: Any, device: torch.device, dtype: torch.dtype) 
             items, total = iter_fp8_safetensors(files, scheme, skip), count_fp8_tensors(files)
         else:
             items, total = iter_safetensors(files, skip), count_tensors(files)
-            if scheme is not None:
-                quantize = functools.partial(quantize_fp8, block=scheme.block is not None)
         tensors = iter_with_progress(items, total, cfg.load.progress_bar, "loading safetensors")
     with torch.no_grad():
         loaded = load_named_tensors(model, tensors, quantize)

@@ -42,7 +42,8 @@ def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tens
     goes to the parameter's weight_loader as it is (the layer keeps it for the backend) or,
     where the parameter has no loader that takes one, in float. An Fp8Weight is taken by linear
     layers only (fp8_linear_weights) and moves to the parameter's device first. `quantize`
-    (online fp8) turns the float weights of those layers into Fp8Weights, on the device."""
+    (online fp8) turns the float weights of those layers into Fp8Weights, on the device (a
+    GGUF's blocks dequantized first)."""
     from atom.loader.fp8_online import fp8_linear_weights
 
     params = dict(model.named_parameters())
@@ -63,11 +64,12 @@ def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tens
         if isinstance(tensor, Fp8Weight):
             tensor = (tensor.to(param.device) if pname in fp8_params
                       else tensor.dequantize(param.dtype))
+        elif quantize is not None and pname in fp8_params:  # GGUF blocks: their float values
+            dense = tensor.dequantize(param.dtype) if isinstance(tensor, QUANTIZED) else tensor
+            tensor = quantize(dense.to(param.device, param.dtype))
         elif isinstance(tensor, QUANTIZED):
             if not getattr(param, "takes_quantized", False):
                 tensor = tensor.dequantize(param.dtype)
-        elif quantize is not None and pname in fp8_params:
-            tensor = quantize(tensor.to(param.device, param.dtype))
         else:
             tensor = tensor.to(param.dtype)
         if loader is None:

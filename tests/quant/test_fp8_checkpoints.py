@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from atom import SamplingParams
-from atom.kernels.fp8_weight import Fp8Weight
+from atom.kernels.fp8_reference import EmulatedFp8Linear
 from atom.model_engine.messages import EngineRequest
 from tests.engine.checkpoints import local_engine
 from tests.quant.emulated import emulate_fp8
@@ -86,8 +86,8 @@ def test_linears_hold_the_checkpoints_fp8_weights(case):
     ckpt, _, _, engine = case
     model = engine.core.executor.runner.model
     attn = model.model.layers[0].self_attn
-    proj = attn.o_proj.weight
-    assert isinstance(proj, Fp8Weight)
+    assert isinstance(attn.o_proj.weight, EmulatedFp8Linear)  # the torch kernels' fp8 form
+    proj = attn.o_proj.weight.fp8
     assert (proj.block_scale is not None) == (ckpt.fmt == "fp8_block")
     assert (proj.input_scale is not None) == (ckpt.fmt == "ct_tensor_static")
     assert isinstance(model.lm_head.weight, torch.Tensor)

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 
 import atom
 from atom import SamplingParams
-from atom.kernels.fp8_weight import Fp8Weight
+from atom.kernels.fp8_reference import EmulatedFp8Linear
 from atom.layers.linear import LinearBase
 from tests.engine.checkpoints import local_engine, make_checkpoint
 from tests.quant.emulated import emulate_fp8, quantize_per_channel
@@ -70,7 +70,7 @@ def test_online_fp8_leaves_embeddings_head_norms_and_routers_float(tmp_path):
     path = make_checkpoint("qwen3_moe", tmp_path)
     model = _engine(path).core.executor.runner.model
     layer = model.model.layers[0]
-    assert isinstance(layer.self_attn.qkv_proj.weight, Fp8Weight)
+    assert isinstance(layer.self_attn.qkv_proj.weight, EmulatedFp8Linear)
     assert isinstance(layer.mlp.gate.weight, torch.nn.Parameter)  # the router
     assert isinstance(model.lm_head.weight, torch.nn.Parameter)
     assert isinstance(model.model.embed_tokens.weight, torch.nn.Parameter)
@@ -87,8 +87,8 @@ def test_dummy_fp8_weights_are_realistic_codes(model, quant):
     linears = [m for m in net.modules() if isinstance(m, LinearBase) and not m.keep_float]
     assert linears
     for m in linears:
-        w = m.weight
-        assert isinstance(w, Fp8Weight)
+        assert isinstance(m.weight, EmulatedFp8Linear)
+        w = m.weight.fp8
         scale = w.weight_scale if quant == "fp8" else w.block_scale
         assert (scale > 0).all() and (w.qweight.float().abs().amax() == 448)
         assert (w.block_scale is not None) == (quant == "fp8_block")

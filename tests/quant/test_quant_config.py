@@ -95,8 +95,12 @@ def test_a_method_the_checkpoint_contradicts_names_quant_method(tmp_path, qc_fmt
     assert errs["quant.method"].value == method
 
 
-def test_fp8_on_a_gguf_names_quant_method():
-    errs = _errors("model=smollm2_135m", "quant=fp8")  # the embedded default is a GGUF
+def test_a_gguf_takes_online_fp8_but_not_block_fp8():
+    from atom.config.quant import resolve_scheme
+
+    assert resolve_scheme("fp8", None, gguf=True, dummy=False).online
+    assert resolve_scheme("auto", None, gguf=True, dummy=False) is None
+    errs = _errors("model=smollm2_135m", "quant=fp8_block")  # the embedded default is a GGUF
     assert "GGUF" in errs["quant.method"].rule
 
 
