@@ -1,0 +1,89 @@
+"""The fp8 linears on the GPU against the float32 reference (fp8_reference.py) at Llama-3.1-8B's
+and DeepSeek-V3's shapes, and the Triton backend's fp8 engine against the torch backend's.
+
+Both sides quantize the activations the same way, so what remains is the GEMM's float32 sum
+order and the bf16 output: a relative error of a few bf16 steps (2^-8 each)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from atom.kernels import fp8_reference
+from atom.kernels.fp8_linear import Fp8Kernels
+from atom.kernels.fp8_weight import quantize
+
+pytestmark = pytest.mark.gpu
+
+# (K, N): 8B's q|k|v, gate|up and down projections.
+SHAPES_8B = [(4096, 6144), (4096, 28672), (14336, 4096)]
+# DeepSeek-V3's q_a_proj, kv_a_proj_with_mqa (576 rows: a partial last block) and o_proj.
+SHAPES_DSV3 = [(7168, 1536), (7168, 576), (16384, 7168)]
+ROWS = [1, 16, 384, 2048]
+REL = 2 ** -6
+
+
+def _case(k: int, n: int, m: int, block: bool):
+    g = torch.Generator(device="cuda").manual_seed(k + n + m)
+    w = quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, block=block)
+    x = torch.randn(m, k, device="cuda", generator=g, dtype=torch.bfloat16)
+    return x, w
+
+
+def _assert_near(ours: torch.Tensor, ref: torch.Tensor) -> None:
+    assert ours.dtype == torch.bfloat16 and ours.shape == ref.shape
+    err = (ours.float() - ref.float()).norm() / ref.float().norm()
+    assert err <= REL, float(err)
+
+
+@pytest.mark.parametrize("m", ROWS)
+@pytest.mark.parametrize("k,n", SHAPES_8B)
+def test_scaled_mm_matches_the_reference_at_8b_shapes(k, n, m):
+    x, w = _case(k, n, m, block=False)
+    _assert_near(Fp8Kernels.load().scaled_mm(x, w, None), fp8_reference.fp8_linear(x, w))
+
+
+@pytest.mark.parametrize("m", ROWS)
+@pytest.mark.parametrize("k,n", SHAPES_8B)
+def test_static_input_scale_matches_the_reference(k, n, m):
+    x, w = _case(k, n, m, block=False)
+    w.input_scale = (x.float().abs().amax() / 448).reshape(())
+    _assert_near(Fp8Kernels.load().linear(x, w), fp8_reference.fp8_linear(x, w))
+
+
+@pytest.mark.parametrize("m", ROWS)
+@pytest.mark.parametrize("k,n", SHAPES_8B)
+def test_the_dispatched_fp8_linear_matches_the_reference(k, n, m):
+    """Whatever kernel takes the shape (the Triton GEMV at few rows, cuBLASLt above)."""
+    x, w = _case(k, n, m, block=False)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    _assert_near(Fp8Kernels.load().linear(x, w, bias), fp8_reference.fp8_linear(x, w, bias))
+
+
+@pytest.mark.parametrize("m", ROWS)
+@pytest.mark.parametrize("k,n", SHAPES_DSV3 + SHAPES_8B[:1])
+def test_block_fp8_linear_matches_the_reference(k, n, m):
+    x, w = _case(k, n, m, block=True)
+    _assert_near(Fp8Kernels.load().linear(x, w), fp8_reference.fp8_linear(x, w))
+
+
+@pytest.mark.parametrize("fmt", ["ct_tensor_static", "ct_channel_dynamic", "fp8_block"])
+def test_triton_engine_matches_the_torch_engine_on_fp8_checkpoints(tmp_path, fmt):
+    """A tiny llama checkpoint in each format, bf16 on the GPU: the Triton backend (CUDA graphs
+    on) against the torch backend's emulation, last-position logits of one prefill."""
+    from tests.engine.checkpoints import local_engine
+    from tests.quant.fp8_checkpoints import write_fp8_checkpoint
+    from tests.quant.test_fp8_checkpoints import BLOCK_SHAPES, prefill_logits
+
+    over = BLOCK_SHAPES["llama"] if fmt == "fp8_block" else {}
+    ckpt = write_fp8_checkpoint("llama", fmt, tmp_path, **over)
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 256, (n,), generator=g).tolist() for n in (3, 17, 40)]
+    logits = {}
+    for kernels in ("torch", "triton"):
+        eng = local_engine(ckpt.path, "runtime.device=cuda", f"runtime.kernels={kernels}",
+                           f"runtime.enforce_eager={str(kernels == 'torch').lower()}",
+                           "runtime.level=2", "kv_cache.num_blocks=64")
+        logits[kernels] = prefill_logits(eng, prompts).float()
+        eng.shutdown()
+    err = (logits["triton"] - logits["torch"]).norm() / logits["torch"].norm()
+    assert err <= 2e-2, float(err)
