@@ -47,12 +47,12 @@ class LoadConfig:
 
 @dataclass
 class QuantConfig:
-    """Weight quantization. fp8 runs e4m3 weights with per-channel (or per-128x128-block)
-    scales and activations quantized per token (or per 128-wide group) as they arrive."""
+    """Weight quantization. fp8 runs e4m3 weights with a scale per output channel (or per
+    128x128 block) and activations quantized per token (or per 128 wide group) as they arrive."""
 
-    # auto (the checkpoint's quantization_config, else none) | none | fp8 (the checkpoint's
-    # per-tensor or per-channel fp8, or a float checkpoint's or GGUF's values quantized per
-    # channel at load) | fp8_block (DeepSeek-V3's 128x128-block fp8 checkpoints)
+    # auto (the checkpoint's quantization_config, else none) | none | fp8 (a checkpoint's fp8
+    # with scales per tensor or per channel, or a float checkpoint's or GGUF's values quantized
+    # per channel at load) | fp8_block (fp8 checkpoints with 128x128 block scales: DeepSeek V3)
     method: str = "auto"
 
 

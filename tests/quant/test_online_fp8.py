@@ -94,3 +94,16 @@ def test_dummy_fp8_weights_are_realistic_codes(model, quant):
         assert (w.block_scale is not None) == (quant == "fp8_block")
     out = engine.generate([[5, 6, 7]], SamplingParams(temperature=0, max_tokens=4))
     assert len(out[0]["token_ids"]) == 4
+
+
+def test_deepseek_dummy_weights_take_the_configs_block_fp8():
+    """R1's quantization_config on a described model (quant=auto): block-fp8 dummy weights."""
+    engine = atom.build_engine(atom.compose([
+        "model=tiny_deepseek_v3", "load=dummy", "runtime=cpu", "load.progress_bar=false",
+        "+model.hf_config.quantization_config={quant_method:fp8,fmt:e4m3,"
+        "activation_scheme:dynamic,weight_block_size:[128,128]}"]))
+    attn = engine.core.executor.runner.model.model.layers[0].self_attn
+    assert attn.q_a_proj.weight.fp8.block_scale is not None
+    assert isinstance(attn.kv_b_proj.weight, torch.nn.Parameter)
+    out = engine.generate([[5, 6, 7]], SamplingParams(temperature=0, max_tokens=4))
+    assert len(out[0]["token_ids"]) == 4
