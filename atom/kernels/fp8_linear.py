@@ -3,7 +3,9 @@
 - block-scaled weights (DeepSeek-V3): the Triton block-scaled GEMM (activations quantized per
   128-wide group of a token inside it);
 - a few rows with dynamic activations (decode): the Triton fp8 GEMV, which reads the e4m3
-  weight once for every row (the batch-1 step is bound by the weight's bytes);
+  weight once for every row (the batch-1 step is bound by the weight's bytes). It is
+  weight-only: x stays in its dtype (fp8_reference.weight_only_linear), closer to the
+  dequantized model than the W8A8 GEMMs, which round x to e4m3 (fp8_reference.fp8_linear);
 - everything else: cuBLASLt through `torch._scaled_mm`, e4m3 x e4m3 with a float32 scale per
   row of x (per token, or the static input scale repeated) and per output channel, out bf16.
 The Triton kernels live in atom/kernels/triton/fp8_{gemv,block_gemm,quant}.py. Where one is not

@@ -15,14 +15,23 @@ from typing import Optional
 
 import torch
 
-from atom.kernels.fp8_weight import BLOCK, E4M3, E4M3_MAX, MIN_SCALE, Fp8Weight
+from atom.kernels.fp8_weight import BLOCK, E4M3, E4M3_MAX, Fp8Weight
+
+# The Triton quantizers' arithmetic (atom/kernels/triton/fp8_quant.py), so both give the same
+# bytes: scale = max(amax / 448, EPS), codes = x * (1 / scale) clamped, every division rounded
+# to nearest (torch's are). EPS keeps an all-zero row finite.
+ACT_EPS = 1e-10
+
+
+def _codes(xf: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return (xf * (1.0 / scale)).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
 
 
 def quant_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] → (e4m3 [M, K], scale [M, 1] float32) with x ≈ codes * scale."""
     xf = x.float()
-    scale = (xf.abs().amax(dim=-1, keepdim=True) / E4M3_MAX).clamp(min=MIN_SCALE)
-    return (xf / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scale
+    scale = (xf.abs().amax(dim=-1, keepdim=True) / E4M3_MAX).clamp(min=ACT_EPS)
+    return _codes(xf, scale), scale
 
 
 def quant_per_group(x: torch.Tensor, group: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,9 +42,8 @@ def quant_per_group(x: torch.Tensor, group: int = BLOCK) -> tuple[torch.Tensor, 
     xf = x.new_zeros(m, g * group, dtype=torch.float32)
     xf[:, :k] = x.float()
     tiles = xf.view(m, g, group)
-    scale = (tiles.abs().amax(dim=-1) / E4M3_MAX).clamp(min=MIN_SCALE)
-    codes = (tiles / scale.unsqueeze(-1)).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
-    return codes.view(m, g * group)[:, :k], scale
+    scale = (tiles.abs().amax(dim=-1) / E4M3_MAX).clamp(min=ACT_EPS)
+    return _codes(tiles, scale.unsqueeze(-1)).view(m, g * group)[:, :k], scale
 
 
 def quant_static(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -66,6 +74,16 @@ def _emulated(x: torch.Tensor, w: Fp8Weight, dense: torch.Tensor,
 def fp8_linear(x: torch.Tensor, w: Fp8Weight, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """x [..., K] @ dequantize(w).T (+ bias), in x's dtype."""
     return _emulated(x, w, w.dequantize(torch.float32), bias)
+
+
+def weight_only_linear(x: torch.Tensor, w: Fp8Weight,
+                       bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """x [M, K] @ dequantize(w).T (+ bias) with x unrounded: what the few-row fp8 GEMV computes
+    (it reads x in its own dtype; fp8_linear.py)."""
+    out = x.float() @ w.dequantize(torch.float32).t()
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(x.dtype)
 
 
 @dataclass

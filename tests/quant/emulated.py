@@ -14,19 +14,21 @@ from typing import Optional
 import torch
 
 
+def _round(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """e4m3 codes as the GPU quantizers make them: x * (1 / scale), saturated at 448."""
+    return (x * (1.0 / scale)).clamp(-448, 448).to(torch.float8_e4m3fn).float() * scale
+
+
 def fake_quant(x: torch.Tensor, activations: str, static: Optional[float] = None) -> torch.Tensor:
-    """x rounded to e4m3 under its scale and back to float32."""
+    """x rounded to e4m3 under its scale (amax / 448 at least 1e-10, or static) and back."""
     if activations == "static":
         return (x / static).clamp(-448, 448).to(torch.float8_e4m3fn).float() * static
     if activations == "group":
         k = x.shape[-1]
-        pad = -k % 128
-        xp = torch.nn.functional.pad(x, (0, pad)).unflatten(-1, (-1, 128))
-        scale = (xp.abs().amax(-1, keepdim=True) / 448).clamp(min=1e-12)
-        q = (xp / scale).clamp(-448, 448).to(torch.float8_e4m3fn).float() * scale
-        return q.flatten(-2)[..., :k]
-    scale = (x.abs().amax(-1, keepdim=True) / 448).clamp(min=1e-12)
-    return (x / scale).clamp(-448, 448).to(torch.float8_e4m3fn).float() * scale
+        xp = torch.nn.functional.pad(x, (0, -k % 128)).unflatten(-1, (-1, 128))
+        scale = (xp.abs().amax(-1, keepdim=True) / 448).clamp(min=1e-10)
+        return _round(xp, scale).flatten(-2)[..., :k]
+    return _round(x, (x.abs().amax(-1, keepdim=True) / 448).clamp(min=1e-10))
 
 
 def emulate_fp8(model: torch.nn.Module, modules: set[str], activations: str,
