@@ -38,9 +38,10 @@ class Fp8Scheme:
 
 
 def checkpoint_quant_config(cfg: Config) -> Optional[dict[str, Any]]:
-    """The checkpoint's quantization_config (config.json, or hf_config for a described model)."""
+    """The checkpoint's quantization_config (config.json, or hf_config for a described model),
+    as the loader's transformers config will carry it."""
     m = cfg.model
-    if m.path is not None and cfg.load.dummy is None:
+    if m.path is not None:
         cfg_file = os.path.join(m.path, "config.json")
         if not os.path.isfile(cfg_file):
             return None

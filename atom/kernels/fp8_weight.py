@@ -45,10 +45,6 @@ class Fp8Weight:
     def shape(self) -> torch.Size:
         return self.qweight.shape
 
-    @property
-    def device(self) -> torch.device:
-        return self.qweight.device
-
     def to(self, device: torch.device) -> "Fp8Weight":
         def move(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
             return None if t is None else t.to(device)
