@@ -9,7 +9,9 @@ config.json's `quantization_config` as published:
 - `ct_channel_dynamic`: compressed-tensors per-channel weights, dynamic per-token activations
   (the FP8-dynamic checkpoints): bf16 `weight_scale` [N, 1];
 - `fbgemm`: FBGEMM fp8 (Meta's Llama-3.1-405B-FP8): float32 `weight_scale` [N, 1];
-- `fp8_block`: DeepSeek-V3's block fp8: float32 `weight_scale_inv` [ceil(N/128), ceil(K/128)].
+- `fp8_block`: DeepSeek-V3's block fp8: float32 `weight_scale_inv` [ceil(N/128), ceil(K/128)];
+- `fp8_tensor_static`: AutoFP8's / vLLM's serialized fp8 (`quant_method: fp8` without blocks,
+  static activations): float32 scalar `weight_scale` and `input_scale`.
 The quantization here is written from the formats' definitions, not with atom's code. The
 twin is a plain float checkpoint of exactly the dequantized weights, which transformers loads.
 """
@@ -27,7 +29,8 @@ from safetensors.torch import load_file, save_file
 from tests.engine.checkpoints import make_checkpoint
 
 E4M3 = torch.float8_e4m3fn
-FORMATS = ("ct_tensor_static", "ct_channel_dynamic", "fbgemm", "fp8_block")
+FORMATS = ("ct_tensor_static", "ct_channel_dynamic", "fbgemm", "fp8_block", "fp8_tensor_static")
+STATIC = ("ct_tensor_static", "fp8_tensor_static")
 # The linears a producer quantizes: every projection inside the decoder layers. The LM head,
 # embeddings, norms and routers stay float (compressed-tensors' `ignore: [lm_head]`), and so do
 # DeepSeek's routed experts here (atom's FusedMoE runs them in float either way).
@@ -59,6 +62,7 @@ QUANTIZATION_CONFIGS = {
                "modules_to_not_convert": ["lm_head"]},
     "fp8_block": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                   "weight_block_size": [128, 128]},
+    "fp8_tensor_static": {"quant_method": "fp8", "activation_scheme": "static"},
 }
 
 
@@ -89,6 +93,8 @@ def _quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor, to
         return codes, scale, codes.float() * full
     if fmt == "ct_tensor_static":
         stored = (w.abs().max() / 448).reshape(1).to(torch.bfloat16)
+    elif fmt == "fp8_tensor_static":
+        stored = (w.abs().max() / 448).reshape(())
     else:
         stored = (w.abs().amax(dim=1, keepdim=True) / 448)
         stored = stored.to(torch.bfloat16) if fmt.startswith("ct_") else stored
@@ -128,7 +134,7 @@ def write_fp8_checkpoint(arch: str, fmt: str, root: Path, seed: int = 0,
     modules = {n[:-len(".weight")] for n in names}
     out = Fp8Checkpoint(root / f"{arch}-{fmt}", root / f"{arch}-{fmt}-dequantized", fmt,
                         {n[:-len(".weight")] for n in names if not _FLOAT_IN_ATOM.search(n)})
-    if fmt == "ct_tensor_static":
+    if fmt in STATIC:
         out.input_scales = _calibrate(base, modules)
     fp8, plain = dict(state), dict(state)
     for n in names:
@@ -136,8 +142,10 @@ def write_fp8_checkpoint(arch: str, fmt: str, root: Path, seed: int = 0,
         stem = n[:-len(".weight")]
         fp8[n] = codes
         fp8[stem + (".weight_scale_inv" if fmt == "fp8_block" else ".weight_scale")] = scale
-        if fmt == "ct_tensor_static":
-            fp8[stem + ".input_scale"] = torch.tensor([out.input_scales[stem]], dtype=torch.bfloat16)
+        if fmt in STATIC:
+            scale = torch.tensor([out.input_scales[stem]])
+            fp8[stem + ".input_scale"] = (scale.to(torch.bfloat16) if fmt.startswith("ct_")
+                                          else scale.reshape(()))
             out.input_scales[stem] = float(fp8[stem + ".input_scale"].float())
         plain[n] = deq
     for target, tensors, qc in ((out.path, fp8, QUANTIZATION_CONFIGS[fmt]),

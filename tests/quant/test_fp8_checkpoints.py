@@ -18,10 +18,10 @@ from atom.kernels.fp8_reference import EmulatedFp8Linear
 from atom.model_engine.messages import EngineRequest
 from tests.engine.checkpoints import local_engine
 from tests.quant.emulated import emulate_fp8
-from tests.quant.fp8_checkpoints import FORMATS, write_fp8_checkpoint
+from tests.quant.fp8_checkpoints import FORMATS, STATIC, write_fp8_checkpoint
 
 ACTIVATIONS = {"ct_tensor_static": "static", "ct_channel_dynamic": "token", "fbgemm": "token",
-               "fp8_block": "group"}
+               "fp8_block": "group", "fp8_tensor_static": "static"}
 # Block-scaled parts of one packed matrix (q | k | v, gate | up) must each span whole
 # 128-row blocks, as in every published block checkpoint: the tiny models get 128-row parts.
 BLOCK_SHAPES = {"llama": dict(num_key_value_heads=4, head_dim=32),
@@ -89,7 +89,7 @@ def test_linears_hold_the_checkpoints_fp8_weights(case):
     assert isinstance(attn.o_proj.weight, EmulatedFp8Linear)  # the torch kernels' fp8 form
     proj = attn.o_proj.weight.fp8
     assert (proj.block_scale is not None) == (ckpt.fmt == "fp8_block")
-    assert (proj.input_scale is not None) == (ckpt.fmt == "ct_tensor_static")
+    assert (proj.input_scale is not None) == (ckpt.fmt in STATIC)
     assert isinstance(model.lm_head.weight, torch.Tensor)
     if hasattr(attn, "kv_b_proj"):  # MLA reads it as a matrix: dequantized at load
         assert isinstance(attn.kv_b_proj.weight, torch.nn.Parameter)
