@@ -57,6 +57,12 @@ class Fp8Kernels:
         return cls(_triton_kernel("fp8_gemv"), _triton_kernel("fp8_block_gemm"),
                    _triton_kernel("fp8_quant"))
 
+    def gemv_takes(self, x: torch.Tensor, w: Fp8Weight) -> bool:
+        """Whether the weight-only fp8 GEMV serves these rows. gemv.py's fused norm and SiLU
+        GEMVs take its per-channel weights too (their `w_scale`, which came with it)."""
+        return (self.gemv is not None and w.weight_scale is not None and w.input_scale is None
+                and self.gemv.takes(x, w.qweight))
+
     def quant_per_token(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [M, K] → (e4m3 [M, K], float32 [M, 1]): one Triton launch, or the torch ops."""
         if self.quant is not None:
@@ -76,6 +82,26 @@ class Fp8Kernels:
                                 scale_b=w.weight_scale.view(1, -1), out_dtype=torch.bfloat16,
                                 bias=None if bias is None else bias.to(torch.bfloat16))
 
+    def add_rms_norm_linear(self, x: torch.Tensor, residual: Optional[torch.Tensor],
+                            norm_weight: torch.Tensor, eps: float, w: Fp8Weight,
+                            bias: Optional[torch.Tensor] = None
+                            ) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """A pre-norm block's norm and its first projection as backend.add_rms_norm_linear
+        defines them, with the norm's output quantized per token by the norm kernel itself
+        (fp8_quant.rms_norm_quant: one launch and no bf16 round trip of the normed rows; the
+        same bytes as the unfused ops). None where that does not apply: block or static scales,
+        the rows the weight-only GEMV takes, shapes cuBLASLt does not take, no such kernel."""
+        fused = getattr(self.quant, "rms_norm_quant", None)
+        if (fused is None or w.block_scale is not None or w.input_scale is not None
+                or x.dim() != 2 or x.dtype != torch.bfloat16 or not _takes_scaled_mm(w)
+                or self.gemv_takes(x, w)):
+            return None
+        xq, scale_a, h = fused(x, residual, norm_weight, eps, group=None)
+        out = torch._scaled_mm(xq, w.qweight.t(), scale_a=scale_a,
+                               scale_b=w.weight_scale.view(1, -1), out_dtype=torch.bfloat16,
+                               bias=None if bias is None else bias.to(torch.bfloat16))
+        return out, h
+
     def linear(self, x: torch.Tensor, w: Fp8Weight,
                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x [..., K] @ dequantize(w).T (+ bias) on the GPU: what fp8_reference.fp8_linear
@@ -85,8 +111,7 @@ class Fp8Kernels:
         if w.block_scale is not None:
             out = (self.block_gemm.fp8_block_gemm(x2, w.qweight, w.block_scale, bias)
                    if self.block_gemm is not None else fp8_reference.fp8_linear(x2, w, bias))
-        elif (self.gemv is not None and w.input_scale is None
-              and self.gemv.takes(x2, w.qweight)):
+        elif self.gemv_takes(x2, w):
             out = self.gemv.fp8_gemv(x2, w.qweight, w.weight_scale, bias)
         elif _takes_scaled_mm(w) and x2.dtype == torch.bfloat16:
             out = self.scaled_mm(x2, w, bias)

@@ -75,8 +75,14 @@ class TritonBackend:
         linear (batch-1 decode) and K is short; the two kernels otherwise. Measured on the H200
         (decode_kernels, run D): Qwen3-0.6B down (K 3072) 4.73 µs fused vs 5.61 µs as two
         kernels, but Llama-3-8B down (K 14336) 40.4 vs 36.2 µs: there every program recomputing
-        SiLU over the long row costs more than the launch it saves. fp8 weights: two kernels."""
-        if not isinstance(weight, Fp8Weight) and gemv.takes(x, weight) and weight.shape[1] <= FUSED_SILU_MAX_K:
+        SiLU over the long row costs more than the launch it saves. fp8 weights alike, through
+        the GEMV's per-channel scales (the thresholds are bf16's measurements)."""
+        if isinstance(weight, Fp8Weight):
+            if (self._fp8.gemv_takes(x, weight) and gemv.takes(x, weight.qweight)
+                    and weight.shape[1] <= FUSED_SILU_MAX_K):
+                return gemv.gemv(x, weight.qweight, bias, silu_gate=True,
+                                 w_scale=weight.weight_scale)
+        elif gemv.takes(x, weight) and weight.shape[1] <= FUSED_SILU_MAX_K:
             return gemv.gemv(x, weight, bias, silu_gate=True)
         return self.linear(activation.silu_and_mul(x), weight, bias)
 
@@ -89,8 +95,18 @@ class TritonBackend:
         weight, so the L2 traffic grows with the output rows. On the H200 (gpu_bench
         fused_gemv, µs fused vs two kernels): Qwen3-0.6B qkv 4.48 vs 4.93, gate_up 5.73 vs
         6.05 (16-row blocks), Llama-3-8B qkv 16.78 vs 17.5 (16-row blocks), but 8B gate_up
-        (28,672 rows) 65.5 vs 63.7. The norm kernel and the GEMV otherwise (and for fp8 weights)."""
-        if not isinstance(weight, Fp8Weight) and gemv.takes(x, weight) and weight.shape[0] <= FUSED_NORM_MAX_N:
+        (28,672 rows) 65.5 vs 63.7. The norm kernel and the GEMV otherwise. fp8 weights: the
+        norm quantizes its output for the fp8 GEMM where that applies (Fp8Kernels), else the
+        unfused ops."""
+        if isinstance(weight, Fp8Weight):
+            if (self._fp8.gemv_takes(x, weight) and gemv.takes(x, weight.qweight)
+                    and weight.shape[0] <= FUSED_NORM_MAX_N):
+                return gemv.add_rms_norm_gemv(x, residual, norm_weight, eps, weight.qweight, bias,
+                                              w_scale=weight.weight_scale)
+            fused = self._fp8.add_rms_norm_linear(x, residual, norm_weight, eps, weight, bias)
+            if fused is not None:
+                return fused
+        elif gemv.takes(x, weight) and weight.shape[0] <= FUSED_NORM_MAX_N:
             return gemv.add_rms_norm_gemv(x, residual, norm_weight, eps, weight, bias)
         return add_rms_norm_linear_unfused(self, x, residual, norm_weight, eps, weight, bias)
 

@@ -91,3 +91,38 @@ def test_triton_engine_matches_the_torch_engine_on_fp8_checkpoints(tmp_path, fmt
         eng.shutdown()
     err = (logits["triton"] - logits["torch"]).norm() / logits["torch"].norm()
     assert err <= 2e-2, float(err)
+
+
+@pytest.mark.parametrize("m", [1, 384])
+@pytest.mark.parametrize("k,n", [(4096, 6144), (4096, 28672)])
+def test_fused_norm_and_fp8_projection_match_the_unfused_ops(k, n, m):
+    """TritonBackend.add_rms_norm_linear with an fp8 weight (the norm inside the GEMV at one
+    row, the norm quantizing for the GEMM above) against the backend's own unfused norm and
+    the reference linear."""
+    from atom.kernels.triton_backend import TritonBackend
+
+    x, w = _case(k, n, m, block=False)
+    res = torch.randn_like(x)
+    nw = torch.rand(k, device="cuda", dtype=torch.bfloat16) + 0.5
+    be = TritonBackend()
+    out, h = be.add_rms_norm_linear(x, res, nw, 1e-5, w)
+    normed, h_ref = be.fused_add_rms_norm(x, res, nw, 1e-5)
+    gemv = be._fp8.gemv_takes(normed, w)
+    ref = (fp8_reference.weight_only_linear if gemv else fp8_reference.fp8_linear)(normed, w)
+    torch.testing.assert_close(h, h_ref, rtol=0, atol=0)
+    _assert_near(out, ref)
+
+
+@pytest.mark.parametrize("m", [1, 384])
+def test_fused_silu_and_fp8_down_projection_match_the_unfused_ops(m):
+    """Qwen3-0.6B's down projection (K 3072: short enough for the fused SiLU GEMV)."""
+    from atom.kernels import torch_ref
+    from atom.kernels.triton_backend import TritonBackend
+
+    x, _ = _case(2 * 3072, 16, m, block=False)
+    w = quantize(torch.randn(1024, 3072, device="cuda") * 0.02)
+    act = torch_ref.silu_and_mul(x.float()).to(torch.bfloat16)
+    be = TritonBackend()
+    gemv = be._fp8.gemv_takes(act, w)
+    ref = (fp8_reference.weight_only_linear if gemv else fp8_reference.fp8_linear)(act, w)
+    _assert_near(be.silu_and_mul_linear(x, w), ref)
