@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from atom.kernels.backend import add_rms_norm_linear_unfused, register, rope_store_kv_unfused
+from atom.kernels import fp8_choice
 from atom.kernels.fp8_linear import Fp8Kernels
 from atom.kernels.fp8_weight import Fp8Weight
 from atom.kernels.metadata import AttentionMetadata
@@ -31,14 +32,30 @@ class TritonBackend:
     def __init__(self) -> None:
         self._blas: Optional[blas_table.BlasTable] = None  # this GPU's, read at the first GEMM
         self._fp8 = Fp8Kernels.load()
+        # Per-channel fp8 weight shapes prepared since the last weights_prepared, and then
+        # (N, K) → the row buckets where the Triton GEMM beat cuBLASLt (fp8_choice.py).
+        self._fp8_unchosen: dict[tuple[int, int], torch.device] = {}
+        self._fp8_triton: dict[tuple[int, int], frozenset[int]] = {}
 
     def prepare_weight(self, qw):
         """fp8 weights run as they are (fp8_linear.py); GGUF blocks have no CUDA kernel yet:
         the model dtype's dequantized weight."""
-        return qw if isinstance(qw, Fp8Weight) else None
+        if not isinstance(qw, Fp8Weight):
+            return None
+        if qw.weight_scale is not None and qw.qweight.is_cuda:
+            self._fp8_unchosen[tuple(qw.shape)] = qw.qweight.device
+        return qw
 
     def weights_prepared(self):
-        pass
+        """The multi-row fp8 GEMM of each new weight shape, timed (fp8_choice.py)."""
+        shapes, self._fp8_unchosen = self._fp8_unchosen, {}
+        if shapes and self._fp8.scaled_gemm is not None:
+            self._fp8_triton.update(fp8_choice.choose(set(shapes), self._fp8.gemm,
+                                                      next(iter(shapes.values()))))
+
+    def _fp8_takes_triton(self, x: torch.Tensor, w: Fp8Weight) -> bool:
+        rows = x.numel() // x.shape[-1]
+        return fp8_choice.bucket_of(rows) in self._fp8_triton.get(tuple(w.shape), ())
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return rms_norm.rms_norm(x, weight, eps)
@@ -57,7 +74,7 @@ class TritonBackend:
         Qwen3-0.6B single-request decode on the H200; F.linear otherwise, through the BLAS library
         this GPU's table names for the shape (blas_table.py). fp8 weights: fp8_linear.py."""
         if isinstance(weight, Fp8Weight):
-            return self._fp8.linear(x, weight, bias)
+            return self._fp8.linear(x, weight, bias, self._fp8_takes_triton(x, weight))
         if gemv.takes(x, weight):
             return gemv.gemv(x, weight, bias)
         if not x.is_cuda or torch.compiler.is_compiling():  # compile picks its own GEMMs
@@ -103,7 +120,8 @@ class TritonBackend:
                     and weight.shape[0] <= FUSED_NORM_MAX_N):
                 return gemv.add_rms_norm_gemv(x, residual, norm_weight, eps, weight.qweight, bias,
                                               w_scale=weight.weight_scale)
-            fused = self._fp8.add_rms_norm_linear(x, residual, norm_weight, eps, weight, bias)
+            fused = self._fp8.add_rms_norm_linear(x, residual, norm_weight, eps, weight, bias,
+                                                  self._fp8_takes_triton(x, weight))
             if fused is not None:
                 return fused
         elif gemv.takes(x, weight) and weight.shape[0] <= FUSED_NORM_MAX_N:

@@ -126,3 +126,24 @@ def test_fused_silu_and_fp8_down_projection_match_the_unfused_ops(m):
     gemv = be._fp8.gemv_takes(act, w)
     ref = (fp8_reference.weight_only_linear if gemv else fp8_reference.fp8_linear)(act, w)
     _assert_near(be.silu_and_mul_linear(x, w), ref)
+
+
+@pytest.mark.parametrize("m", ROWS[1:])
+@pytest.mark.parametrize("k,n", SHAPES_8B)
+def test_the_triton_fp8_gemm_matches_the_reference(k, n, m):
+    """The rival fp8_choice.py times against cuBLASLt gives the same result."""
+    kernels = Fp8Kernels.load()
+    if kernels.scaled_gemm is None:
+        pytest.skip("this install has no atom/kernels/triton/fp8_scaled_gemm.py")
+    x, w = _case(k, n, m, block=False)
+    _assert_near(kernels.scaled_mm(x, w, None, triton=True), fp8_reference.fp8_linear(x, w))
+
+
+def test_the_gemm_choice_times_every_bucket_of_a_shape():
+    from atom.kernels import fp8_choice
+
+    kernels = Fp8Kernels.load()
+    if kernels.scaled_gemm is None:
+        pytest.skip("this install has no atom/kernels/triton/fp8_scaled_gemm.py")
+    chosen = fp8_choice.choose({(6144, 4096)}, kernels.gemm, torch.device("cuda"))
+    assert set(chosen) == {(6144, 4096)} and chosen[(6144, 4096)] <= set(fp8_choice.BUCKETS)

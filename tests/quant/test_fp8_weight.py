@@ -106,3 +106,9 @@ def test_scaled_mm_operands_give_the_reference(static, bias):
     ref = fp8_reference.fp8_linear(x, w, b)
     assert ours.dtype == torch.bfloat16
     torch.testing.assert_close(ours, ref, rtol=2 ** -7, atol=1e-2)
+
+
+def test_row_counts_take_the_smallest_bucket_that_holds_them():
+    from atom.kernels.fp8_choice import BUCKETS, bucket_of
+
+    assert [bucket_of(r) for r in (17, 64, 65, 4096, 10**6)] == [64, 64, 256, 4096, BUCKETS[-1]]
