@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 import triton
 
+from moe_bench import bench_fused_moe
 from probe_kit import GpuSampler, decode_case, probe_meta
 
 COPY_BW = 4.18e12  # bytes/s, the device-to-device copy bandwidth measured on this H200 (issue 5)
@@ -75,7 +76,7 @@ def bytes_per_decode_step(eng, ctx: int) -> tuple[float, float]:
         else:
             w += p.numel() * p.element_size()
     w += fp8_weight_bytes(model)
-    kv = ctx * runner.kv_spec.bytes_per_block / runner.kv_spec.block_size
+    kv = ctx * runner.kv.spec.bytes_per_block / runner.kv.spec.block_size
     return float(w), float(kv)
 
 
@@ -126,7 +127,7 @@ def bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...] = (),
 def _bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...]) -> dict[str, Any]:
     eng = engine(model, *extra)
     rng = random.Random(0)
-    vocab = eng.core.executor.runner.hf.vocab_size
+    vocab = eng.core.executor.runner.vocab_size
     prompt = [rng.randrange(100, vocab - 100) for _ in range(ctx)]
     eng.generate([prompt[:64]], _sp(max_tokens=16, temperature=0, ignore_eos=True))  # warm-up
     best = None
@@ -366,7 +367,7 @@ def _compiled_variants() -> dict[str, int]:
 def _workload(eng, n: int, fixed: tuple[int, int] | None) -> tuple[list[list[int]], list[int]]:
     """n prompts and output lengths: `fixed` (in, out) lengths with seeded ids below the vocabulary
     (the same ids as before for real vocabularies), else the nano-vllm workload."""
-    vocab = eng.core.executor.runner.hf.vocab_size
+    vocab = eng.core.executor.runner.vocab_size
     if fixed is None:
         return nano_vllm_workload(n, vocab=vocab)
     rng = random.Random(0)
@@ -601,36 +602,48 @@ def bench_startup_pair(model: str, extra: tuple[str, ...]) -> dict[str, Any]:
 
 
 def bench_startup(model: str) -> dict[str, Any]:
-    """Process start to ready (engine built, graphs captured), in a fresh interpreter: once with
-    Triton's kernel cache cold (a new, empty TRITON_CACHE_DIR, whatever ran on the machine before:
-    a "cold" start that follows other benches finds their kernels cached), then warm (the same
-    directory again). Python caches bytecode as on any user's machine: the device image sets
-    PYTHONDONTWRITEBYTECODE, which made every start compile ~1,800 source files (7 s on one
-    host), so the children run without it after a first start that writes the caches
-    (`first_start_s`, its own throwaway Triton cache)."""
+    """Process start to ready (engine built, graphs captured: the child prints READY), in a
+    fresh interpreter, three times: `first_start` with every cache empty (Python's bytecode,
+    Triton's kernels, atom's config snapshots: a first run after installing); `cold` with a
+    new, empty TRITON_CACHE_DIR (a start that followed other benches would find their kernels
+    cached) and the caches a first start leaves; `warm`, the same again. `*_exit_s` adds the
+    interpreter's exit (freeing the KV cache and the CUDA context), which a server never waits
+    for. The device image sets PYTHONDONTWRITEBYTECODE; the children run without it, as on a
+    user's machine (with it every start compiled ~1,800 source files: 7 s on one host)."""
     code = ("import time,sys,logging;t=time.time();"
             "logging.basicConfig(level=logging.INFO,format='%(relativeCreated)d ms %(name)s: %(message)s');"
             "from atom.config.compose import compose;"
             "from atom.llm_engine import LLMEngine;"
             "logging.getLogger('atom').info('imports done');"
             f"c=compose({['model=' + model, 'load=dummy', *RUN_EXTRA]!r});c.load.progress_bar=False;"
-            "e=LLMEngine.from_config(c);print('READY',flush=True)")
+            "e=LLMEngine.from_config(c);print('READY',flush=True);"
+            "logging.getLogger('atom').info('transformers imported: %s', 'transformers' in sys.modules)")
     res = {}
     base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import torch, transformers; torch.cuda.init()"], env=base)
     res["import_torch_transformers_cuda_init_s"] = round(time.perf_counter() - t0, 2)
-    runs = (("first_start", {**base, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton_prime_")}),)
+
+    base["ATOM_CACHE_DIR"] = tempfile.mkdtemp(prefix="atom_startup_")
+    first = {**base, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton_prime_")}
     env = {**base, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton_startup_")}
-    for label, run_env in (*runs, ("cold", env), ("warm", env)):
+    for label, run_env in (("first_start", first), ("cold", env), ("warm", env)):
+        errfile = tempfile.TemporaryFile("w+")  # a pipe could fill while stdout is read
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env)
-        dt = time.perf_counter() - t0
-        ok = "READY" in p.stdout
-        if not ok:
-            log(p.stderr[-3000:])
-        res[f"{label}_s"] = round(dt, 2) if ok else None
-        res[f"{label}_log"] = [ln[:110] for ln in p.stderr.splitlines() if " ms atom" in ln]
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=errfile, text=True, env=run_env)
+        ready = None
+        for line in p.stdout:
+            if line.startswith("READY") and ready is None:
+                ready = time.perf_counter() - t0
+        p.wait()
+        errfile.seek(0)
+        err = errfile.read()
+        res[f"{label}_s"] = round(ready, 2) if ready is not None else None
+        res[f"{label}_exit_s"] = round(time.perf_counter() - t0, 2)
+        if ready is None:
+            log(err[-3000:])
+        res[f"{label}_log"] = [ln[:110] for ln in err.splitlines() if " ms atom" in ln]
     if os.environ.get("BENCH_PROFILE_STARTUP") == "1":  # a profiled start: where it goes
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
             f.write(code.replace(";", "\n"))
@@ -698,6 +711,102 @@ def bench_kernels() -> dict[str, Any]:
     return out
 
 
+R1_LATENT = (512, 64)  # DeepSeek-R1's kv_lora_rank, qk_rope_head_dim
+
+
+def _mla_decode_case(batch: int, ctx: int, heads: int, kv_dtype: torch.dtype, q_len: int = 1,
+                     page: int = 16):
+    """q_len absorbed queries per sequence (R1's widths; > 1: a speculative verify) over `ctx`
+    cached latents each, blocks shuffled as in serving; the latent bytes the kernel reads."""
+    from atom.kernels.metadata import AttentionMetadata
+
+    lora, rope = R1_LATENT
+    nblk = batch * triton.cdiv(ctx, page)
+    cache = (torch.randn(nblk, page, lora + rope, device="cuda", dtype=torch.bfloat16) * 0.5
+             ).to(kv_dtype)
+    i32 = dict(device="cuda", dtype=torch.int32)
+    meta = AttentionMetadata(torch.arange(0, batch * q_len + 1, q_len, **i32),
+                             torch.full((batch,), ctx, **i32),
+                             torch.randperm(nblk, **i32).view(batch, -1),
+                             torch.zeros(batch * q_len, device="cuda", dtype=torch.int64), q_len,
+                             ctx, q_len == 1)
+    q = torch.randn(batch * q_len, heads, lora + rope, device="cuda", dtype=torch.bfloat16) * 0.3
+    return q, cache, meta, batch * ctx * (lora + rope) * cache.element_size()
+
+
+def _graph_ms(fn: Callable[[], Any]) -> float:
+    """Median ms of one call replayed from a CUDA graph (launch overhead out)."""
+    from triton.testing import do_bench
+
+    fn()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return do_bench(g.replay, warmup=10, rep=50, return_mode="median")
+
+
+def bench_mla_decode() -> dict[str, Any]:
+    """MLA decode attention (absorbed MQA over the paged latent cache, R1's 512 + 64 widths):
+    TB/s of latent cache read at batch 64/128/256 × context 1k/4k/8k, bf16 and fp8, 16 heads
+    (tp8) and 128 (tp1), against the 4.18 TB/s copy bandwidth (goal ≥ 80%); then speculative
+    verifies (2 and 4 queries a sequence) at 64 × 4k."""
+    from atom.kernels.triton.mla_decode import mla_decode_attention
+
+    out: dict[str, Any] = {"copy_TBps": COPY_BW / 1e12}
+    points = [(b, c, 1) for b in (64, 128, 256) for c in (1024, 4096, 8192)]
+    points += [(64, 4096, 2), (64, 4096, 4)]
+    for heads in (16, 128):
+        for kvd, tag in ((torch.bfloat16, "bf16"), (torch.float8_e4m3fn, "fp8")):
+            for batch, ctx, q_len in points:
+                q, cache, meta, byts = _mla_decode_case(batch, ctx, heads, kvd, q_len)
+                res = torch.empty(q.shape[0], heads, R1_LATENT[0], device="cuda",
+                                  dtype=torch.bfloat16)
+                key = f"h{heads}_{tag}_b{batch}_ctx{ctx}" + (f"_q{q_len}" if q_len > 1 else "")
+                try:
+                    ms = _graph_ms(lambda: mla_decode_attention(
+                        q, cache, meta, R1_LATENT[0], 192 ** -0.5, 1.0, out=res))
+                    tbps = byts / (ms * 1e-3) / 1e12
+                    out[key] = {"us": round(ms * 1e3, 1), "TBps": round(tbps, 3),
+                                "of_copy": round(tbps * 1e12 / COPY_BW, 3)}
+                except Exception as e:  # a case that fails is a result too
+                    out[key] = f"{type(e).__name__}: {str(e)[:120]}"
+                log(f"mla_decode {key}: {out[key]}")
+    return out
+
+
+def bench_mla_decode_sweep(batch: int = 128, ctx: int = 4096) -> dict[str, Any]:
+    """MLA decode attention's tile choices at one point, TB/s of latent read by (heads per
+    program, block_n, num_warps, num_stages), then split counts at 16 and 64 sequences: where
+    mla_decode.py's defaults come from."""
+    from atom.kernels.triton.mla_decode import mla_decode_attention
+
+    out: dict[str, Any] = {"batch": batch, "ctx": ctx}
+    for heads in (16, 128):
+        for kvd, tag in ((torch.bfloat16, "bf16"), (torch.float8_e4m3fn, "fp8")):
+            q, cache, meta, byts = _mla_decode_case(batch, ctx, heads, kvd)
+            res = torch.empty(batch, heads, R1_LATENT[0], device="cuda", dtype=torch.bfloat16)
+            for tile in (t for t in (16, 32, 64) if t <= heads):
+                for bn in (16, 32, 64):
+                    for nw, st in ((4, 2), (8, 1), (8, 2)):
+                        key = f"h{heads}_{tag}_t{tile}_n{bn}_w{nw}_st{st}"
+                        try:
+                            ms = _graph_ms(lambda: mla_decode_attention(
+                                q, cache, meta, R1_LATENT[0], 192 ** -0.5, 1.0,
+                                heads_per_tile=tile, block_n=bn, num_warps=nw, num_stages=st,
+                                out=res))
+                            out[key] = round(byts / (ms * 1e-3) / 1e12, 3)
+                        except Exception as e:  # a config that does not compile is a result
+                            out[key] = type(e).__name__
+            for b_small in (16, 64):  # the split count against none, at smaller batches
+                q, cache, meta, byts = _mla_decode_case(b_small, ctx, heads, kvd)
+                for sp in (1, 2, 4, 8):
+                    key = f"h{heads}_{tag}_b{b_small}_splits{sp}"
+                    out[key] = round(byts / (_graph_ms(lambda: mla_decode_attention(
+                        q, cache, meta, R1_LATENT[0], 192 ** -0.5, 1.0, splits=sp)) * 1e-3)
+                        / 1e12, 3)
+    return out
+
+
 def bench_sampler() -> dict[str, Any]:
     """The GPU sampler's kernel time (graph replay) at the runs' shapes: temperature only (the
     chunked path) and with top-k/top-p (one program per row), bf16 logits. Run 24's trace had
@@ -727,7 +836,6 @@ def bench_sampler() -> dict[str, Any]:
 def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
     """Logits after `tokens`, one prefill through the engine's own runner (engine idle)."""
     from atom.kernels.metadata import AttentionMetadata
-    from atom.layers import forward_context
     from atom.layers.forward_context import ForwardContext
 
     r = eng.core.executor.runner
@@ -737,8 +845,7 @@ def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
     meta = AttentionMetadata(torch.tensor([0, n], **i32), torch.tensor([n], **i32),
                              torch.arange(blocks, **i32)[None], torch.arange(n, device=dev), n, n,
                              False, [n], [n])
-    with torch.inference_mode(), forward_context.forward_context(
-            ForwardContext(meta, r.kv_caches, r.kv_scales)):
+    with torch.inference_mode(), r.slot.using(ForwardContext(meta, r.kv.caches, r.kv.scales)):
         h = r.model(torch.tensor(tokens, device=dev), torch.arange(n, device=dev))
         return r.model.compute_logits(h[-1:])[0].float()
 
@@ -868,6 +975,7 @@ CAP_384 = "scheduler.max_num_seqs=384"
 BENCHES: dict[str, Callable[[], Any]] = {
     "kernels": bench_kernels,
     "sampler": bench_sampler,
+    "fused_moe": bench_fused_moe,
     "greedy_equal": bench_greedy_equal,
     # The real checkpoint the issue names: SmolLM2-135M's Q4_1 GGUF (98 MB, more than one device
     # call carries: NOTES.md says how it gets there), at the path SMOLLM2_GGUF names.
@@ -876,6 +984,8 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "decode_kernels": bench_decode_kernels,
     "decode_attn_sweep": bench_decode_attn_sweep,
     "decode_attn_large": bench_decode_attn_large,
+    "mla_decode": bench_mla_decode,
+    "mla_decode_sweep": bench_mla_decode_sweep,
     "startup": lambda: bench_startup("qwen3_0_6b"),
     "decode_small": lambda: bench_decode("qwen3_0_6b", 1024, 512),
     "decode_small_sync": lambda: bench_decode("qwen3_0_6b", 1024, 512,

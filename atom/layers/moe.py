@@ -3,8 +3,8 @@
 Two routers: softmax top-k over the router logits (Qwen3-MoE), and DeepSeek-V3's grouped top-k
 (sigmoid scores, a learned per-expert bias that only steers the choice, the best `topk_group` of
 `n_group` expert groups first). Experts' intermediate dimension is split across TP ranks like a
-dense MLP, so the output is an all-reduced partial sum. Tokens are grouped per expert, so each
-expert runs one matmul.
+dense MLP, so the output is an all-reduced partial sum. The experts themselves are the kernel
+backend's `fused_moe`.
 """
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from atom.layers.distributed import all_reduce, tp_rank, tp_size
-from atom.layers.forward_context import backend
+from atom.layers.model_context import ModelContext
 
 
 def softmax_topk(router_logits: torch.Tensor, top_k: int,
@@ -70,10 +69,11 @@ class GroupedTopKRouter(nn.Module):
 class FusedMoE(nn.Module):
     """The experts of one MoE layer; the router's choice comes in with the tokens."""
 
-    def __init__(self, num_experts: int, hidden: int, intermediate: int) -> None:
+    def __init__(self, mc: ModelContext, num_experts: int, hidden: int, intermediate: int) -> None:
         super().__init__()
+        self.backend, self.parallel = mc.backend, mc.parallel
         self.num_experts = num_experts
-        self.inter = intermediate // tp_size()
+        self.inter = intermediate // mc.parallel.tp_size
         self.w13 = nn.Parameter(torch.empty(num_experts, 2 * self.inter, hidden), requires_grad=False)
         self.w2 = nn.Parameter(torch.empty(num_experts, hidden, self.inter), requires_grad=False)
         self.w13.weight_loader = self.weight_loader  # type: ignore[attr-defined]
@@ -82,7 +82,7 @@ class FusedMoE(nn.Module):
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id) -> None:
         """shard_id = (expert, 'gate'|'up'|'down'), or ('all', 'gate_up'|'down') for fused tensors."""
         expert, which = shard_id
-        r, n = tp_rank() * self.inter, self.inter
+        r, n = self.parallel.tp_rank * self.inter, self.inter
         if expert == "all":
             if which == "gate_up":  # [E, 2I, H]: gate rows then up rows
                 full = loaded.shape[1] // 2
@@ -101,20 +101,5 @@ class FusedMoE(nn.Module):
     def forward(self, x: torch.Tensor, weights: torch.Tensor,
                 experts: torch.Tensor) -> torch.Tensor:
         """x: [T, H]; weights, experts: [T, k], the router's choice → Σ weight · expert(x)."""
-        out = torch.zeros_like(x, dtype=torch.float32)
-        flat = experts.flatten()
-        order = flat.argsort()
-        counts = torch.bincount(flat, minlength=self.num_experts).tolist()
-        token_of = order // experts.shape[1]
-        w_sorted = weights.flatten()[order]
-        start = 0
-        act = backend()
-        for e, c in enumerate(counts):
-            if c == 0:
-                continue
-            idx = token_of[start:start + c]
-            h = act.silu_and_mul(F.linear(x[idx], self.w13[e]))
-            y = F.linear(h, self.w2[e]).float() * w_sorted[start:start + c].unsqueeze(-1)
-            out.index_add_(0, idx, y)
-            start += c
-        return all_reduce(out.to(x.dtype))
+        return self.parallel.all_reduce(
+            self.backend.fused_moe(x, self.w13, self.w2, weights, experts))

@@ -1,22 +1,25 @@
-"""Build the model for a Config and fill its weights (checkpoint, GGUF or dummy)."""
+"""Build a model and fill its weights (checkpoint, GGUF or dummy)."""
 from __future__ import annotations
 
 import functools
 import logging
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import torch
 from torch import nn
 
 from atom.config.quant import Fp8Scheme, fp8_capability_problem, resolve_scheme
-from atom.config.schema import Config
+from atom.config.schema import LoadConfig
+from atom.kernels.backend import KernelBackend
 from atom.kernels.fp8_weight import quantize as quantize_fp8
+from atom.layers.model_context import ModelContext
 from atom.loader.dummy import fill_dummy
 from atom.loader.fp8_online import quantize_dummy
 from atom.loader.weights import (check_complete, iter_with_progress, load_named_tensors,
                                  process_after_loading)
-from atom.models.hf_config import architecture_of, is_gguf, model_source
+from atom.models.hf_config import architecture_of, is_gguf
 from atom.models.registry import model_class
 
 log = logging.getLogger("atom.loader")
@@ -32,47 +35,48 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(prev)
 
 
-def fp8_scheme(cfg: Config, hf: Any, device: torch.device) -> Optional[Fp8Scheme]:
+def fp8_scheme(method: str, load: LoadConfig, src: Optional[Path], hf: Any, device: torch.device,
+               kernels: str) -> Optional[Fp8Scheme]:
     """The run's fp8 scheme (validation checked the config; this also knows the GPU), raised
     as a ConfigError before any weight is read."""
-    from atom.layers.forward_context import backend
-
-    src = model_source(cfg) if cfg.load.dummy is None else None
-    gguf = src is not None and (is_gguf(src) or cfg.load.format == "gguf")
-    scheme = resolve_scheme(cfg.quant.method, getattr(hf, "quantization_config", None), gguf,
-                            cfg.load.dummy is not None)
+    gguf = src is not None and (is_gguf(src) or load.format == "gguf")
+    scheme = resolve_scheme(method, getattr(hf, "quantization_config", None), gguf,
+                            load.dummy is not None)
     if scheme is not None and device.type == "cuda":
-        problem = fp8_capability_problem(torch.cuda.get_device_capability(device),
-                                         backend().name)
+        problem = fp8_capability_problem(torch.cuda.get_device_capability(device), kernels)
         if problem is not None:
             raise problem
     return scheme
 
 
-def build_model(cfg: Config, hf: Any, device: torch.device, dtype: torch.dtype) -> nn.Module:
+def build_model(load: LoadConfig, src: Optional[Path], hf: Any, mc: ModelContext,
+                device: torch.device, dtype: torch.dtype, quant_method: str = "auto") -> nn.Module:
+    """The model of `hf`'s architecture, its layers built with `mc`, its weights from `src`
+    (the checkpoint directory or GGUF file; unread with load.dummy), quantized as
+    `quant_method` (quant.method) says."""
     cls = model_class(architecture_of(hf))
-    scheme = fp8_scheme(cfg, hf, device)
+    scheme = fp8_scheme(quant_method, load, src, hf, device, mc.backend.name)
     with _default_dtype(dtype), torch.device(device):
-        model = cls(hf)
+        model = cls(hf, mc)
     model.eval()
-    if cfg.load.dummy is not None:
-        fill_dummy(model, cfg.load.dummy, cfg.load.seed)
+    if load.dummy is not None:
+        fill_dummy(model, load.dummy, load.seed)
         with torch.no_grad():
             if scheme is not None:
                 quantize_dummy(model, block=scheme.block is not None)
-                prepare_weights(model)
+                prepare_weights(model, mc.backend)
             process_after_loading(model)
         return model
-    src = model_source(cfg)
-    assert src is not None
+    if src is None:
+        raise ValueError("a model without load.dummy needs a checkpoint to load")
     quantize = None
     if scheme is not None and scheme.online:
         quantize = functools.partial(quantize_fp8, block=scheme.block is not None)
-    if is_gguf(src) or cfg.load.format == "gguf":
+    if is_gguf(src) or load.format == "gguf":
         from atom.loader.gguf_loader import count_gguf_tensors, iter_gguf
 
         tensors = iter_with_progress(iter_gguf(src, hf), count_gguf_tensors(src),
-                                     cfg.load.progress_bar, "loading GGUF")
+                                     load.progress_bar, "loading GGUF")
     else:
         from atom.loader.safetensors_loader import checkpoint_files, count_tensors, iter_safetensors
 
@@ -84,22 +88,18 @@ def build_model(cfg: Config, hf: Any, device: torch.device, dtype: torch.dtype) 
             items, total = iter_fp8_safetensors(files, scheme, skip), count_fp8_tensors(files)
         else:
             items, total = iter_safetensors(files, skip), count_tensors(files)
-        tensors = iter_with_progress(items, total, cfg.load.progress_bar, "loading safetensors")
+        tensors = iter_with_progress(items, total, load.progress_bar, "loading safetensors")
     with torch.no_grad():
         loaded = load_named_tensors(model, tensors, quantize)
         check_complete(model, loaded)
-        prepare_weights(model)
+        prepare_weights(model, mc.backend)
         process_after_loading(model)
     return model
 
 
-def prepare_weights(model: nn.Module) -> None:
-    """Hand weights that arrived quantized to the kernel backend (forward_context's, which the
-    runner sets before building the model): it prepares them for its kernels or declines, and
-    then they are dequantized."""
-    from atom.layers.forward_context import backend
-
-    be = backend()
+def prepare_weights(model: nn.Module, be: KernelBackend) -> None:
+    """Hand weights that arrived quantized to the model's kernel backend: it prepares them for
+    its kernels or declines, and then they are dequantized."""
     for module in model.modules():
         prepare = getattr(module, "prepare_weights", None)
         if prepare is not None:
