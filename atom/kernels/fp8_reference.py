@@ -97,6 +97,7 @@ class EmulatedFp8Linear:
 
     @classmethod
     def of(cls, w: Fp8Weight) -> "EmulatedFp8Linear":
+        w = w.contiguous()
         return cls(w, w.dequantize(torch.float32))
 
     def __call__(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:

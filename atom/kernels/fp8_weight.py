@@ -52,6 +52,15 @@ class Fp8Weight:
         return Fp8Weight(self.qweight.to(device), move(self.weight_scale),
                          move(self.block_scale), move(self.input_scale))
 
+    def contiguous(self) -> "Fp8Weight":
+        """Its own storage: a shard (rows or columns of the checkpoint's tensor) otherwise
+        keeps the whole tensor alive, and the kernels want row-major codes."""
+        def own(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+            return None if t is None else t.contiguous()
+
+        return Fp8Weight(self.qweight.contiguous(), own(self.weight_scale), own(self.block_scale),
+                         self.input_scale)
+
     def scale_per_element(self) -> torch.Tensor:
         """[N, K] float32 (or [N, 1]): the factor every code is multiplied by."""
         if self.weight_scale is not None:

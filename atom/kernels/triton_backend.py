@@ -46,7 +46,7 @@ class TritonBackend:
             return None
         if qw.weight_scale is not None and qw.qweight.is_cuda:
             self._fp8_unchosen[tuple(qw.shape)] = qw.qweight.device
-        return qw
+        return qw.contiguous()
 
     def weights_prepared(self):
         """The multi-row fp8 GEMM of each new weight shape, timed (fp8_choice.py)."""

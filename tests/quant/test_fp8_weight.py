@@ -112,3 +112,18 @@ def test_row_counts_take_the_smallest_bucket_that_holds_them():
     from atom.kernels.fp8_choice import BUCKETS, bucket_of
 
     assert [bucket_of(r) for r in (17, 64, 65, 4096, 10**6)] == [64, 64, 256, 4096, BUCKETS[-1]]
+
+
+@pytest.mark.parametrize("block", [False, True])
+def test_a_prepared_shard_owns_its_storage(block):
+    """A row-parallel shard is a view of the whole checkpoint tensor: what the backends keep
+    must not hold the rest of it."""
+    from atom.kernels.fp8_reference import EmulatedFp8Linear
+
+    full = quantize(torch.randn(256, 512), block=block)
+    shard = full.columns(256, 256)
+    assert not shard.qweight.is_contiguous()
+    kept = EmulatedFp8Linear.of(shard).fp8
+    assert kept.qweight.is_contiguous()
+    assert kept.qweight.untyped_storage().nbytes() == 256 * 256
+    torch.testing.assert_close(kept.dequantize(), shard.dequantize(), rtol=0, atol=0)
