@@ -12,7 +12,8 @@ from typing import Callable, Optional
 
 from atom.config.errors import ConfigError
 from atom.config.format import TOOL_CALL_PARSERS, REASONING_DIALECTS
-from atom.config.model_facts import ArchitectureShape, check_architecture, read_architecture_shape
+from atom.config.model_facts import (ArchitectureShape, check_architecture, read_architecture_shape,
+                                     remote_code_tokenizer)
 from atom.config.schema import Config
 
 KV_DTYPES = ("bf16", "fp8")
@@ -113,6 +114,11 @@ def _validate_model(cfg: Config, rules: _Rules) -> Optional[ArchitectureShape]:
     shape = read_architecture_shape(cfg)
     if shape is not None:
         rules.run(lambda: check_architecture(shape.architecture))
+    custom = None if m.trust_remote_code else remote_code_tokenizer(cfg)
+    rules.check(custom is None, "model.trust_remote_code", False,
+                f"the checkpoint's tokenizer is its own Python code ({custom}, named by "
+                "tokenizer_config.json's auto_map): it runs only with model.trust_remote_code=true "
+                "(--trust-remote-code), or give model.tokenizer")
     rules.check(m.max_model_len is None or m.max_model_len > 0, "model.max_model_len",
                 m.max_model_len, "must be > 0 when set")
     rules.one_of("model.dtype", m.dtype, ("auto", "bfloat16", "float16", "float32"))
