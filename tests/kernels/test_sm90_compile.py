@@ -1,4 +1,5 @@
-"""The sampler's and the decode attention's kernels compile for sm_90 on this GPU-less machine.
+"""The sampler's, the decode attention's and the rejection sampler's kernels compile for sm_90
+on this GPU-less machine.
 
 Why: TRITON_INTERPRET runs a kernel as numpy and skips the compiler's checks, so a kernel can
 pass every CPU test and fail to compile on the H200 (a loop-carried variable that changed type
@@ -48,6 +49,12 @@ for split in (False, True):  # the kernel's two variants: every split count > 1 
         GROUP=2, G_PAD=16, PAGE=16, BLOCK_N=64 if split else 128, HEAD_DIM=128, SPLIT=split,
         SPLIT_PAD=A.MAX_SPLITS, HAS_WINDOW=False, DOT=tl.bfloat16, PREC="tf32", PDL=False,
         E4M3_PAIRS=False), 4)
+
+from atom.kernels.triton import rejection_sampler as R
+rej = {"p_ptr": "*fp32", "q_ptr": "*fp32", "draft_ptr": "*i64", "start_ptr": "*i32",
+       "count_ptr": "*i32", "u_ptr": "*fp32", "noise_ptr": "*fp32", "out_ptr": "*i64", "vocab": "i32"}
+for has_q in (True, False):
+    compile_sm90(R._rejection_kernel, rej, dict(HAS_Q=has_q, BLOCK=R.BLOCK), 4)
 """
 
 
@@ -60,4 +67,4 @@ def test_kernels_compile_for_sm90():
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
-        "_decode_kernel", "_decode_kernel"])
+        "_decode_kernel", "_decode_kernel", "_rejection_kernel", "_rejection_kernel"])
