@@ -22,7 +22,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DUMMY_KINDS = (None, "empty", "zero", "xavier")
 LOAD_FORMATS = ("auto", "safetensors", "gguf")
 SPEC_METHODS = (None, "ngram", "mtp", "eagle3", "draft_model")
-RUNNABLE_SPEC_METHODS = (None, "ngram")
+RUNNABLE_SPEC_METHODS = (None, "ngram", "mtp")
 JOBS = ("serve", "generate", "throughput", "bench")
 ENGINE_SOURCES = ("model", "synthetic", "scripted")
 
@@ -68,7 +68,7 @@ def problems(cfg: Config, launching: bool = False) -> list[ConfigError]:
     _validate_kv(cfg, rules)
     _validate_scheduler(cfg, rules)
     _validate_runtime(cfg, rules)
-    _validate_specdecode(cfg, rules)
+    _validate_specdecode(cfg, rules, shape)
     _validate_server(cfg, rules)
     _validate_format(cfg, rules)
     return rules.errors
@@ -85,7 +85,8 @@ def validate(cfg: Config, launching: bool = False) -> Config:
 def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
     model engine does not implement: data parallelism over tensor-parallel replicas, expert
-    parallelism and DP attention, and speculative decoding methods without a proposer (every one but ngram)."""
+    parallelism and DP attention, and speculative decoding methods without a proposer (eagle3,
+    draft_model)."""
     rules = _Rules()
     p = cfg.parallel
     rules.check(p.data_parallel_size <= 1 or p.tensor_parallel_size == 1,
@@ -97,7 +98,7 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
                     "tensor parallelism (set false)")
     rules.check(cfg.specdecode.method in RUNNABLE_SPEC_METHODS, "specdecode.method",
                 cfg.specdecode.method,
-                "not implemented yet: this method has no proposer (specdecode=ngram or none)")
+                "not implemented yet: this method has no proposer (specdecode=ngram, mtp or none)")
     return rules.errors
 
 
@@ -189,9 +190,15 @@ def _validate_runtime(cfg: Config, rules: _Rules) -> None:
                     "aiter backend needs ROCm (the amd-aiter package is not importable here)")
 
 
-def _validate_specdecode(cfg: Config, rules: _Rules) -> None:
+def _validate_specdecode(cfg: Config, rules: _Rules,
+                         shape: Optional["ArchitectureShape"]) -> None:
     s = cfg.specdecode
     rules.one_of("specdecode.method", s.method, SPEC_METHODS)
+    if s.method == "mtp" and builds_model_engine(cfg):
+        rules.check(shape is not None and shape.num_nextn_predict_layers >= 1,
+                    "specdecode.method", s.method,
+                    "the model has no next-n (MTP) layers: its config's num_nextn_predict_layers "
+                    "is 0 or absent (DeepSeek-V3/R1 checkpoints have one)")
     rules.check(s.num_speculative_tokens >= 1, "specdecode.num_speculative_tokens",
                 s.num_speculative_tokens, "must be >= 1")
     if s.method in ("eagle3", "draft_model"):

@@ -48,6 +48,7 @@ class RemoteStep:
 
     def __init__(self, executor: "MultiprocExecutor", number: int, rows: list[int]) -> None:
         self._executor, self._number, self.rows = executor, number, rows
+        self.proposals: dict[int, list[int]] = {}  # no runner-side drafter across ranks yet
 
     def result(self) -> tuple[dict[int, list[int]], dict]:
         if not self.rows:

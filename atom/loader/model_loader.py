@@ -32,6 +32,8 @@ def build_model(cfg: Config, hf: Any, device: torch.device, dtype: torch.dtype) 
     cls = model_class(architecture_of(hf))
     with _default_dtype(dtype), torch.device(device):
         model = cls(hf)
+        if cfg.specdecode.method == "mtp":  # validation admits only models that have next-n layers
+            model.add_mtp()
     model.eval()
     if cfg.load.dummy is not None:
         fill_dummy(model, cfg.load.dummy, cfg.load.seed)
@@ -51,6 +53,9 @@ def build_model(cfg: Config, hf: Any, device: torch.device, dtype: torch.dtype) 
         skip = getattr(model, "skip_weight", None)
         tensors = iter_with_progress(iter_safetensors(files, skip), count_tensors(files),
                                      cfg.load.progress_bar, "loading safetensors")
+        rename = getattr(model, "checkpoint_name", None)
+        if rename is not None:
+            tensors = ((rename(name), t) for name, t in tensors)
     with torch.no_grad():
         loaded = load_named_tensors(model, tensors)
         check_complete(model, loaded)

@@ -24,6 +24,7 @@ class ArchitectureShape:
     architecture: str
     num_attention_heads: int
     num_key_value_heads: int
+    num_nextn_predict_layers: int = 0  # DeepSeek's multi-token-prediction layers (specdecode=mtp)
 
 
 def model_source(cfg: Config, allow_fetch: bool = True) -> Optional[Path]:
@@ -50,7 +51,8 @@ def is_gguf(path: Path) -> bool:
 def _shape_from_dict(d: dict[str, Any]) -> ArchitectureShape:
     arch = (d.get("architectures") or ["?"])[0]
     heads = int(d.get("num_attention_heads", 1))
-    return ArchitectureShape(arch, heads, int(d.get("num_key_value_heads") or heads))
+    return ArchitectureShape(arch, heads, int(d.get("num_key_value_heads") or heads),
+                             int(d.get("num_nextn_predict_layers") or 0))
 
 
 def _shape_from_gguf(path: Path) -> ArchitectureShape:

@@ -27,6 +27,8 @@ from atom.runner.host_staging import HostStager
 from atom.runner.kv_cache import KVCacheSpec, allocate, describe_kv_dtype, kv_dtype, num_blocks_for
 from atom.runner.launched_step import LaunchedStep, accept_drafts
 from atom.spec_decode.acceptance import build_verifier
+from atom.spec_decode.mtp_drafter import DraftStep, build_drafter
+from atom.spec_decode.rejection import resample_drafted
 from atom.runner.profiler import StepProfiler
 
 log = logging.getLogger("atom.runner")
@@ -110,6 +112,11 @@ class ModelRunner:
         self.vocab_size = int(self.hf.vocab_size)
         self.eos_token_ids = _eos_ids(self.hf, eos_token_id)
         self.block_size = cfg.kv_cache.block_size
+        # A runner-side proposer (specdecode=mtp): its layer is part of the model, so the KV
+        # spec below includes it.
+        self.drafter = build_drafter(cfg.specdecode.method, self.model,
+                                     cfg.specdecode.num_speculative_tokens, self.block_size,
+                                     self.max_model_len)
         self.kv_spec = model_kv_spec(self.model, kv_dtype(cfg, self.dtype), self.block_size)
         # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
         # every step and every captured graph.
@@ -134,6 +141,9 @@ class ModelRunner:
         """Decode CUDA graphs (runtime.cudagraph_capture_sizes) unless enforce_eager/level 0."""
         rt = self.cfg.runtime
         if not graphs_enabled(rt.enforce_eager, rt.level, self.device, self.backend_name):
+            return None
+        if self.drafter is not None:
+            log.info("CUDA graphs: none with a runner-side drafter (its steps run eager)")
             return None
         sizes = capture_sizes(rt.cudagraph_capture_sizes, self.cfg.scheduler.max_num_seqs)
         trace = self.cfg.profiler.torch_profiler_dir if self.cfg.profiler.mark_trace else None
@@ -185,6 +195,8 @@ class ModelRunner:
     def _track(self, out: SchedulerOutput) -> None:
         for rid in out.finished_ids:
             self._requests.pop(rid, None)
+        if self.drafter is not None:
+            self.drafter.forget(out.finished_ids)
         for new in out.new_requests:
             self._requests[new.request_id] = RunnerRequest(new.sampling_params,
                                                            new.num_prompt_tokens)
@@ -281,9 +293,15 @@ class ModelRunner:
             if logits_idx.shape[0] == b:
                 return logits
             return logits.index_select(0, logits_idx)
+        hidden = self.forward_hidden(input_ids, positions, meta)
+        return self.model.compute_logits(hidden.index_select(0, logits_idx))
+
+    @torch.inference_mode()
+    def forward_hidden(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                       meta: AttentionMetadata) -> torch.Tensor:
+        """The target's final hidden state at every token (eager): what a draft head reads."""
         with forward_context.forward_context(ForwardContext(meta, self.kv_caches, self.kv_scales)):
-            hidden = self.forward_fn(input_ids, positions)
-            return self.model.compute_logits(hidden.index_select(0, logits_idx))
+            return self.forward_fn(input_ids, positions)
 
     def _sampling_batch(self, states: list[RunnerRequest], histories: list[Optional[list[int]]],
                         temps: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor
@@ -336,13 +354,43 @@ class ModelRunner:
         return step
 
     def _launch(self, out: SchedulerOutput, inputs: StepInputs) -> LaunchedStep:
+        if self.drafter is not None:
+            return self._launch_drafting(out, inputs)
         if not inputs.rows:
             first = torch.zeros(1, dtype=torch.long, device=self.device)
             self.forward(inputs.input_ids, inputs.positions, inputs.meta, first)
             return LaunchedStep([], None)
         logits = self.forward(inputs.input_ids, inputs.positions, inputs.meta, inputs.logits_idx)
+        return self._sampled_step(out, inputs, logits)
+
+    def _launch_drafting(self, out: SchedulerOutput, inputs: StepInputs) -> LaunchedStep:
+        """A step with a runner-side drafter: the target's hidden states stay for the draft
+        layer, which runs once this step's kept tokens are known (mtp_drafter.py)."""
+        assert self.drafter is not None
+        hidden = self.forward_hidden(inputs.input_ids, inputs.positions, inputs.meta)
+        step = (self._sampled_step(out, inputs, self.model.compute_logits(
+                    hidden.index_select(0, inputs.logits_idx)))
+                if inputs.rows else LaunchedStep([], None))
+        counts = inputs.counts or [1] * len(inputs.rows)
+        states = [self._requests[out.requests[row].request_id] for row in inputs.rows]
+        draft_step = DraftStep(inputs.input_ids, inputs.positions, inputs.meta, hidden,
+                               inputs.rows, counts, [st.params for st in states],
+                               [st.generator for st in states])
+        step.proposals = self.drafter.propose(out.requests, draft_step, step.result()[0],
+                                              self.kv_caches, self.kv_scales)
+        return step
+
+    def _sampled_step(self, out: SchedulerOutput, inputs: StepInputs,
+                      logits: torch.Tensor) -> LaunchedStep:
+        """Sample every sampled position; rows whose drafts came with a q are then resampled
+        by the rejection rule (spec_decode/rejection.py)."""
         sb = inputs.sampling
         tokens = sample(logits, sb)
+        if self.drafter is not None and inputs.counts is not None:
+            gens = [self._requests[out.requests[row].request_id].generator for row in inputs.rows]
+            drafted = self.drafter.drafted_rows(out.requests, inputs.rows, inputs.counts, gens)
+            if drafted is not None:
+                resample_drafted(logits, tokens, sb, drafted)
         drafts = ({row: out.requests[row].token_ids[-(m - 1):]
                    for row, m in zip(inputs.rows, inputs.counts) if m > 1}
                   if inputs.counts is not None else None)

@@ -21,9 +21,12 @@ on the same numbers.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+
+from atom.layers.sampler import SamplingBatch, probabilities
 
 
 def rejection_sample_ref(target_probs: torch.Tensor, draft_probs: Optional[torch.Tensor],
@@ -69,3 +72,49 @@ def draw_randomness(counts: list[int], vocab: int, generators: list[Optional[tor
         noise[p:p + m].exponential_(generator=g)
         p += m
     return uniforms, noise
+
+
+@dataclass
+class DraftedRows:
+    """The verifying rows of a step whose drafts came with their q, in sampled-position terms:
+    row i owns the step's sampled positions [firsts[i], firsts[i] + counts[i])."""
+
+    firsts: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    drafts: list[list[int]] = field(default_factory=list)
+    draft_probs: list[torch.Tensor] = field(default_factory=list)  # [counts[i] - 1, V] each
+    generators: list[Optional[torch.Generator]] = field(default_factory=list)
+
+
+def resample_drafted(logits: torch.Tensor, tokens: torch.Tensor, sb: SamplingBatch,
+                     rows: DraftedRows) -> None:
+    """Overwrite those rows' positions of `tokens` (the target's own samples, [S]) with what
+    rejection sampling keeps, so exact match over them (launched_step.accept_drafts) yields the
+    kept run. The other rows keep the target's samples: exact match is already the rule for
+    their one-hot drafts, and a row's draws never depend on the rows beside it."""
+    dev = logits.device
+    idx = torch.tensor([p for f, m in zip(rows.firsts, rows.counts) for p in range(f, f + m)],
+                       device=dev)
+    pick = lambda t: None if t is None else t.index_select(0, idx)
+    target = probabilities(logits.index_select(0, idx), sb.temperatures.index_select(0, idx),
+                           pick(sb.top_ks), pick(sb.top_ps))
+    draft = torch.zeros_like(target)
+    ids: list[int] = []
+    starts, p = [], 0
+    for m, d, q in zip(rows.counts, rows.drafts, rows.draft_probs):
+        draft[p:p + m - 1] = q
+        ids += d + [-1]
+        starts.append(p)
+        p += m
+    uniforms, noise = draw_randomness(rows.counts, target.shape[1], rows.generators, dev)
+    draft_ids = torch.tensor(ids, dtype=torch.long, device=dev)
+    out = tokens.index_select(0, idx)
+    if dev.type == "cuda":
+        from atom.kernels.triton.rejection_sampler import rejection_sample
+
+        i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=dev)
+        rejection_sample(target, draft, draft_ids, i32(starts), i32(rows.counts), uniforms,
+                         noise, out)
+    else:
+        rejection_sample_ref(target, draft, draft_ids, starts, rows.counts, uniforms, noise, out)
+    tokens.index_copy_(0, idx, out)
