@@ -68,7 +68,7 @@ def problems(cfg: Config, launching: bool = False) -> list[ConfigError]:
     _validate_kv(cfg, rules)
     _validate_scheduler(cfg, rules)
     _validate_runtime(cfg, rules)
-    _validate_specdecode(cfg, rules, shape)
+    _validate_specdecode(cfg, rules)
     _validate_server(cfg, rules)
     _validate_format(cfg, rules)
     return rules.errors
@@ -99,6 +99,13 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
     rules.check(cfg.specdecode.method in RUNNABLE_SPEC_METHODS, "specdecode.method",
                 cfg.specdecode.method,
                 "not implemented yet: this method has no proposer (specdecode=ngram, mtp or none)")
+    if cfg.specdecode.method == "mtp":
+        from atom.models.hf_config import read_architecture_shape  # config.json / header only
+
+        shape = read_architecture_shape(cfg)
+        rules.check(shape is not None and shape.num_nextn_predict_layers >= 1,
+                    "specdecode.method", "mtp", "the model has no next-n (MTP) layers: its "
+                    "config's num_nextn_predict_layers is 0 or absent (DeepSeek-V3/R1 have one)")
     return rules.errors
 
 
@@ -190,15 +197,9 @@ def _validate_runtime(cfg: Config, rules: _Rules) -> None:
                     "aiter backend needs ROCm (the amd-aiter package is not importable here)")
 
 
-def _validate_specdecode(cfg: Config, rules: _Rules,
-                         shape: Optional["ArchitectureShape"]) -> None:
+def _validate_specdecode(cfg: Config, rules: _Rules) -> None:
     s = cfg.specdecode
     rules.one_of("specdecode.method", s.method, SPEC_METHODS)
-    if s.method == "mtp" and builds_model_engine(cfg):
-        rules.check(shape is not None and shape.num_nextn_predict_layers >= 1,
-                    "specdecode.method", s.method,
-                    "the model has no next-n (MTP) layers: its config's num_nextn_predict_layers "
-                    "is 0 or absent (DeepSeek-V3/R1 checkpoints have one)")
     rules.check(s.num_speculative_tokens >= 1, "specdecode.num_speculative_tokens",
                 s.num_speculative_tokens, "must be >= 1")
     if s.method in ("eagle3", "draft_model"):
