@@ -94,7 +94,8 @@ def add_mtp_layer(path: Path, seed: int = 1) -> Path:
     return path
 
 
-def make_self_drafting_mtp(root: Path, arch: str = "deepseek_v3_q_lora") -> Path:
+def make_self_drafting_mtp(root: Path, arch: str = "deepseek_v3_q_lora",
+                           head_noise: float = 0.0) -> Path:
     """A one-layer DeepSeek whose next-n layer computes exactly what the target will: the
     target is made context-free (its attention's o_proj is zero, so its logits at a position
     are a function of that position's token) and its embedding rows have RMS 1, so the layer's
@@ -102,10 +103,11 @@ def make_self_drafting_mtp(root: Path, arch: str = "deepseek_v3_q_lora") -> Path
     decoder layer is a copy of the target's only layer (MoE in both: first_k_dense_replace=0)
     and shared_head is the target's final norm and LM head. Its draft for position i + 2 is
     then the target's own greedy token there, so greedy drafts are accepted (up to float
-    ties)."""
+    ties). head_noise > 0 perturbs shared_head.head by that fraction of its spread: a draft
+    distribution q near p but not p."""
     from safetensors.torch import load_file, save_file
 
-    path = add_mtp_layer(make_checkpoint(arch, root, name=f"{arch}_self_mtp",
+    path = add_mtp_layer(make_checkpoint(arch, root, name=f"{arch}_self_mtp_{head_noise}",
                                          num_hidden_layers=1, first_k_dense_replace=0))
     tensors = load_file(str(path / "model.safetensors"))
     emb = tensors["model.embed_tokens.weight"]
@@ -117,7 +119,9 @@ def make_self_drafting_mtp(root: Path, arch: str = "deepseek_v3_q_lora") -> Path
     tensors["model.layers.1.enorm.weight"] = torch.ones(h)
     tensors["model.layers.1.eh_proj.weight"] = torch.cat([torch.eye(h), torch.zeros(h, h)], 1)
     tensors["model.layers.1.shared_head.norm.weight"] = tensors["model.norm.weight"].clone()
-    tensors["model.layers.1.shared_head.head.weight"] = tensors["lm_head.weight"].clone()
+    head = tensors["lm_head.weight"]
+    noise = torch.randn(head.shape, generator=torch.Generator().manual_seed(2))
+    tensors["model.layers.1.shared_head.head.weight"] = head + head_noise * head.std() * noise
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
     return path
 
