@@ -293,12 +293,11 @@ class ModelRunner:
             if logits_idx.shape[0] == b:
                 return logits
             return logits.index_select(0, logits_idx)
-        hidden = self.forward_hidden(input_ids, positions, meta)
+        hidden = self._forward_hidden(input_ids, positions, meta)
         return self.model.compute_logits(hidden.index_select(0, logits_idx))
 
-    @torch.inference_mode()
-    def forward_hidden(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                       meta: AttentionMetadata) -> torch.Tensor:
+    def _forward_hidden(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                        meta: AttentionMetadata) -> torch.Tensor:
         """The target's final hidden state at every token (eager): what a draft head reads."""
         with forward_context.forward_context(ForwardContext(meta, self.kv_caches, self.kv_scales)):
             return self.forward_fn(input_ids, positions)
@@ -363,11 +362,12 @@ class ModelRunner:
         logits = self.forward(inputs.input_ids, inputs.positions, inputs.meta, inputs.logits_idx)
         return self._sampled_step(out, inputs, logits)
 
+    @torch.inference_mode()
     def _launch_drafting(self, out: SchedulerOutput, inputs: StepInputs) -> LaunchedStep:
         """A step with a runner-side drafter: the target's hidden states stay for the draft
         layer, which runs once this step's kept tokens are known (mtp_drafter.py)."""
         assert self.drafter is not None
-        hidden = self.forward_hidden(inputs.input_ids, inputs.positions, inputs.meta)
+        hidden = self._forward_hidden(inputs.input_ids, inputs.positions, inputs.meta)
         step = (self._sampled_step(out, inputs, self.model.compute_logits(
                     hidden.index_select(0, inputs.logits_idx)))
                 if inputs.rows else LaunchedStep([], None))

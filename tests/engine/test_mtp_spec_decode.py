@@ -174,3 +174,53 @@ def test_eagle3_and_draft_model_stay_refused_by_name(random_mtp, method):
                      f"specdecode.draft_model={random_mtp}")
     assert [x.field for x in e.value.errors] == ["specdecode.method"]
     assert "has no proposer" in str(e.value)
+
+
+def test_forced_acceptance_keeps_the_published_rate_with_mtp(random_mtp):
+    """Benchmark mode (the issue's 0.81 for k = 1, here over k = 3): a random layer's drafts
+    are kept by the schedule, not by agreement, so the realized rate is the one asked for."""
+    engine = _engine(random_mtp, *_mtp(3), "specdecode.acceptance_rate=0.81")
+    run(engine, _prompts(), SamplingParams(temperature=0, max_tokens=48, ignore_eos=True))
+    s = engine.core.stats()
+    assert s.spec_draft_tokens > 100
+    assert abs(s.spec_accepted_tokens / s.spec_draft_tokens - 0.81) < 0.08
+
+
+GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@GPU[0]
+@GPU[1]
+def test_on_the_gpu_mtp_keeps_greedy_output_and_sampled_drafts_run_the_kernel(random_mtp,
+                                                                               self_mtp, k):
+    """float32 on CUDA (bf16 near-ties would make the comparison about rounding): greedy with
+    mtp is the plain output; sampled drafts go through the Triton rejection kernel."""
+    cuda = ("runtime.device=cuda", "model.dtype=float32")
+    want = [flat(c) for c in run(_engine(random_mtp, *cuda), _prompts(), GREEDY)[0]]
+    got = [flat(c) for c in run(_engine(random_mtp, *cuda, *_mtp(k)), _prompts(), GREEDY)[0]]
+    assert got == want
+    engine = _engine(self_mtp, *cuda, *_mtp(k))
+    sampled = SamplingParams(temperature=0.8, max_tokens=MAX_TOKENS, ignore_eos=True, seed=3)
+    first = run(engine, _prompts(), sampled)[0]
+    assert run(engine, _prompts(), sampled)[0] == first  # seeded: reproducible
+    assert engine.core.stats().spec_accepted_tokens > 0
+
+
+def test_a_seeded_sampled_request_is_the_same_alone_and_in_a_batch(tmp_path_factory):
+    """Its generator decides every number its target samples, its drafts and its rejection
+    draws use, so the rows beside it change nothing."""
+    path = make_self_drafting_mtp(tmp_path_factory.mktemp("seeded"), head_noise=0.5)
+    engine = _engine(path, *_mtp(2))
+    seeded = SamplingParams(temperature=TEMP, top_k=3, max_tokens=MAX_TOKENS, ignore_eos=True,
+                            seed=7)
+    others = SamplingParams(temperature=0.5, max_tokens=MAX_TOKENS, ignore_eos=True)
+    alone = engine.generate(_prompts()[1:2], seeded)[0]["token_ids"]
+    ids = engine.add_request(_prompts(), others)
+    mine = engine.add_request(_prompts()[1], seeded)[0]
+    done: dict[str, list[int]] = {}
+    while not engine.is_finished():
+        for o in engine.step():
+            done[o["request_id"]] = o["token_ids"]
+    assert done[mine] == alone and len(ids) == 4
+    assert engine.stats().spec_accepted_tokens > 0
