@@ -18,8 +18,9 @@ The layer is run in the launch, after the step's tokens are read back: with a pr
 resolves every step before scheduling the next (engine_core._may_overlap), so this read costs
 no overlap. Known approximations, which cost acceptance and never exactness: the last position
 of a prefill chunk short of the prompt's end reads the next row's first token (the runner is
-not sent the prompt's next token), and a draft position past the sequence's allocated blocks
-ends that row's drafts early.
+not sent the prompt's next token), and a draft position past the sequence's blocks (the
+scheduler adds the k - 1 slots past a step's tokens only from free blocks) ends that row's
+drafts early.
 """
 from __future__ import annotations
 

@@ -44,6 +44,12 @@ class PaddedProposer:
         return drafts + [fill] * (self.k - len(drafts))
 
 
+def draft_lookahead(cfg: SpecDecodeConfig) -> int:
+    """KV slots past a step's tokens that its drafting writes: a runner-side drafter (mtp) runs
+    depths 2..k at the k - 1 positions after the last kept token, in the sequence's blocks."""
+    return cfg.num_speculative_tokens - 1 if cfg.method == "mtp" else 0
+
+
 def build_proposer(cfg: SpecDecodeConfig) -> Optional[Proposer]:
     """None when speculative decoding is off (validation refuses methods without a proposer)."""
     if cfg.method is None:
