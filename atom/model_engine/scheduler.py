@@ -49,7 +49,8 @@ class ScheduledBatch:
             else:
                 ids, sampled = tokens[start:start + n], int(start + n == len(tokens))
             reqs.append(ScheduledRequest(seq.request_id, start, ids, seq.block_table, sampled,
-                                         tokens if seq.params.uses_penalties else None))
+                                         tokens if seq.params.uses_penalties else None,
+                                         None if sampled else tokens[start + n]))
         return SchedulerOutput(new, reqs, finished_ids)
 
 

@@ -3,7 +3,8 @@
 After the target's forward and verification, the next-n layer (atom/models/deepseek_mtp.py)
 runs over every token of the step at the target's positions and slots, so its KV cache layer
 holds, at position i, what the target's hidden state at i and the token after it give:
-- positions inside a chunk read the next input token;
+- positions inside a chunk read the next input token, and a chunk's last position the prompt
+  token after it (`ScheduledRequest.next_token`);
 - a row's sampled positions read the tokens the row kept (its accepted drafts, then the token
   after them); positions past a rejection read the last kept token: their slots lie past the
   sequence's kept length and the next step, which starts there, writes them again before any
@@ -16,11 +17,11 @@ own generator, and q is kept for the rejection sampler at the step that verifies
 
 The layer is run in the launch, after the step's tokens are read back: with a proposer the core
 resolves every step before scheduling the next (engine_core._may_overlap), so this read costs
-no overlap. Known approximations, which cost acceptance and never exactness: the last position
-of a prefill chunk short of the prompt's end reads the next row's first token (the runner is
-not sent the prompt's next token), and a draft position past the sequence's blocks (the
-scheduler adds the k - 1 slots past a step's tokens only from free blocks) ends that row's
-drafts early.
+no overlap. Known approximations, which cost acceptance and never exactness: a prefix-cache hit
+reuses the layer's KV of the shared blocks (each block's last position written with the token
+that followed it in the sequence that computed it), and a draft position past the sequence's
+blocks (the scheduler adds the k - 1 slots past a step's tokens only from free blocks) ends that
+row's drafts early.
 """
 from __future__ import annotations
 
@@ -99,6 +100,10 @@ class MTPDrafter:
                 fix_tok.append(toks[min(j, a)])
             last_idx.append(end - m + a)
             last_pos.append(reqs[row].start + q_lens[row] - m + a)
+        for row, req in enumerate(reqs):  # chunks short of the prompt's end
+            if req.next_token is not None:
+                fix_idx.append(int(ends[row]) - 1)
+                fix_tok.append(req.next_token)
         dev = step.input_ids.device
         ids = torch.roll(step.input_ids, -1)
         if fix_idx:

@@ -77,14 +77,17 @@ def _oracle(ckpt, tmp_path, prompt: list[int], depth2_token_of) -> tuple[torch.T
     return first, second
 
 
-@pytest.mark.parametrize("prompt_len", [1, 9, 21])
-def test_the_drafters_logits_are_the_formulas_at_both_depths(ckpt, tmp_path, prompt_len):
-    """Prefill of one prompt (block size 4, so the layer's KV spans several pages): the first
-    depth at every prompt position, then the second depth at the position after the prompt."""
+@pytest.mark.parametrize("prompt_len,chunk", [(1, None), (9, None), (21, None), (21, 8)],
+                         ids=["1", "9", "21", "21_in_chunks_of_8"])
+def test_the_drafters_logits_are_the_formulas_at_both_depths(ckpt, tmp_path, prompt_len, chunk):
+    """Prefill of one prompt (block size 4, so the layer's KV spans several pages; in chunks,
+    whose last positions read the prompt's next token): the first depth at every prompt
+    position, then the second depth at the position after the prompt."""
     prompt = torch.randint(3, 256, (prompt_len,), generator=torch.Generator().manual_seed(
         prompt_len)).tolist()
+    chunked = [f"scheduler.max_num_batched_tokens={chunk}"] if chunk else []
     engine = local_engine(ckpt, "kv_cache.block_size=4", "specdecode=mtp",
-                          "specdecode.num_speculative_tokens=2")
+                          "specdecode.num_speculative_tokens=2", *chunked)
     layer = engine.core.executor.runner.drafter.layer
     seen: list[torch.Tensor] = []
     run = layer.draft_hidden
@@ -92,9 +95,10 @@ def test_the_drafters_logits_are_the_formulas_at_both_depths(ckpt, tmp_path, pro
     from atom import SamplingParams
 
     engine.generate([prompt], SamplingParams(temperature=0, max_tokens=1, ignore_eos=True))
+    assert len(seen) == (-(-prompt_len // chunk) if chunk else 1) + 1
     with torch.no_grad():
-        got_first = layer.compute_logits(seen[0])
-        got_second = layer.compute_logits(seen[1])[0]
+        got_first = layer.compute_logits(torch.cat(seen[:-1]))
+        got_second = layer.compute_logits(seen[-1])[0]
     want_first, want_second = _oracle(ckpt, tmp_path, prompt, lambda lg: int(lg.argmax()))
     torch.testing.assert_close(got_first, want_first, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(got_second, want_second, rtol=1e-4, atol=1e-4)
