@@ -12,9 +12,11 @@ token after it:
 
 The reference is vLLM's and SGLang's deepseek_mtp, which serve these checkpoints: the
 concatenation is embedding first (the DeepSeek-V3 report's §2.2 writes the hidden state first;
-the served checkpoints are read embedding first) and the output is not normed. vLLM also zeroes the embedding at position 0; this follows the formula and does not. Depth k > 1
-reuses the one layer with its own output y as the next h (as vLLM and SGLang do for R1's single
-layer). The embedding is the target's (passed in); the layer's stored copy is not loaded.
+the served checkpoints are read embedding first) and the output is not normed. vLLM also
+zeroes the embedding at position 0; this follows the formula and does not. Depth k > 1 reuses
+the one layer with its own output y as the next h (as vLLM and SGLang do for R1's single
+layer). The embedding is the target's (the drafter passes it in); the layer's stored copy is
+not loaded.
 """
 from __future__ import annotations
 

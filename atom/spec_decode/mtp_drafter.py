@@ -165,9 +165,10 @@ class MTPDrafter:
             return greedy, None
         dev, vocab = logits.device, logits.shape[-1]
         temps = torch.tensor([p.temperature for p in params], device=dev)
-        ks = torch.tensor([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in params],
-                          device=dev)
-        ps = torch.tensor([p.top_p for p in params], device=dev)
+        ks = (torch.tensor([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in params],
+                           device=dev) if any(0 < p.top_k < vocab for p in params) else None)
+        ps = (torch.tensor([p.top_p for p in params], device=dev)
+              if any(p.top_p < 1.0 for p in params) else None)
         q = probabilities(logits, temps, ks, ps)
         noise = torch.ones_like(q)
         for n, i in enumerate(live):

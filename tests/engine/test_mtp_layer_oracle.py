@@ -31,7 +31,8 @@ def ckpt(request, tmp_path_factory):
     return add_mtp_layer(make_checkpoint(request.param, root))
 
 
-def _oracle(ckpt, tmp_path, prompt: list[int], depth2_token_of) -> tuple[torch.Tensor, torch.Tensor]:
+def _oracle(ckpt, tmp_path, prompt: list[int],
+            depth2_token_of) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits at every prompt position [T, V], depth-2 logits at position T [V]) from the
     formula; depth2_token_of(first logits) names the token the depth-2 input embeds."""
     from transformers import AutoModelForCausalLM
@@ -65,7 +66,8 @@ def _oracle(ckpt, tmp_path, prompt: list[int], depth2_token_of) -> tuple[torch.T
             return _rms(y, w("shared_head.norm.weight"), eps) @ w("shared_head.head.weight").T
 
         def project(e: torch.Tensor, hid: torch.Tensor) -> torch.Tensor:
-            cat = torch.cat([_rms(e, w("enorm.weight"), eps), _rms(hid, w("hnorm.weight"), eps)], -1)
+            cat = torch.cat([_rms(e, w("enorm.weight"), eps),
+                             _rms(hid, w("hnorm.weight"), eps)], -1)
             return cat @ w("eh_proj.weight").T
 
         x = project(emb, h)

@@ -125,7 +125,8 @@ def _transition(path, top_k: int, temperature: float) -> torch.Tensor:
     with torch.no_grad():
         logits = hf(torch.arange(256).unsqueeze(1)).logits[:, 0]
     top = logits.topk(top_k, -1)
-    probs = torch.zeros_like(logits).scatter_(1, top.indices, (top.values / temperature).softmax(-1))
+    probs = torch.zeros_like(logits).scatter_(1, top.indices,
+                                              (top.values / temperature).softmax(-1))
     return probs.double()
 
 
