@@ -73,7 +73,7 @@ def bytes_per_decode_step(eng, ctx: int) -> tuple[float, float]:
             w += p.shape[1] * p.element_size()
         else:
             w += p.numel() * p.element_size()
-    kv = ctx * runner.kv_spec.bytes_per_block / runner.kv_spec.block_size
+    kv = ctx * runner.kv.spec.bytes_per_block / runner.kv.spec.block_size
     return float(w), float(kv)
 
 
@@ -110,7 +110,7 @@ def bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...] = (),
 def _bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...]) -> dict[str, Any]:
     eng = engine(model, *extra)
     rng = random.Random(0)
-    vocab = eng.core.executor.runner.hf.vocab_size
+    vocab = eng.core.executor.runner.vocab_size
     prompt = [rng.randrange(100, vocab - 100) for _ in range(ctx)]
     eng.generate([prompt[:64]], _sp(max_tokens=16, temperature=0, ignore_eos=True))  # warm-up
     best = None
@@ -350,7 +350,7 @@ def _compiled_variants() -> dict[str, int]:
 def _workload(eng, n: int, fixed: tuple[int, int] | None) -> tuple[list[list[int]], list[int]]:
     """n prompts and output lengths: `fixed` (in, out) lengths with seeded ids below the vocabulary
     (the same ids as before for real vocabularies), else the nano-vllm workload."""
-    vocab = eng.core.executor.runner.hf.vocab_size
+    vocab = eng.core.executor.runner.vocab_size
     if fixed is None:
         return nano_vllm_workload(n, vocab=vocab)
     rng = random.Random(0)
@@ -572,36 +572,48 @@ def bench_hf_decode(model: str, ctx: int, gen: int) -> dict[str, Any]:
 
 
 def bench_startup(model: str) -> dict[str, Any]:
-    """Process start to ready (engine built, graphs captured), in a fresh interpreter: once with
-    Triton's kernel cache cold (a new, empty TRITON_CACHE_DIR, whatever ran on the machine before:
-    a "cold" start that follows other benches finds their kernels cached), then warm (the same
-    directory again). Python caches bytecode as on any user's machine: the device image sets
-    PYTHONDONTWRITEBYTECODE, which made every start compile ~1,800 source files (7 s on one
-    host), so the children run without it after a first start that writes the caches
-    (`first_start_s`, its own throwaway Triton cache)."""
+    """Process start to ready (engine built, graphs captured: the child prints READY), in a
+    fresh interpreter, three times: `first_start` with every cache empty (Python's bytecode,
+    Triton's kernels, atom's config snapshots: a first run after installing); `cold` with a
+    new, empty TRITON_CACHE_DIR (a start that followed other benches would find their kernels
+    cached) and the caches a first start leaves; `warm`, the same again. `*_exit_s` adds the
+    interpreter's exit (freeing the KV cache and the CUDA context), which a server never waits
+    for. The device image sets PYTHONDONTWRITEBYTECODE; the children run without it, as on a
+    user's machine (with it every start compiled ~1,800 source files: 7 s on one host)."""
     code = ("import time,sys,logging;t=time.time();"
             "logging.basicConfig(level=logging.INFO,format='%(relativeCreated)d ms %(name)s: %(message)s');"
             "from atom.config.compose import compose;"
             "from atom.llm_engine import LLMEngine;"
             "logging.getLogger('atom').info('imports done');"
             f"c=compose({['model=' + model, 'load=dummy', *RUN_EXTRA]!r});c.load.progress_bar=False;"
-            "e=LLMEngine.from_config(c);print('READY',flush=True)")
+            "e=LLMEngine.from_config(c);print('READY',flush=True);"
+            "logging.getLogger('atom').info('transformers imported: %s', 'transformers' in sys.modules)")
     res = {}
     base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import torch, transformers; torch.cuda.init()"], env=base)
     res["import_torch_transformers_cuda_init_s"] = round(time.perf_counter() - t0, 2)
-    runs = (("first_start", {**base, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton_prime_")}),)
+
+    base["ATOM_CACHE_DIR"] = tempfile.mkdtemp(prefix="atom_startup_")
+    first = {**base, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton_prime_")}
     env = {**base, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton_startup_")}
-    for label, run_env in (*runs, ("cold", env), ("warm", env)):
+    for label, run_env in (("first_start", first), ("cold", env), ("warm", env)):
+        errfile = tempfile.TemporaryFile("w+")  # a pipe could fill while stdout is read
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env)
-        dt = time.perf_counter() - t0
-        ok = "READY" in p.stdout
-        if not ok:
-            log(p.stderr[-3000:])
-        res[f"{label}_s"] = round(dt, 2) if ok else None
-        res[f"{label}_log"] = [ln[:110] for ln in p.stderr.splitlines() if " ms atom" in ln]
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=errfile, text=True, env=run_env)
+        ready = None
+        for line in p.stdout:
+            if line.startswith("READY") and ready is None:
+                ready = time.perf_counter() - t0
+        p.wait()
+        errfile.seek(0)
+        err = errfile.read()
+        res[f"{label}_s"] = round(ready, 2) if ready is not None else None
+        res[f"{label}_exit_s"] = round(time.perf_counter() - t0, 2)
+        if ready is None:
+            log(err[-3000:])
+        res[f"{label}_log"] = [ln[:110] for ln in err.splitlines() if " ms atom" in ln]
     if os.environ.get("BENCH_PROFILE_STARTUP") == "1":  # a profiled start: where it goes
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
             f.write(code.replace(";", "\n"))
@@ -698,7 +710,6 @@ def bench_sampler() -> dict[str, Any]:
 def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
     """Logits after `tokens`, one prefill through the engine's own runner (engine idle)."""
     from atom.kernels.metadata import AttentionMetadata
-    from atom.layers import forward_context
     from atom.layers.forward_context import ForwardContext
 
     r = eng.core.executor.runner
@@ -708,8 +719,7 @@ def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
     meta = AttentionMetadata(torch.tensor([0, n], **i32), torch.tensor([n], **i32),
                              torch.arange(blocks, **i32)[None], torch.arange(n, device=dev), n, n,
                              False, [n], [n])
-    with torch.inference_mode(), forward_context.forward_context(
-            ForwardContext(meta, r.kv_caches, r.kv_scales)):
+    with torch.inference_mode(), r.slot.using(ForwardContext(meta, r.kv.caches, r.kv.scales)):
         h = r.model(torch.tensor(tokens, device=dev), torch.arange(n, device=dev))
         return r.model.compute_logits(h[-1:])[0].float()
 

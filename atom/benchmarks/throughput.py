@@ -56,13 +56,13 @@ def run_transformers(cfg: Config, prompts: list[list[int]], out_lens: list[int])
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     from atom.models.hf_config import is_gguf, load_hf_config, model_source
-    from atom.runner.model_runner import resolve_device, resolve_dtype
+    from atom.runner.device import resolve_device, resolve_dtype
 
     device = resolve_device(cfg)
     dtype = resolve_dtype(cfg, device)
     src = model_source(cfg)
     if src is None or cfg.load.dummy is not None:
-        model = AutoModelForCausalLM.from_config(load_hf_config(cfg), dtype=dtype)
+        model = AutoModelForCausalLM.from_config(load_hf_config(cfg, snapshot=False), dtype=dtype)
     elif is_gguf(src):
         model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=dtype)
     else:

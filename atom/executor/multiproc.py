@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import msgspec
 import zmq
@@ -58,8 +58,11 @@ class RemoteStep:
 
 
 class MultiprocExecutor:
-    def __init__(self, cfg: Config, eos_token_id: Optional[int], world_size: int,
+    def __init__(self, cfg: Config, hf: Any, world_size: int,
+                 build_runner: Callable[[Config, Any, Any], Any],
                  ready_timeout_s: float = 0.0) -> None:
+        """hf: the model's config, loaded once here for every rank; build_runner: what each
+        rank builds its runner with (atom.runner_builder.build_runner), run in the worker."""
         self.world_size = world_size
         self._dir = tempfile.mkdtemp(prefix="atom-ranks-")
         self._ctx = zmq.Context()
@@ -81,7 +84,7 @@ class MultiprocExecutor:
         self._rowless: set[int] = set()  # steps that sample nothing: their answer is dropped
         self._procs: list[subprocess.Popen] = []
         try:
-            self._start(cfg, eos_token_id)
+            self._start(cfg, hf, build_runner)
             ready = self._await_ready(ready_timeout_s)
         except BaseException:
             self.shutdown()
@@ -89,13 +92,12 @@ class MultiprocExecutor:
         self.num_blocks = min(r.num_blocks for r in ready)
         first = next(r for r in ready if r.rank == 0)
         self.max_model_len, self.vocab_size = first.max_model_len, first.vocab_size
-        self.eos_token_ids = set(first.eos_token_ids)
         self.device_type = first.device_type
         log.info("%d ranks ready (%s); KV blocks per rank: %d", world_size, first.device_type,
                  self.num_blocks)
 
-    def _start(self, cfg: Config, eos_token_id: Optional[int]) -> None:
-        spec = WorkerSpec(cfg, eos_token_id, self.world_size, f"tcp://127.0.0.1:{_free_port()}",
+    def _start(self, cfg: Config, hf: Any, build_runner: Callable[[Config, Any, Any], Any]) -> None:
+        spec = WorkerSpec(cfg, hf, build_runner, self.world_size, f"tcp://127.0.0.1:{_free_port()}",
                           [f"ipc://{self._dir}/to{r}" for r in range(self.world_size)],
                           f"ipc://{self._dir}/from", os.getpid())
         path = os.path.join(self._dir, "spec.pkl")

@@ -27,29 +27,30 @@ from torch import nn
 
 from atom.layers.embedding import ParallelLMHead
 from atom.layers.linear import ReplicatedLinear
+from atom.layers.model_context import ModelContext
 from atom.layers.norm import RMSNorm
 from atom.layers.rotary import RotaryEmbedding
 from atom.models.deepseek_v3 import DeepseekV3DecoderLayer
 
 
 class SharedHead(nn.Module):
-    def __init__(self, hf: Any) -> None:
+    def __init__(self, mc: ModelContext, hf: Any) -> None:
         super().__init__()
-        self.norm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
-        self.head = ParallelLMHead(hf.vocab_size, hf.hidden_size)
+        self.norm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
+        self.head = ParallelLMHead(mc, hf.vocab_size, hf.hidden_size)
 
 
 class DeepseekMTPLayer(DeepseekV3DecoderLayer):
     """The next-n layer: its decoder-layer parameters keep the decoder layer's names, so the
     checkpoint's `model.layers.{N}.*` load by name under the model's `mtp.` prefix."""
 
-    def __init__(self, hf: Any, bias: bool, rotary: RotaryEmbedding) -> None:
-        super().__init__(hf, hf.num_hidden_layers, bias, rotary)
+    def __init__(self, mc: ModelContext, hf: Any, bias: bool, rotary: RotaryEmbedding) -> None:
+        super().__init__(mc, hf, hf.num_hidden_layers, bias, rotary)
         h = hf.hidden_size
-        self.enorm = RMSNorm(h, hf.rms_norm_eps)
-        self.hnorm = RMSNorm(h, hf.rms_norm_eps)
-        self.eh_proj = ReplicatedLinear(2 * h, h, bias=False)
-        self.shared_head = SharedHead(hf)
+        self.enorm = RMSNorm(mc, h, hf.rms_norm_eps)
+        self.hnorm = RMSNorm(mc, h, hf.rms_norm_eps)
+        self.eh_proj = ReplicatedLinear(mc, 2 * h, h, bias=False)
+        self.shared_head = SharedHead(mc, hf)
 
     def draft_hidden(self, positions: torch.Tensor, embeds: torch.Tensor,
                      hidden: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Where a model's shapes come from: a checkpoint's config.json, a GGUF header, or a config dict.
 
 `read_architecture_shape` reads only metadata (used by validation, before any weights);
-`load_hf_config` builds the transformers config object the model classes take.
+`load_hf_config` gives the transformers config the model classes take (as a snapshot: config_snapshot.py).
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from atom.config.schema import Config
+from atom.models.config_snapshot import cached_config
 
 # DeepSeek GGUFs ("deepseek2") are left out: no GGUF tensor-name mapping exists for MLA or the
 # routed experts, so validation refuses them by their GGUF name.
@@ -81,7 +82,8 @@ def read_architecture_shape(cfg: Config) -> Optional[ArchitectureShape]:
 
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                "qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}
+                "qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
+                "glm4_moe": "Glm4MoeForCausalLM", "minimax_m2": "MiniMaxM2ForCausalLM"}
 
 
 def architecture_of(hf: Any) -> str:
@@ -92,6 +94,11 @@ def architecture_of(hf: Any) -> str:
     return _MODEL_TYPES.get(hf.model_type, f"model_type:{hf.model_type}")
 
 
+# Model types whose config.json names remote code for a config transformers has under another
+# name: Kimi-K2's `kimi_k2` is DeepSeek-V3's config (configuration_deepseek.DeepseekV3Config).
+_CONFIG_ALIASES = {"kimi_k2": "deepseek_v3"}
+
+
 def config_class(model_type: str) -> Any:
     """The transformers config class of a model type, imported by itself. `AutoConfig` imports
     the package of every auto class, and on some transformers releases that package pulls in
@@ -100,6 +107,7 @@ def config_class(model_type: str) -> Any:
     type has no such module (AutoConfig knows more aliases)."""
     import importlib
 
+    model_type = _CONFIG_ALIASES.get(model_type, model_type)
     try:
         mod = importlib.import_module(f"transformers.models.{model_type}.configuration_{model_type}")
     except ImportError:
@@ -118,8 +126,38 @@ def config_for_model(model_type: str, **kwargs: Any) -> Any:
     return AutoConfig.for_model(model_type, **kwargs)
 
 
-def load_hf_config(cfg: Config) -> Any:
-    """transformers PretrainedConfig for the model (no weights read)."""
+def load_hf_config(cfg: Config, snapshot: bool = True) -> Any:
+    """The model's transformers config (no weights read); by default as a `ConfigSnapshot`
+    (config_snapshot.py: what the transformers class made of the same inputs, saved by an
+    earlier start), which spares a start the transformers import. `snapshot=False` gives the
+    class itself, for code that hands it back to transformers (the peer benchmarks)."""
+    inputs = None if not snapshot else _config_inputs(cfg)
+    if inputs is None:
+        return _build_hf_config(cfg)
+    from atom.loader.embedded import cache_dir
+
+    return cached_config(inputs, lambda: _build_hf_config(cfg), cache_dir() / "hf_configs")
+
+
+def _config_inputs(cfg: Config) -> Optional[dict[str, Any]]:
+    """Everything `_build_hf_config` reads, or None where it cannot be named (remote code, a
+    folder without config.json): those configs are always built."""
+    if cfg.model.trust_remote_code:
+        return None
+    src = model_source(cfg)
+    if src is None:
+        return {"hf_config": dict(cfg.model.hf_config)}
+    if is_gguf(src):
+        st = src.stat()
+        return {"gguf": str(src.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    try:
+        config_json = json.loads((src / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return {"dir": str(src.resolve()), "config.json": config_json}
+
+
+def _build_hf_config(cfg: Config) -> Any:
     src = model_source(cfg)
     if src is None:
         d = dict(cfg.model.hf_config)

@@ -32,7 +32,6 @@ import numpy as np
 import torch
 
 from atom.kernels.metadata import AttentionMetadata
-from atom.layers import forward_context
 from atom.layers.forward_context import ForwardContext
 from atom.layers.sampler import probabilities
 from atom.runner.scheduler_output import ScheduledRequest
@@ -59,6 +58,7 @@ class MTPDrafter:
                  max_model_len: int) -> None:
         self.layer = model.mtp
         self.embed = model.model.embed_tokens
+        self.slot = model.context.forward  # the target's: its layer is one of the model's
         self.k, self.block_size, self.max_model_len = k, block_size, max_model_len
         # request id → (the sampled drafts, their q [len, V]) until the step that verifies them
         self._q: dict[str, tuple[list[int], torch.Tensor]] = {}
@@ -136,7 +136,7 @@ class MTPDrafter:
 
     def _run(self, positions: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor,
              meta: AttentionMetadata, kv_caches: list, kv_scales: list) -> torch.Tensor:
-        with forward_context.forward_context(ForwardContext(meta, kv_caches, kv_scales)):
+        with self.slot.using(ForwardContext(meta, kv_caches, kv_scales)):
             return self.layer.draft_hidden(positions, self.embed(ids), hidden)
 
     def _has_slot(self, req: ScheduledRequest, pos: int) -> bool:
