@@ -225,3 +225,16 @@ def test_a_seeded_sampled_request_is_the_same_alone_and_in_a_batch(tmp_path_fact
             done[o["request_id"]] = o["token_ids"]
     assert done[mine] == alone and len(ids) == 4
     assert engine.stats().spec_accepted_tokens > 0
+
+
+def test_two_ranks_draft_and_verify_as_one_process(self_mtp, plain_outputs):
+    """Tensor parallelism on two gloo ranks: every rank runs the sharded layer, rank 0's drafts
+    come back with its answer (StepResult.proposals), and the output is one process's."""
+    engine = _engine(self_mtp, *_mtp(2), "parallel.tensor_parallel_size=2")
+    try:
+        got, _ = run(engine, _prompts(), GREEDY)
+        s = engine.core.stats()
+    finally:
+        engine.shutdown()
+    assert [flat(c) for c in got] == plain_outputs[self_mtp]
+    assert s.spec_draft_tokens > 0 and s.spec_accepted_tokens == s.spec_draft_tokens
