@@ -1,7 +1,8 @@
 """Issue 22's GPU benchmark 3: MTP speculation on a reduced-depth DeepSeek-R1 at forced
 acceptance, against the same model without speculation, at batch 1 and 32.
 
-    python benchmarks/mtp_bench.py --layers 4 --out $OUT/mtp.json
+    python benchmarks/mtp_bench.py --layers 4 --extra runtime.kernels=torch model.max_model_len=4096 \
+        --out $OUT/mtp.json
 
 Dummy xavier weights at R1's shapes with its next-n layer (num_nextn_predict_layers: 1), so the
 drafts are noise and acceptance is forced from the published rate (0.81 for k = 1; the same
@@ -75,7 +76,8 @@ def main() -> None:
     args = ap.parse_args()
     results: dict[str, Any] = {"meta": probe_meta(command=" ".join(sys.argv))}
     batches = [int(b) for b in args.batches.split(",")]
-    variants = [("plain", [])] + [
+    # A drafter's steps run eager (no CUDA graphs yet): plain_eager is the like-for-like base.
+    variants = [("plain", []), ("plain_eager", ["runtime.enforce_eager=true"])] + [
         (f"mtp_k{k}", ["specdecode=mtp", f"specdecode.num_speculative_tokens={k}",
                        f"specdecode.acceptance_rate={args.rate}"])
         for k in (int(k) for k in args.ks.split(","))]
