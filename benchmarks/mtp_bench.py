@@ -1,8 +1,8 @@
 """Issue 22's GPU benchmark 3: MTP speculation on a reduced-depth DeepSeek-R1 at forced
 acceptance, against the same model without speculation, at batch 1 and 32.
 
-    python benchmarks/mtp_bench.py --layers 4 --extra runtime.kernels=torch model.max_model_len=4096 \
-        --out $OUT/mtp.json
+    python benchmarks/mtp_bench.py --layers 4 --out $OUT/mtp.json \
+        --extra runtime.kernels=torch model.max_model_len=4096
 
 Dummy xavier weights at R1's shapes with its next-n layer (num_nextn_predict_layers: 1), so the
 drafts are noise and acceptance is forced from the published rate (0.81 for k = 1; the same
