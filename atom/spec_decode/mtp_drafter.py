@@ -89,25 +89,8 @@ class MTPDrafter:
     def propose(self, reqs: list[ScheduledRequest], step: DraftStep, kept: dict[int, list[int]],
                 kv_caches: list, kv_scales: list) -> dict[int, list[int]]:
         """Write the layer's KV for the whole step and return each sampling row's drafts."""
-        q_lens = step.meta.q_lens_cpu or []
-        ends = np.cumsum(q_lens)
-        fix_idx, fix_tok, last_idx, last_pos = [], [], [], []
-        for row, m in zip(step.rows, step.counts):
-            toks, end = kept[row], int(ends[row])
-            a = len(toks) - 1
-            for j in range(m):
-                fix_idx.append(end - m + j)
-                fix_tok.append(toks[min(j, a)])
-            last_idx.append(end - m + a)
-            last_pos.append(reqs[row].start + q_lens[row] - m + a)
-        for row, req in enumerate(reqs):  # chunks short of the prompt's end
-            if req.next_token is not None:
-                fix_idx.append(int(ends[row]) - 1)
-                fix_tok.append(req.next_token)
         dev = step.input_ids.device
-        ids = torch.roll(step.input_ids, -1)
-        if fix_idx:
-            ids[torch.tensor(fix_idx, device=dev)] = torch.tensor(fix_tok, device=dev)
+        ids, last_idx, last_pos = self._next_tokens(reqs, step, kept)
         y = self._run(step.positions, ids, step.hidden, step.meta, kv_caches, kv_scales)
         if not step.rows:
             return {}
@@ -124,15 +107,43 @@ class MTPDrafter:
             sel = torch.tensor(keep, device=dev)
             live = [live[n] for n in keep]
             pos = [last_pos[i] + depth for i in live]
-            meta = self._decode_meta([reqs[step.rows[i]] for i in live],
-                                     step.meta.block_tables.index_select(
-                                         0, torch.tensor([step.rows[i] for i in live], device=dev)),
-                                     pos, step.meta.split_counters)
+            tables = step.meta.block_tables.index_select(
+                0, torch.tensor([step.rows[i] for i in live], device=dev))
+            meta = self._decode_meta([reqs[step.rows[i]] for i in live], tables, pos,
+                                     step.meta.split_counters)
             y = self._run(torch.tensor(pos, device=dev), tokens.index_select(0, sel),
                           y.index_select(0, sel), meta, kv_caches, kv_scales)
             tokens, probs = self._pick(self.layer.compute_logits(y), step, live)
             columns.append((live, tokens, probs))
         return self._collect(reqs, step, columns)
+
+    @staticmethod
+    def _next_tokens(reqs: list[ScheduledRequest], step: DraftStep, kept: dict[int, list[int]]
+                     ) -> tuple[torch.Tensor, list[int], list[int]]:
+        """(the token after each of the step's positions [T], each sampling row's last kept
+        token index in the step, and its position): the next input inside a row, the kept
+        tokens at its sampled positions (the last kept one past a rejection), the prompt's next
+        token at the end of a chunk."""
+        q_lens = step.meta.q_lens_cpu or []
+        ends = np.cumsum(q_lens)
+        fix_idx, fix_tok, last_idx, last_pos = [], [], [], []
+        for row, m in zip(step.rows, step.counts):
+            toks, end = kept[row], int(ends[row])
+            a = len(toks) - 1
+            for j in range(m):
+                fix_idx.append(end - m + j)
+                fix_tok.append(toks[min(j, a)])
+            last_idx.append(end - m + a)
+            last_pos.append(reqs[row].start + q_lens[row] - m + a)
+        for row, req in enumerate(reqs):
+            if req.next_token is not None:
+                fix_idx.append(int(ends[row]) - 1)
+                fix_tok.append(req.next_token)
+        dev = step.input_ids.device
+        ids = torch.roll(step.input_ids, -1)
+        if fix_idx:
+            ids[torch.tensor(fix_idx, device=dev)] = torch.tensor(fix_tok, device=dev)
+        return ids, last_idx, last_pos
 
     def _run(self, positions: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor,
              meta: AttentionMetadata, kv_caches: list, kv_scales: list) -> torch.Tensor:
