@@ -23,6 +23,7 @@ DUMMY_KINDS = (None, "empty", "zero", "xavier")
 LOAD_FORMATS = ("auto", "safetensors", "gguf")
 SPEC_METHODS = (None, "ngram", "mtp", "eagle3", "draft_model")
 RUNNABLE_SPEC_METHODS = (None, "ngram", "mtp")
+MTP_ARCHITECTURES = ("DeepseekV3ForCausalLM",)  # those whose next-n layer atom builds
 JOBS = ("serve", "generate", "throughput", "bench")
 ENGINE_SOURCES = ("model", "synthetic", "scripted")
 
@@ -103,9 +104,13 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
         from atom.models.hf_config import read_architecture_shape  # config.json / header only
 
         shape = read_architecture_shape(cfg)
-        rules.check(shape is not None and shape.num_nextn_predict_layers >= 1,
-                    "specdecode.method", "mtp", "the model has no next-n (MTP) layers: its "
-                    "config's num_nextn_predict_layers is 0 or absent (DeepSeek-V3/R1 have one)")
+        if rules.check(shape is not None and shape.num_nextn_predict_layers >= 1,
+                       "specdecode.method", "mtp", "the model has no next-n (MTP) layers: its "
+                       "config's num_nextn_predict_layers is 0 or absent (DeepSeek-V3/R1 have "
+                       "one)"):
+            rules.check(shape.architecture in MTP_ARCHITECTURES, "specdecode.method", "mtp",
+                        f"next-n layers of {shape.architecture} are not implemented yet "
+                        f"(mtp runs {', '.join(MTP_ARCHITECTURES)})")
     return rules.errors
 
 

@@ -168,6 +168,16 @@ def test_mtp_on_a_model_without_next_n_layers_is_refused_naming_the_field(tmp_pa
     assert "no next-n (MTP) layers" in str(e.value)
 
 
+def test_mtp_on_an_architecture_whose_next_n_layer_is_not_built_is_refused():
+    """GLM-4.5 declares a next-n layer too; atom builds DeepSeek-V3's only."""
+    from atom.config.compose import compose
+
+    with pytest.raises(ConfigError) as e:
+        compose(["model=glm4_5_air", "load=dummy", *_mtp(1)], launching=True)
+    assert [x.field for x in e.value.errors] == ["specdecode.method"]
+    assert "Glm4MoeForCausalLM are not implemented yet" in str(e.value)
+
+
 @pytest.mark.parametrize("method", ["eagle3", "draft_model"])
 def test_eagle3_and_draft_model_stay_refused_by_name(random_mtp, method):
     with pytest.raises(ConfigError) as e:
