@@ -200,14 +200,16 @@ def test_forced_acceptance_keeps_the_published_rate_with_mtp(random_mtp):
 GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
+@pytest.mark.parametrize("kernels", ["torch", "triton"])
 @pytest.mark.parametrize("k", [1, 3])
 @GPU[0]
 @GPU[1]
 def test_on_the_gpu_mtp_keeps_greedy_output_and_sampled_drafts_run_the_kernel(random_mtp,
-                                                                               self_mtp, k):
+                                                                               self_mtp, k,
+                                                                               kernels):
     """float32 on CUDA (bf16 near-ties would make the comparison about rounding): greedy with
     mtp is the plain output; sampled drafts go through the Triton rejection kernel."""
-    cuda = ("runtime.device=cuda", "model.dtype=float32")
+    cuda = ("runtime.device=cuda", "model.dtype=float32", f"runtime.kernels={kernels}")
     want = [flat(c) for c in run(_engine(random_mtp, *cuda), _prompts(), GREEDY)[0]]
     got = [flat(c) for c in run(_engine(random_mtp, *cuda, *_mtp(k)), _prompts(), GREEDY)[0]]
     assert got == want
