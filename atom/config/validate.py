@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 from atom.config.errors import ConfigError
+from atom.config.format import TOOL_CALL_PARSERS, REASONING_DIALECTS
+from atom.config.model_facts import ArchitectureShape, check_architecture, read_architecture_shape
 from atom.config.schema import Config
-
-if TYPE_CHECKING:
-    from atom.models.hf_config import ArchitectureShape
 
 KV_DTYPES = ("bf16", "fp8")
 KERNEL_BACKENDS = ("auto", "torch", "cpu", "triton", "aiter")
@@ -101,9 +100,7 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
                 cfg.specdecode.method,
                 "not implemented yet: this method has no proposer (specdecode=ngram, mtp or none)")
     if cfg.specdecode.method == "mtp":
-        from atom.models.hf_config import read_architecture_shape  # config.json / header only
-
-        shape = read_architecture_shape(cfg)
+        shape = read_architecture_shape(cfg)  # config.json / header only
         if rules.check(shape is not None and shape.num_nextn_predict_layers >= 1,
                        "specdecode.method", "mtp", "the model has no next-n (MTP) layers: its "
                        "config's num_nextn_predict_layers is 0 or absent (DeepSeek-V3/R1 have "
@@ -114,7 +111,7 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
     return rules.errors
 
 
-def _validate_model(cfg: Config, rules: _Rules) -> Optional["ArchitectureShape"]:
+def _validate_model(cfg: Config, rules: _Rules) -> Optional[ArchitectureShape]:
     """The model first: whether it exists and is implemented decides whether anything else
     matters. Returns its shape (heads) when a config.json, GGUF header or hf_config gives one."""
     m = cfg.model
@@ -123,12 +120,8 @@ def _validate_model(cfg: Config, rules: _Rules) -> Optional["ArchitectureShape"]
     rules.check(m.path is not None or bool(m.hf_config) or m.pypi_wheel is not None,
                 "model.path", None,
                 "a model needs a path, an hf_config (with load.dummy) or an embedded source")
-    from atom.models.hf_config import read_architecture_shape  # config.json / GGUF header only
-
     shape = read_architecture_shape(cfg)
     if shape is not None:
-        from atom.models.registry import check_architecture
-
         rules.run(lambda: check_architecture(shape.architecture))
     rules.check(m.max_model_len is None or m.max_model_len > 0, "model.max_model_len",
                 m.max_model_len, "must be > 0 when set")
@@ -146,7 +139,7 @@ def _validate_load(cfg: Config, rules: _Rules) -> None:
 
 
 def _validate_parallel(cfg: Config, rules: _Rules,
-                       shape: Optional["ArchitectureShape"]) -> None:
+                       shape: Optional[ArchitectureShape]) -> None:
     p = cfg.parallel
     tp = p.tensor_parallel_size
     rules.check(tp >= 1, "parallel.tensor_parallel_size", tp, "must be >= 1")
@@ -240,8 +233,6 @@ def _validate_server(cfg: Config, rules: _Rules) -> None:
 
 
 def _validate_format(cfg: Config, rules: _Rules) -> None:
-    from atom.config.format import TOOL_CALL_PARSERS, REASONING_DIALECTS
-
     rules.one_of("format.tool_call_parser", cfg.format.tool_call_parser, TOOL_CALL_PARSERS)
     rules.one_of("format.reasoning_dialect", cfg.format.reasoning_dialect, REASONING_DIALECTS)
     if cfg.format.chat_template is not None:

@@ -26,7 +26,7 @@ row's drafts early.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -34,9 +34,19 @@ import torch
 from atom.kernels.metadata import AttentionMetadata
 from atom.layers.forward_context import ForwardContext
 from atom.layers.sampler import probabilities
-from atom.runner.scheduler_output import ScheduledRequest
 from atom.sampling_params import SamplingParams
 from atom.spec_decode.rejection import DraftedRows
+
+
+class ScheduledRequest(Protocol):
+    """What the drafter reads of a request's share of the step (runner/scheduler_output.py's
+    ScheduledRequest, which sits above this package)."""
+
+    request_id: str
+    start: int
+    token_ids: list[int]
+    block_table: list[int]
+    next_token: Optional[int]
 
 
 @dataclass
