@@ -48,7 +48,7 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
     torch.manual_seed(cfg.runtime.seed)
     mc = ModelContext(get_backend(backend_name), parallel)
     src = model_source(cfg) if cfg.load.dummy is None else None
-    model = build_model(cfg.load, src, hf, mc, device, dtype,
+    model = build_model(cfg.load, src, hf, mc, device, dtype, cfg.quant.method,
                         mtp=cfg.specdecode.method == "mtp")
     forward_fn = compile_forward(model, cfg.runtime, device, backend_name)
     graphs_on = graphs_enabled(cfg.runtime.enforce_eager, cfg.runtime.level, device, backend_name)

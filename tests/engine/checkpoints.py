@@ -53,13 +53,14 @@ ALL_ARCHS = {**ARCHS, **DEEPSEEK_ARCHS}
 
 
 def make_checkpoint(arch: str, root: Path, seed: int = 0, name: Optional[str] = None,
-                    **config: Any) -> Path:
-    """`config` overrides the architecture's keys; `name` is the folder (default: arch)."""
+                    **overrides: Any) -> Path:
+    """`overrides`: config fields over the architecture's tiny ones; `name` is the folder
+    (default: arch)."""
     import transformers
     from transformers import AutoModelForCausalLM
 
     cls_name, extra = ALL_ARCHS[arch]
-    cfg = getattr(transformers, cls_name)(**{**COMMON, **extra, **config})
+    cfg = getattr(transformers, cls_name)(**{**COMMON, **extra, **overrides})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     with torch.no_grad():  # random-init norms are ones; perturb so a wrong norm shows
