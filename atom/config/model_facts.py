@@ -43,6 +43,7 @@ class ArchitectureShape:
     architecture: str
     num_attention_heads: int
     num_key_value_heads: int
+    num_nextn_predict_layers: int = 0  # DeepSeek's multi-token-prediction layers (specdecode=mtp)
 
 
 def check_architecture(name: str) -> None:
@@ -89,7 +90,8 @@ def local_source(cfg: Config) -> Optional[Path]:
 def _shape_from_dict(d: dict[str, Any]) -> ArchitectureShape:
     arch = (d.get("architectures") or ["?"])[0]
     heads = int(d.get("num_attention_heads", 1))
-    return ArchitectureShape(arch, heads, int(d.get("num_key_value_heads") or heads))
+    return ArchitectureShape(arch, heads, int(d.get("num_key_value_heads") or heads),
+                             int(d.get("num_nextn_predict_layers") or 0))
 
 
 def _shape_from_gguf(path: Path) -> ArchitectureShape:

@@ -22,7 +22,8 @@ DEVICES = ("auto", "cpu", "cuda")
 DUMMY_KINDS = (None, "empty", "zero", "xavier")
 LOAD_FORMATS = ("auto", "safetensors", "gguf")
 SPEC_METHODS = (None, "ngram", "mtp", "eagle3", "draft_model")
-RUNNABLE_SPEC_METHODS = (None, "ngram")
+RUNNABLE_SPEC_METHODS = (None, "ngram", "mtp")
+MTP_ARCHITECTURES = ("DeepseekV3ForCausalLM",)  # those whose next-n layer atom builds
 JOBS = ("serve", "generate", "throughput", "bench")
 ENGINE_SOURCES = ("model", "synthetic", "scripted")
 
@@ -86,7 +87,8 @@ def validate(cfg: Config, launching: bool = False) -> Config:
 def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
     model engine does not implement: data parallelism over tensor-parallel replicas, expert
-    parallelism and DP attention, and speculative decoding methods without a proposer (every one but ngram)."""
+    parallelism and DP attention, and speculative decoding methods without a proposer (eagle3,
+    draft_model)."""
     rules = _Rules()
     p = cfg.parallel
     rules.check(p.data_parallel_size <= 1 or p.tensor_parallel_size == 1,
@@ -98,7 +100,16 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
                     "tensor parallelism (set false)")
     rules.check(cfg.specdecode.method in RUNNABLE_SPEC_METHODS, "specdecode.method",
                 cfg.specdecode.method,
-                "not implemented yet: this method has no proposer (specdecode=ngram or none)")
+                "not implemented yet: this method has no proposer (specdecode=ngram, mtp or none)")
+    if cfg.specdecode.method == "mtp":
+        shape = read_architecture_shape(cfg)  # config.json / header only
+        if rules.check(shape is not None and shape.num_nextn_predict_layers >= 1,
+                       "specdecode.method", "mtp", "the model has no next-n (MTP) layers: its "
+                       "config's num_nextn_predict_layers is 0 or absent (DeepSeek-V3/R1 have "
+                       "one)"):
+            rules.check(shape.architecture in MTP_ARCHITECTURES, "specdecode.method", "mtp",
+                        f"next-n layers of {shape.architecture} are not implemented yet "
+                        f"(mtp runs {', '.join(MTP_ARCHITECTURES)})")
     return rules.errors
 
 

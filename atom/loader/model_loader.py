@@ -51,14 +51,18 @@ def fp8_scheme(method: str, load: LoadConfig, src: Optional[Path], hf: Any, devi
 
 
 def build_model(load: LoadConfig, src: Optional[Path], hf: Any, mc: ModelContext,
-                device: torch.device, dtype: torch.dtype, quant_method: str = "auto") -> nn.Module:
+                device: torch.device, dtype: torch.dtype, quant_method: str = "auto",
+                mtp: bool = False) -> nn.Module:
     """The model of `hf`'s architecture, its layers built with `mc`, its weights from `src`
     (the checkpoint directory or GGUF file; unread with load.dummy), quantized as
-    `quant_method` (quant.method) says."""
+    `quant_method` (quant.method) says. `mtp` (specdecode=mtp): its next-n layer too, built
+    before the weights load so they load with the rest."""
     cls = model_class(architecture_of(hf))
     scheme = fp8_scheme(quant_method, load, src, hf, device, mc.backend.name)
     with _default_dtype(dtype), torch.device(device):
         model = cls(hf, mc)
+        if mtp:  # validation admits only models that have next-n layers
+            model.add_mtp()
     model.eval()
     if load.dummy is not None:
         fill_dummy(model, load.dummy, load.seed)
@@ -90,6 +94,9 @@ def build_model(load: LoadConfig, src: Optional[Path], hf: Any, mc: ModelContext
         else:
             items, total = iter_safetensors(files, skip), count_tensors(files)
         tensors = iter_with_progress(items, total, load.progress_bar, "loading safetensors")
+        rename = getattr(model, "checkpoint_name", None)
+        if rename is not None:
+            tensors = ((rename(name), t) for name, t in tensors)
     with torch.no_grad():
         loaded = load_named_tensors(model, tensors, quantize)
         check_complete(model, loaded)

@@ -1,5 +1,5 @@
-"""The sampler's, the decode attention's, the MLA, fused-MoE and fp8 weight kernels compile for
-sm_90 on this GPU-less machine.
+"""The sampler's, the decode attention's, the MLA, fused-MoE, fp8 weight and rejection-sampler
+kernels compile for sm_90 on this GPU-less machine.
 
 Why: TRITON_INTERPRET runs a kernel as numpy and skips the compiler's checks, so a kernel can
 pass every CPU test and fail to compile on the H200 (a loop-carried variable that changed type
@@ -185,6 +185,12 @@ compile_sm90_div16(SK._sum_slices_kernel, {"part_ptr": "*fp32", "bias_ptr": "*bf
                                            "n_elems": "i32", "n_cols": "i32", "c_stride": "i32",
                                            "n_slices": "i32"},
                    dict(HAS_BIAS=True, BLOCK=1024, PDL=True), 4, div16=("part_ptr", "bias_ptr", "c_ptr"))
+
+from atom.kernels.triton import rejection_sampler as R
+rej = {"p_ptr": "*fp32", "q_ptr": "*fp32", "draft_ptr": "*i64", "start_ptr": "*i32",
+       "count_ptr": "*i32", "u_ptr": "*fp32", "noise_ptr": "*fp32", "out_ptr": "*i64", "vocab": "i32"}
+for has_q in (True, False):
+    compile_sm90(R._rejection_kernel, rej, dict(HAS_Q=has_q, BLOCK=R.BLOCK), 4)
 """
 
 
@@ -203,4 +209,4 @@ def test_kernels_compile_for_sm90():
         "_per_token_kernel", "_per_group_kernel"]
         + ["_rms_norm_quant_kernel"] * 2
         + ["_fp8_gemv_kernel", "_gemv_kernel"] + ["_block_gemm_kernel"] * 2 + ["_scaled_gemm_kernel"] * 2
-        + ["_sum_slices_kernel"])
+        + ["_sum_slices_kernel"] + ["_rejection_kernel"] * 2)
