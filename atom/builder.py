@@ -42,9 +42,10 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
 
 
 def build_executor(cfg: Config, eos_token_id: Any) -> Any:
-    """One process and device for tensor_parallel_size 1; else one worker process per rank."""
+    """One process and device for tensor_parallel_size 1; else (or with parallel.executor=
+    multiproc, tp=1 included) one worker process per rank."""
     tp = cfg.parallel.tensor_parallel_size
-    if tp > 1:
+    if tp > 1 or cfg.parallel.executor == "multiproc":
         from atom.executor.multiproc import MultiprocExecutor
 
         return MultiprocExecutor(cfg, eos_token_id, tp)
@@ -52,6 +53,15 @@ def build_executor(cfg: Config, eos_token_id: Any) -> Any:
     from atom.runner.model_runner import ModelRunner
 
     return UniprocExecutor(ModelRunner(cfg, eos_token_id))
+
+
+def run_headless_node(cfg: Config) -> int:
+    """A host other than node 0 (parallel.node_rank > 0): its ranks only, until node 0 ends
+    them; the exit status of atom.run there."""
+    from atom.executor.headless import run_node
+
+    _refuse_what_cannot_run(cfg)
+    return run_node(cfg, _tokenizer_eos(cfg, None), cfg.parallel.tensor_parallel_size)
 
 
 def _tokenizer_eos(cfg: Config, tokenizer: Any) -> Any:

@@ -30,6 +30,15 @@ def _sweep_dir() -> Optional[Path]:
 
 
 def run_job(cfg: Config) -> object:
+    from atom.config.hosts import resolve_hosts
+
+    if resolve_hosts(cfg.parallel, os.environ).node_rank > 0:  # another host: ranks, no job
+        from atom.builder import run_headless_node
+
+        code = run_headless_node(cfg)
+        if code:
+            raise SystemExit(code)
+        return None
     if cfg.job == "serve":
         from atom.entrypoints.openai.api_server import serve
 

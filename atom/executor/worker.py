@@ -1,6 +1,7 @@
 """One rank of a multi-process executor: its own process, device and model shard.
 
-Started by MultiprocExecutor as `python -m atom.executor.worker SPEC_FILE RANK`. The rank joins
+Started by MultiprocExecutor (or, on another host, by atom/executor/headless.py) as
+`python -m atom.executor.worker SPEC_FILE RANK`. The rank joins
 the torch.distributed group (NCCL on GPUs, gloo on CPUs), builds its ModelRunner (the layers
 shard themselves by rank), agrees with the others on the KV block count (the minimum), then
 runs every step the engine core broadcasts. Rank 0 alone answers with the tokens each request
@@ -12,6 +13,7 @@ device runs step N while the host prepares step N+1, as in one process.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -38,20 +40,33 @@ class WorkerSpec:
     dist_init: str  # torch.distributed init_method, e.g. tcp://127.0.0.1:PORT
     to_worker: list[str]  # ZMQ address each rank pulls its steps from
     from_worker: str  # ZMQ address every rank pushes to (ready, failures; rank 0's results)
-    parent_pid: int
+    parent_pid: int  # the engine's process, or another host's launcher: gone, the rank stops
+    # the ranks this host runs, on consecutive GPUs from runtime.device's index (a replica's first)
+    local_ranks: list[int]
 
 
-def _join_group(spec: WorkerSpec, rank: int) -> str:
+def _join_group(spec: WorkerSpec, rank: int) -> tuple[WorkerSpec, str]:
+    """Join the ranks' torch.distributed group; on a GPU the rank takes its own device, which
+    the spec it returns names for the runner."""
     import torch
     import torch.distributed as dist
 
     cuda = spec.cfg.runtime.device != "cpu" and torch.cuda.is_available()
     if cuda:
-        torch.cuda.set_device(rank)
+        index = _first_device(spec.cfg.runtime.device) + spec.local_ranks.index(rank)
+        torch.cuda.set_device(index)
+        runtime = dataclasses.replace(spec.cfg.runtime, device=f"cuda:{index}")
+        spec = dataclasses.replace(spec, cfg=dataclasses.replace(spec.cfg, runtime=runtime))
     backend = "nccl" if cuda else "gloo"
     dist.init_process_group(backend, init_method=spec.dist_init, rank=rank,
                             world_size=spec.world_size)
-    return backend
+    return spec, backend
+
+
+def _first_device(device: str) -> int:
+    """`cuda:K` → K (a data-parallel replica's first GPU); `cuda` or `auto` → 0."""
+    _, _, index = device.partition(":")
+    return int(index) if index else 0
 
 
 def _min_blocks(num_blocks: int, backend: str) -> int:
@@ -77,7 +92,7 @@ def serve(spec: WorkerSpec, rank: int) -> None:
     encode = msgspec.msgpack.Encoder().encode
     decode = msgspec.msgpack.Decoder(ToWorker).decode
     try:
-        backend = _join_group(spec, rank)
+        spec, backend = _join_group(spec, rank)
         runner = ModelRunner(spec.cfg, spec.eos_token_id)
         blocks = _min_blocks(runner.num_blocks, backend)
         push.send(encode(WorkerReady(rank, blocks, runner.max_model_len, runner.vocab_size,
