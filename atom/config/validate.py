@@ -222,7 +222,7 @@ def _validate_hosts(cfg: Config, rules: _Rules) -> None:
     tp = p.tensor_parallel_size
     rules.check(tp % h.nnodes == 0, "parallel.nnodes", h.nnodes,
                 f"must divide tensor_parallel_size ({tp}): every host runs tp / nnodes ranks")
-    rules.check(p.executor in ("auto", "multiproc"), "parallel.executor", p.executor,
+    rules.check(p.executor != "uniproc", "parallel.executor", p.executor,
                 "hosts > 1 run through the multiproc executor (auto or multiproc)")
 
 
