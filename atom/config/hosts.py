@@ -3,8 +3,9 @@ torchrun's (or a cluster scheduler's) environment where the config leaves them u
 
 atom starts each host's ranks itself, so torchrun runs one atom launcher per host
 (`--nproc-per-node 1`): its WORLD_SIZE is then the host count and its RANK / GROUP_RANK the
-host's index. A field set in the config wins over the environment; unset everywhere, a run is
-one host rendezvousing on loopback.
+host's index, and its agent's store holds MASTER_PORT (atom's ports then start one above). A
+field set in the config wins over the environment; unset everywhere, a run is one host
+rendezvousing on loopback.
 """
 from __future__ import annotations
 
@@ -54,6 +55,8 @@ def resolve_hosts(p: ParallelConfig, env: Mapping[str, str]) -> Hosts:
     node_rank = (p.node_rank if p.node_rank is not None
                  else _env_int(env, "NODE_RANK", "GROUP_RANK", "RANK")[0])
     port = p.master_port if p.master_port is not None else _env_int(env, "MASTER_PORT")[0]
+    if p.master_port is None and port is not None and env.get("TORCHELASTIC_RUN_ID"):
+        port += 1  # torchrun's agent holds MASTER_PORT for its own store: atom's ranks meet above it
     return Hosts(nnodes=1 if nnodes is None else nnodes,
                  node_rank=0 if node_rank is None else node_rank,
                  master_addr=p.master_addr or env.get("MASTER_ADDR") or DEFAULT_MASTER_ADDR,

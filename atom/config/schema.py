@@ -62,8 +62,9 @@ class ParallelConfig:
     node_rank: Optional[int] = None
     # node 0's address as the other hosts reach it; None: MASTER_ADDR, else 127.0.0.1
     master_addr: Optional[str] = None
-    # node 0's torch.distributed rendezvous port; with nnodes > 1 the steps also use the next
-    # ports (port+1: the ranks' answers, port+2+r: rank r's steps); None: MASTER_PORT, else 29500
+    # node 0's torch.distributed rendezvous port when nnodes > 1 (one host takes a free one);
+    # the steps use the next ports (port+1: the ranks' answers, port+2+r: rank r's steps).
+    # None: MASTER_PORT (+1 under torchrun, whose agent holds it), else 29500
     master_port: Optional[int] = None
     enable_expert_parallel: bool = False  # shard MoE experts across ranks instead of within
     enable_dp_attention: bool = False  # data-parallel attention beside expert-parallel MoE

@@ -20,6 +20,12 @@ def test_torchrun_one_launcher_per_host_gives_the_hosts():
     assert resolve_hosts(ParallelConfig(), TORCHRUN_HOST_1) == Hosts(2, 1, "10.0.0.1", 29400)
 
 
+def test_under_torchrun_the_ranks_meet_above_its_agents_port():
+    env = {**TORCHRUN_HOST_1, "TORCHELASTIC_RUN_ID": "none"}
+    assert resolve_hosts(ParallelConfig(), env).master_port == 29401
+    assert resolve_hosts(ParallelConfig(master_port=29400), env).master_port == 29400
+
+
 def test_nnodes_and_node_rank_variables_come_before_torchruns():
     env = {**TORCHRUN_HOST_1, "NNODES": "4", "NODE_RANK": "3"}
     assert resolve_hosts(ParallelConfig(), env) == Hosts(4, 3, "10.0.0.1", 29400)
