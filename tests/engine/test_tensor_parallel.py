@@ -99,3 +99,22 @@ def test_a_rank_that_dies_fails_the_engine_at_once(ckpt):
         pids = [p.pid for p in tp.core.executor._procs]
         tp.shutdown()
     assert _gone(pids)
+
+
+def test_one_rank_through_the_multiproc_executor_gives_the_one_process_tokens(ckpt):
+    """parallel.executor=multiproc at tp=1 (the A/B of benchmarks/ab_multiproc_tp1.sh): one
+    worker process, the same tokens as the runner in this process."""
+    from atom.executor.multiproc import MultiprocExecutor
+
+    greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    one = _engine(ckpt, 1).generate(_prompts(), greedy)
+    mp = _engine(ckpt, 1, "parallel.executor=multiproc")
+    try:
+        assert isinstance(mp.core.executor, MultiprocExecutor)
+        assert len(mp.core.executor._procs) == 1
+        out = mp.generate(_prompts(), greedy)
+    finally:
+        pids = [p.pid for p in mp.core.executor._procs]
+        mp.shutdown()
+    assert [o["token_ids"] for o in out] == [o["token_ids"] for o in one]
+    assert _gone(pids)
