@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-import atom
 from atom.config.compose import compose
 from atom.config.errors import ConfigError
 from atom.config.hosts import Hosts, resolve_hosts

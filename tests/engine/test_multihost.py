@@ -132,3 +132,37 @@ def test_a_killed_rank_on_the_other_host_fails_the_engine_at_once(ckpt):
     finally:
         if node1.poll() is None:
             node1.kill()
+
+
+def test_a_frozen_host_fails_the_engine_once_it_falls_silent(ckpt):
+    """SIGSTOP on node 1 (its launcher and rank): nothing exits and no socket closes, so only
+    the launcher's missing beats tell node 0; the step waiting on it fails instead of hanging."""
+    from atom.executor.multiproc import HOST_SILENCE_S
+
+    port = _free_ports(4)
+    node1 = _start_node1(ckpt, port)
+    frozen: list[int] = []
+    try:
+        engine = _node0(ckpt, port)
+        frozen = [node1.pid, *_children(node1.pid)]
+        try:
+            engine.add_request(_prompts(), SamplingParams(temperature=0, max_tokens=200,
+                                                          ignore_eos=True))
+            engine.step()
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+            t0 = time.monotonic()
+            with pytest.raises(WorkerDied, match="host 1 has been silent"):
+                for _ in range(400):
+                    engine.step()
+            assert time.monotonic() - t0 < HOST_SILENCE_S + 5
+        finally:
+            node0_ranks = [p.pid for p in engine.core.executor._procs]
+            engine.shutdown()
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+        node1.wait(30)
+        assert _gone(node0_ranks + frozen)
+    finally:
+        if node1.poll() is None:
+            node1.kill()
