@@ -118,3 +118,43 @@ def test_one_rank_through_the_multiproc_executor_gives_the_one_process_tokens(ck
         mp.shutdown()
     assert [o["token_ids"] for o in out] == [o["token_ids"] for o in one]
     assert _gone(pids)
+
+
+def _tokens_and_logprobs(engine, params: SamplingParams) -> tuple[list[list[int]], list[list]]:
+    logprobs: dict[str, list] = {}
+
+    def keep(out) -> None:
+        logprobs.setdefault(out.request_id, []).extend(out.logprobs or [])
+
+    ids = engine.add_request(_prompts(), params, stream_callback=keep)
+    done = {}
+    while not engine.is_finished():
+        for out in engine.step():
+            done[out["request_id"]] = out["token_ids"]
+    return [done[i] for i in ids], [logprobs[i] for i in ids]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "qwen3_moe"])
+def test_every_architecture_on_two_ranks_matches_one_through_chunks_and_preemption(arch, tmp_path):
+    """Greedy tokens equal and fp32 logprobs (the chosen token's and the top 2) within 1e-4,
+    with prompts chunked at 48 tokens and a pool of 10 blocks that preempts and recomputes."""
+    path = make_checkpoint(arch, tmp_path)
+    tight = ("kv_cache.num_blocks=10", "scheduler.reserve_ratio=0", "model.max_model_len=128")
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=2)
+    runs = []
+    for tp in (1, 2):
+        engine = local_engine(path, "scheduler.max_num_batched_tokens=48",
+                              f"parallel.tensor_parallel_size={tp}", *tight)
+        try:
+            runs.append(_tokens_and_logprobs(engine, params))
+            assert engine.core.scheduler.num_preempted > 0, "the pool is meant to preempt"
+        finally:
+            engine.shutdown()
+    (tok1, lp1), (tok2, lp2) = runs
+    assert tok2 == tok1
+    for a, b in zip(lp1, lp2):
+        assert len(a) == len(b) == 24
+        for x, y in zip(a, b):
+            assert x.token_id == y.token_id and abs(x.logprob - y.logprob) < 1e-4
+            assert [t for t, _ in x.top] == [t for t, _ in y.top]
+            assert all(abs(p - q) < 1e-4 for (_, p), (_, q) in zip(x.top, y.top))
