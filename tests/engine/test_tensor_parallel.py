@@ -2,8 +2,9 @@
 
 The layers shard by rank and all-reduce at block boundaries; the executor sends each step's
 SchedulerOutput to both ranks and reads rank 0's tokens back. Greedy tokens must equal the one-
-process run's, with async scheduling on and off; a rank that dies must make the engine fail at
-once, and shutdown must leave no rank behind.
+process run's, with async scheduling on and off, and for every architecture (DeepSeek-V3's MLA
+and grouped MoE included) its fp32 logprobs too, through chunked prefill and preemption; a rank
+that dies must make the engine fail at once, and shutdown must leave no rank behind.
 """
 from __future__ import annotations
 
@@ -134,7 +135,7 @@ def _tokens_and_logprobs(engine, params: SamplingParams) -> tuple[list[list[int]
     return [done[i] for i in ids], [logprobs[i] for i in ids]
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "qwen3_moe"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3_q_lora"])
 def test_every_architecture_on_two_ranks_matches_one_through_chunks_and_preemption(arch, tmp_path):
     """Greedy tokens equal and fp32 logprobs (the chosen token's and the top 2) within 1e-4,
     with prompts chunked at 48 tokens and a pool of 10 blocks that preempts and recomputes."""
