@@ -34,6 +34,7 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
     from atom.model_engine.engine_core import EngineCore
 
     _refuse_what_cannot_run(cfg)
+    _refuse_other_hosts(cfg)
     if cfg.parallel.data_parallel_size > 1:
         raise ConfigError("parallel.data_parallel_size", cfg.parallel.data_parallel_size,
                           "replicas run behind the server (python -m atom.run); an in-process "
@@ -101,6 +102,20 @@ def _refuse_what_cannot_run(cfg: Config) -> None:
         raise ConfigError.all_of(errors)
 
 
+def _refuse_other_hosts(cfg: Config) -> None:
+    """The engine and the API run on node 0 only: another host reaching them (an in-process
+    engine, the flag launcher) would wait for ranks nobody starts."""
+    import os
+
+    from atom.config.errors import ConfigError
+    from atom.config.hosts import resolve_hosts
+
+    node = resolve_hosts(cfg.parallel, os.environ).node_rank
+    if node != 0:
+        raise ConfigError("parallel.node_rank", node, "the engine and the API run on node 0; "
+                          "start this host's ranks with python -m atom.run (headless)")
+
+
 def build_engine(cfg: Config) -> "LLMEngine":
     """`atom.build_engine(cfg)`: an in-process LLMEngine over a core built from cfg."""
     from atom.llm_engine import LLMEngine
@@ -117,6 +132,7 @@ def build_app(cfg: Config) -> Any:
 
     if cfg.server.engine_source == "model":
         _refuse_what_cannot_run(cfg)  # here too, so no core process is needed to report it
+    _refuse_other_hosts(cfg)
     from atom.core_process import run_core
 
     dp = cfg.parallel.data_parallel_size

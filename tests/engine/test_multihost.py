@@ -166,3 +166,13 @@ def test_a_frozen_host_fails_the_engine_once_it_falls_silent(ckpt):
     finally:
         if node1.poll() is None:
             node1.kill()
+
+
+def test_an_engine_is_refused_on_another_host(ckpt):
+    """Node 1 runs ranks only (atom.run's headless path); an in-process engine there would wait
+    for ranks nobody starts."""
+    from atom.config.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        local_engine(ckpt, *COMMON, *_hosts(_free_ports(4), 1))
+    assert e.value.field == "parallel.node_rank" and "python -m atom.run" in e.value.rule
