@@ -32,6 +32,8 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
         return ScriptedEngineCore(cfg, build_tokenizer(cfg))
     from atom.config.errors import ConfigError
     from atom.model_engine.engine_core import EngineCore
+    from atom.model_engine.scheduler import Scheduler
+    from atom.models.hf_config import load_hf_config
 
     _refuse_what_cannot_run(cfg)
     _refuse_other_hosts(cfg)
@@ -39,21 +41,41 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
         raise ConfigError("parallel.data_parallel_size", cfg.parallel.data_parallel_size,
                           "replicas run behind the server (python -m atom.run); an in-process "
                           "engine is one replica (set 1)")
-    return EngineCore(cfg, build_executor(cfg, _tokenizer_eos(cfg, tokenizer)))
+    hf = load_hf_config(cfg)
+    executor = build_executor(cfg, hf)
+    eos = eos_token_ids(hf, _tokenizer_eos(cfg, tokenizer))
+    return EngineCore(cfg, executor, Scheduler(cfg, executor.num_blocks, eos,
+                                               executor.max_model_len))
 
 
-def build_executor(cfg: Config, eos_token_id: Any) -> Any:
+def build_executor(cfg: Config, hf: Any) -> Any:
     """One process and device for tensor_parallel_size 1; else (or with parallel.executor=
-    multiproc, tp=1 included) one worker process per rank."""
+    multiproc, tp=1 included) one worker process per rank, each building its runner with the
+    same function (handed over, as the workers run it)."""
+    from atom.runner_builder import build_runner
+
     tp = cfg.parallel.tensor_parallel_size
     if tp > 1 or cfg.parallel.executor == "multiproc":
         from atom.executor.multiproc import MultiprocExecutor
 
-        return MultiprocExecutor(cfg, eos_token_id, tp)
+        return MultiprocExecutor(cfg, hf, tp, build_runner)
     from atom.executor.uniproc import UniprocExecutor
-    from atom.runner.model_runner import ModelRunner
+    from atom.layers.parallel_state import ParallelState
 
-    return UniprocExecutor(ModelRunner(cfg, eos_token_id))
+    return UniprocExecutor(build_runner(cfg, hf, ParallelState()))
+
+
+def eos_token_ids(hf: Any, tokenizer_eos: Any) -> set[int]:
+    """Every id that ends a sequence: the model config's eos_token_id (an id or a list) and the
+    tokenizer's, which may name another id: a sequence ends at any of them. The one place the
+    set is made; the scheduler is handed it."""
+    ids: set[int] = set()
+    for v in (getattr(hf, "eos_token_id", None), tokenizer_eos):
+        if isinstance(v, int):
+            ids.add(v)
+        elif isinstance(v, (list, tuple)):
+            ids.update(int(x) for x in v)
+    return ids
 
 
 def run_headless_node(cfg: Config) -> int:
@@ -61,12 +83,15 @@ def run_headless_node(cfg: Config) -> int:
     them; the exit status of atom.run there."""
     from atom.executor.headless import run_node
 
+    from atom.models.hf_config import load_hf_config
+    from atom.runner_builder import build_runner
+
     _refuse_what_cannot_run(cfg)
-    return run_node(cfg, _tokenizer_eos(cfg, None), cfg.parallel.tensor_parallel_size)
+    return run_node(cfg, load_hf_config(cfg), cfg.parallel.tensor_parallel_size, build_runner)
 
 
 def _tokenizer_eos(cfg: Config, tokenizer: Any) -> Any:
-    """The tokenizer's EOS id (the runner adds the model config's own): from the tokenizer the
+    """The tokenizer's EOS id (eos_token_ids adds the model config's own): from the tokenizer the
     caller has, else one loaded for it; a model without a loadable tokenizer runs on ids. A
     GGUF's header is its tokenizer's: its EOS is already in the model config, and converting
     the GGUF vocabulary for it cost a first start ~15 s here, beside the API process doing the

@@ -73,7 +73,7 @@ def bytes_per_decode_step(eng, ctx: int) -> tuple[float, float]:
             w += p.shape[1] * p.element_size()
         else:
             w += p.numel() * p.element_size()
-    kv = ctx * runner.kv_spec.bytes_per_block / runner.kv_spec.block_size
+    kv = ctx * runner.kv.spec.bytes_per_block / runner.kv.spec.block_size
     return float(w), float(kv)
 
 
@@ -716,7 +716,6 @@ def bench_sampler() -> dict[str, Any]:
 def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
     """Logits after `tokens`, one prefill through the engine's own runner (engine idle)."""
     from atom.kernels.metadata import AttentionMetadata
-    from atom.layers import forward_context
     from atom.layers.forward_context import ForwardContext
 
     r = eng.core.executor.runner
@@ -726,8 +725,7 @@ def _last_logits(eng, tokens: list[int]) -> torch.Tensor:
     meta = AttentionMetadata(torch.tensor([0, n], **i32), torch.tensor([n], **i32),
                              torch.arange(blocks, **i32)[None], torch.arange(n, device=dev), n, n,
                              False, [n], [n])
-    with torch.inference_mode(), forward_context.forward_context(
-            ForwardContext(meta, r.kv_caches, r.kv_scales)):
+    with torch.inference_mode(), r.slot.using(ForwardContext(meta, r.kv.caches, r.kv.scales)):
         h = r.model(torch.tensor(tokens, device=dev), torch.arange(n, device=dev))
         return r.model.compute_logits(h[-1:])[0].float()
 

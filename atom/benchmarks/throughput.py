@@ -56,7 +56,7 @@ def run_transformers(cfg: Config, prompts: list[list[int]], out_lens: list[int])
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     from atom.models.hf_config import is_gguf, load_hf_config, model_source
-    from atom.runner.model_runner import resolve_device, resolve_dtype
+    from atom.runner.device import resolve_device, resolve_dtype
 
     device = resolve_device(cfg)
     dtype = resolve_dtype(cfg, device)

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Any, Callable
 
 import msgspec
 import zmq
@@ -37,8 +37,10 @@ _ZMQ_HEARTBEAT_MS = 1000  # ZMTP pings to node 0: a host that vanishes without a
 _ZMQ_HEARTBEAT_TIMEOUT_MS = 10_000
 
 
-def run_node(cfg: Config, eos_token_id: Optional[int], world_size: int) -> int:
-    """Run this host's ranks until node 0 stops them (0) or something fails (1)."""
+def run_node(cfg: Config, hf: Any, world_size: int,
+             build_runner: Callable[[Config, Any, Any], Any]) -> int:
+    """Run this host's ranks until node 0 stops them (0) or something fails (1); `hf` and
+    `build_runner` as MultiprocExecutor takes them."""
     hosts = resolve_hosts(cfg.parallel, os.environ)
     folder = tempfile.mkdtemp(prefix="atom-node-")
     ends = endpoints(world_size, hosts, folder)
@@ -55,7 +57,7 @@ def run_node(cfg: Config, eos_token_id: Optional[int], world_size: int) -> int:
     try:
         log.info("host %d of %d: ranks %s, node 0 at %s", hosts.node_rank, hosts.nnodes, ranks,
                  ends.dist_init)
-        procs = start_ranks(WorkerSpec(cfg, eos_token_id, world_size, ends.dist_init,
+        procs = start_ranks(WorkerSpec(cfg, hf, build_runner, world_size, ends.dist_init,
                                        ends.to_worker, ends.from_worker, os.getpid(), ranks),
                             ranks, folder)
         return _watch(hosts.node_rank, ranks, procs, push, monitor)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import msgspec
 import zmq
@@ -68,8 +68,11 @@ class RemoteStep:
 
 
 class MultiprocExecutor:
-    def __init__(self, cfg: Config, eos_token_id: Optional[int], world_size: int,
+    def __init__(self, cfg: Config, hf: Any, world_size: int,
+                 build_runner: Callable[[Config, Any, Any], Any],
                  ready_timeout_s: float = 0.0) -> None:
+        """hf: the model's config, loaded once here for every rank; build_runner: what each
+        rank builds its runner with (atom.runner_builder.build_runner), run in the worker."""
         self.world_size = world_size
         self._hosts = resolve_hosts(cfg.parallel, os.environ)
         self._dir = tempfile.mkdtemp(prefix="atom-ranks-")
@@ -88,7 +91,7 @@ class MultiprocExecutor:
         try:
             self._pull, self._push = self._bind(self._ends)
             self._procs = start_ranks(
-                WorkerSpec(cfg, eos_token_id, world_size, self._ends.dist_init,
+                WorkerSpec(cfg, hf, build_runner, world_size, self._ends.dist_init,
                            self._ends.to_worker, self._ends.from_worker, os.getpid(),
                            node_ranks(world_size, self._hosts, 0)),
                 node_ranks(world_size, self._hosts, 0), self._dir)
@@ -99,7 +102,6 @@ class MultiprocExecutor:
         self.num_blocks = min(r.num_blocks for r in ready)
         first = next(r for r in ready if r.rank == 0)
         self.max_model_len, self.vocab_size = first.max_model_len, first.vocab_size
-        self.eos_token_ids = set(first.eos_token_ids)
         self.device_type = first.device_type
         log.info("%d ranks ready over %d host(s) (%s); KV blocks per rank: %d", world_size,
                  self._hosts.nnodes, first.device_type, self.num_blocks)

@@ -14,7 +14,6 @@ class UniprocExecutor:
         self.num_blocks = runner.num_blocks
         self.max_model_len = runner.max_model_len
         self.vocab_size = runner.vocab_size
-        self.eos_token_ids = runner.eos_token_ids
         self.device_type = runner.device.type
 
     def execute(self, out: SchedulerOutput) -> LaunchedStep:

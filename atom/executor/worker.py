@@ -1,9 +1,10 @@
 """One rank of a multi-process executor: its own process, device and model shard.
 
 Started by MultiprocExecutor (or, on another host, by atom/executor/headless.py) as
-`python -m atom.executor.worker SPEC_FILE RANK`. The rank joins
-the torch.distributed group (NCCL on GPUs, gloo on CPUs), builds its ModelRunner (the layers
-shard themselves by rank), agrees with the others on the KV block count (the minimum), then
+`python -m atom.executor.worker SPEC_FILE RANK`. The rank joins the torch.distributed group
+(NCCL on GPUs, gloo on CPUs), builds its ModelRunner with the function the builder handed over
+(the layers shard themselves by the rank it reads), agrees with the others on the KV block
+count (the minimum), then
 runs every step the engine core broadcasts. Rank 0 alone answers with the tokens each request
 keeps; every rank samples the same tokens from the same gathered logits, so each one's
 pending tokens (async scheduling) match.
@@ -20,7 +21,7 @@ import pickle
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable
 
 import msgspec
 import zmq
@@ -35,7 +36,8 @@ class WorkerSpec:
     """Everything a rank needs, written once by the executor for all ranks."""
 
     cfg: Any  # the run's Config
-    eos_token_id: Optional[int]
+    hf: Any  # the model's config, loaded once by the executor's process
+    build_runner: Callable[[Any, Any, Any], Any]  # (cfg, hf, ParallelState) → the rank's runner
     world_size: int
     dist_init: str  # torch.distributed init_method, e.g. tcp://127.0.0.1:PORT
     to_worker: list[str]  # ZMQ address each rank pulls its steps from
@@ -81,8 +83,7 @@ def _min_blocks(num_blocks: int, backend: str) -> int:
 def serve(spec: WorkerSpec, rank: int) -> None:
     from atom.executor.worker_ipc import (Flush, RunStep, StepResult, Stop, ToWorker, WorkerFailed,
                                           WorkerReady)
-    from atom.runner.model_runner import ModelRunner
-
+    from atom.layers.parallel_state import ParallelState
     ctx = zmq.Context()
     pull = ctx.socket(zmq.PULL)
     pull.connect(spec.to_worker[rank])
@@ -93,10 +94,10 @@ def serve(spec: WorkerSpec, rank: int) -> None:
     decode = msgspec.msgpack.Decoder(ToWorker).decode
     try:
         spec, backend = _join_group(spec, rank)
-        runner = ModelRunner(spec.cfg, spec.eos_token_id)
+        runner = spec.build_runner(spec.cfg, spec.hf, ParallelState.of_process())
         blocks = _min_blocks(runner.num_blocks, backend)
         push.send(encode(WorkerReady(rank, blocks, runner.max_model_len, runner.vocab_size,
-                                     sorted(runner.eos_token_ids), runner.device.type)))
+                                     runner.device.type)))
         in_flight = None
 
         def answer(step: Any) -> None:

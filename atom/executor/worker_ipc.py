@@ -31,7 +31,6 @@ class WorkerReady(msgspec.Struct, tag="ready"):
     num_blocks: int  # the minimum over every rank: what the scheduler may hand out
     max_model_len: int
     vocab_size: int
-    eos_token_ids: list[int]
     device_type: str
 
 

@@ -14,17 +14,17 @@ from torch import nn
 
 from atom.kernels.backend import KernelBackend
 from atom.kernels.quantized_weight import QuantizedWeight
-from atom.layers.distributed import all_gather_last_dim, all_reduce, tp_rank, tp_size
-from atom.layers.forward_context import backend
+from atom.layers.model_context import ModelContext
 
 
 class VocabParallelEmbedding(nn.Module):
-    def __init__(self, vocab_size: int, hidden: int) -> None:
+    def __init__(self, mc: ModelContext, vocab_size: int, hidden: int) -> None:
         super().__init__()
-        n = tp_size()
+        self.parallel = mc.parallel
+        n = mc.parallel.tp_size
         self.vocab_size = vocab_size
         self.shard = (vocab_size + n - 1) // n
-        self.start = tp_rank() * self.shard
+        self.start = mc.parallel.tp_rank * self.shard
         self.weight = nn.Parameter(torch.empty(self.shard, hidden), requires_grad=False)
         self.weight.weight_loader = self.weight_loader  # type: ignore[attr-defined]
         self.weight.takes_quantized = True  # type: ignore[attr-defined]
@@ -43,17 +43,18 @@ class VocabParallelEmbedding(nn.Module):
         param.data[:rows].copy_(loaded_rows)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        if tp_size() == 1:
+        if self.parallel.tp_size == 1:
             return F.embedding(ids, self.weight)
         local = ids - self.start
         inside = (local >= 0) & (local < self.shard)
         out = F.embedding(local.clamp(0, self.shard - 1), self.weight) * inside.unsqueeze(-1)
-        return all_reduce(out)
+        return self.parallel.all_reduce(out)
 
 
 class ParallelLMHead(VocabParallelEmbedding):
-    def __init__(self, vocab_size: int, hidden: int) -> None:
-        super().__init__(vocab_size, hidden)
+    def __init__(self, mc: ModelContext, vocab_size: int, hidden: int) -> None:
+        super().__init__(mc, vocab_size, hidden)
+        self.backend = mc.backend
         self.head_weight: Optional[Any] = None  # the backend's prepared quantized table
 
     def prepare_weights(self, be: KernelBackend) -> None:
@@ -63,7 +64,5 @@ class ParallelLMHead(VocabParallelEmbedding):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         w = self.weight if self.head_weight is None else self.head_weight
-        logits = backend().linear(hidden, w)
-        if tp_size() > 1:
-            logits = all_gather_last_dim(logits)
+        logits = self.parallel.all_gather_last_dim(self.backend.linear(hidden, w))
         return logits[..., : self.vocab_size]

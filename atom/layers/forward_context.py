@@ -1,55 +1,47 @@
-"""The per-forward context the kernels need: attention metadata and the KV cache of each layer.
+"""The per-forward context the attention layers need: this step's metadata and every layer's
+KV cache, put by the runner into the slot its own model's layers were built with.
 
-The one global the codebase allows: set by the model runner around each forward (and each CUDA
-graph capture), read by attention layers, so model code stays free of plumbing.
+Each model has its own slot (ModelContext.forward), so two models in one process — a target
+and its draft — each find their own cache and metadata, and model code stays free of plumbing.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional
+from typing import Iterator, Optional
 
 import torch
 
-from atom.kernels.backend import KernelBackend
 from atom.kernels.metadata import AttentionMetadata
 
 
 @dataclass
 class ForwardContext:
     meta: AttentionMetadata
-    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer (k_cache, v_cache)
+    kv_caches: list[tuple[torch.Tensor, ...]]  # per layer: (k_cache, v_cache), or (latent,)
     kv_scales: list[tuple[float, float]]
-    # Under torch.compile: layer index → attention layer, for the atom::paged_attention op.
-    attention_layers: Optional[Mapping[int, Any]] = None
 
 
-_CTX: Optional[ForwardContext] = None
-_BACKEND: Optional[KernelBackend] = None
+class ForwardSlot:
+    """Where one model's layers find the context of the forward running now (None between
+    forwards). A plain attribute: attention reads it once per layer per step."""
 
+    __slots__ = ("ctx",)
 
-def set_backend(backend: KernelBackend) -> None:
-    global _BACKEND
-    _BACKEND = backend
+    def __init__(self) -> None:
+        self.ctx: Optional[ForwardContext] = None
 
+    def current(self) -> ForwardContext:
+        ctx = self.ctx
+        if ctx is None:
+            raise RuntimeError("attention needs a forward context (set by the model runner)")
+        return ctx
 
-def backend() -> KernelBackend:
-    if _BACKEND is None:
-        from atom.kernels.backend import get_backend
-
-        set_backend(get_backend("torch"))
-    return _BACKEND  # type: ignore[return-value]
-
-
-def current() -> Optional[ForwardContext]:
-    return _CTX
-
-
-@contextmanager
-def forward_context(ctx: ForwardContext) -> Iterator[None]:
-    global _CTX
-    prev, _CTX = _CTX, ctx
-    try:
-        yield
-    finally:
-        _CTX = prev
+    @contextmanager
+    def using(self, ctx: ForwardContext) -> Iterator[None]:
+        """ctx for the forwards (or the CUDA-graph capture) inside; the previous one after."""
+        prev, self.ctx = self.ctx, ctx
+        try:
+            yield
+        finally:
+            self.ctx = prev

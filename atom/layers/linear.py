@@ -14,25 +14,27 @@ from torch import nn
 
 from atom.kernels.backend import KernelBackend
 from atom.kernels.quantized_weight import QuantizedWeight, cat_rows
-from atom.layers.distributed import all_reduce, tp_rank, tp_size
-from atom.layers.forward_context import backend
+from atom.layers.model_context import ModelContext
+from atom.layers.parallel_state import ParallelState
 
 Loaded = Union[torch.Tensor, QuantizedWeight]
 
 
-def _shard(t: Loaded, dim: int) -> Loaded:
-    n = tp_size()
+def _shard(t: Loaded, dim: int, parallel: ParallelState) -> Loaded:
+    n = parallel.tp_size
     if n == 1:
         return t
     size = t.shape[dim] // n
+    start = parallel.tp_rank * size
     if isinstance(t, QuantizedWeight):
-        return t.rows(tp_rank() * size, size) if dim == 0 else t.columns(tp_rank() * size, size)
-    return t.narrow(dim, tp_rank() * size, size)
+        return t.rows(start, size) if dim == 0 else t.columns(start, size)
+    return t.narrow(dim, start, size)
 
 
 class LinearBase(nn.Module):
-    def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
+    def __init__(self, mc: ModelContext, in_features: int, out_features: int, bias: bool) -> None:
         super().__init__()
+        self.backend, self.parallel = mc.backend, mc.parallel
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
         self.weight.weight_loader = self.weight_loader  # type: ignore[attr-defined]
         self.weight.takes_quantized = True  # type: ignore[attr-defined]
@@ -71,7 +73,7 @@ class LinearBase(nn.Module):
         self.weight = prepared
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return backend().linear(x, self.weight, self.bias)
+        return self.backend.linear(x, self.weight, self.bias)
 
 
 class ReplicatedLinear(LinearBase):
@@ -81,66 +83,69 @@ class ReplicatedLinear(LinearBase):
 class ColumnParallelLinear(LinearBase):
     """Output features split across ranks; no communication."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
-        assert out_features % tp_size() == 0, (out_features, tp_size())
-        super().__init__(in_features, out_features // tp_size(), bias)
+    def __init__(self, mc: ModelContext, in_features: int, out_features: int,
+                 bias: bool = False) -> None:
+        n = mc.parallel.tp_size
+        assert out_features % n == 0, (out_features, n)
+        super().__init__(mc, in_features, out_features // n, bias)
 
     def weight_loader(self, param, loaded, shard_id=None):
-        self._put(param, 0, _shard(loaded, 0))
+        self._put(param, 0, _shard(loaded, 0, self.parallel))
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
     """Several column-parallel outputs stored as one matrix (gate_up_proj); shard_id = index."""
 
-    def __init__(self, in_features: int, output_sizes: list[int], bias: bool = False) -> None:
+    def __init__(self, mc: ModelContext, in_features: int, output_sizes: list[int],
+                 bias: bool = False) -> None:
         self.output_sizes = output_sizes
-        super().__init__(in_features, sum(output_sizes), bias)
+        super().__init__(mc, in_features, sum(output_sizes), bias)
 
     def weight_loader(self, param, loaded, shard_id=None):
-        n = tp_size()
-        offset = sum(self.output_sizes[:shard_id]) // n
-        self._put(param, offset, _shard(loaded, 0))
+        offset = sum(self.output_sizes[:shard_id]) // self.parallel.tp_size
+        self._put(param, offset, _shard(loaded, 0, self.parallel))
 
 
 class QKVParallelLinear(ColumnParallelLinear):
     """q, k and v projections as one matrix; heads split across ranks (shard_id = q | k | v)."""
 
-    def __init__(self, hidden: int, head_dim: int, num_heads: int, num_kv_heads: int,
-                 bias: bool = False) -> None:
+    def __init__(self, mc: ModelContext, hidden: int, head_dim: int, num_heads: int,
+                 num_kv_heads: int, bias: bool = False) -> None:
         self.head_dim, self.num_heads, self.num_kv_heads = head_dim, num_heads, num_kv_heads
-        n = tp_size()
-        kv_rows = max(num_kv_heads, n) * head_dim  # every rank keeps at least one KV head
-        super().__init__(hidden, num_heads * head_dim + 2 * kv_rows, bias)
+        kv_rows = max(num_kv_heads, mc.parallel.tp_size) * head_dim  # a KV head on every rank
+        super().__init__(mc, hidden, num_heads * head_dim + 2 * kv_rows, bias)
 
     def weight_loader(self, param, loaded, shard_id=None):
-        n = tp_size()
+        n = self.parallel.tp_size
         q = self.num_heads * self.head_dim // n
         kv = max(1, self.num_kv_heads // n) * self.head_dim
         offset = {"q": 0, "k": q, "v": q + kv}[shard_id]
         if shard_id != "q" and self.num_kv_heads < n:  # this rank's replica of one KV head
-            start = tp_rank() * self.num_kv_heads // n * self.head_dim
+            start = self.parallel.tp_rank * self.num_kv_heads // n * self.head_dim
             loaded = (loaded.rows(start, self.head_dim) if isinstance(loaded, QuantizedWeight)
                       else loaded.narrow(0, start, self.head_dim))
         else:
-            loaded = _shard(loaded, 0)
+            loaded = _shard(loaded, 0, self.parallel)
         self._put(param, offset, loaded)
 
 
 class RowParallelLinear(LinearBase):
     """Input features split across ranks; partial outputs summed with an all-reduce."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
-        assert in_features % tp_size() == 0, (in_features, tp_size())
-        super().__init__(in_features // tp_size(), out_features, bias)
+    def __init__(self, mc: ModelContext, in_features: int, out_features: int,
+                 bias: bool = False) -> None:
+        n = mc.parallel.tp_size
+        assert in_features % n == 0, (in_features, n)
+        super().__init__(mc, in_features // n, out_features, bias)
+        self.adds_bias = mc.parallel.tp_rank == 0  # the reduced sum gets the bias once
 
     def weight_loader(self, param, loaded, shard_id=None):
-        self._put(param, 0, _shard(loaded, 1) if param.dim() == 2 else loaded)
+        self._put(param, 0, _shard(loaded, 1, self.parallel) if param.dim() == 2 else loaded)
 
     def forward(self, x: torch.Tensor, silu_gate: bool = False) -> torch.Tensor:
         """With silu_gate, x is a gated MLP's [gate | up] and silu(gate) * up is what gets
         projected: a backend can fuse the activation into the projection (batch-1 GEMV)."""
-        bias: Optional[torch.Tensor] = self.bias if tp_rank() == 0 else None
-        be = backend()
+        bias: Optional[torch.Tensor] = self.bias if self.adds_bias else None
         if silu_gate:
-            return all_reduce(be.silu_and_mul_linear(x, self.weight, bias))
-        return all_reduce(be.linear(x, self.weight, bias))
+            return self.parallel.all_reduce(self.backend.silu_and_mul_linear(x, self.weight, bias))
+        return self.parallel.all_reduce(self.backend.linear(x, self.weight, bias))

@@ -12,7 +12,7 @@ give the same result:
   nothing is up-projected per cached token.
 
 The layer owns the absorbed weights (made once after loading, `absorb`) and reads its cache and
-this step's metadata from the forward context, like PagedAttention.
+this step's metadata from its model's forward slot, like PagedAttention.
 """
 from __future__ import annotations
 
@@ -21,13 +21,15 @@ from torch import nn
 
 from atom.kernels.metadata import AttentionMetadata
 from atom.layers.kv_spec import MLASpec
-from atom.layers.forward_context import backend, current
+from atom.layers.model_context import ModelContext
 
 
 class MLAAttention(nn.Module):
-    def __init__(self, num_heads: int, qk_nope_head_dim: int, qk_rope_head_dim: int,
-                 v_head_dim: int, kv_lora_rank: int, scale: float, layer_idx: int) -> None:
+    def __init__(self, mc: ModelContext, num_heads: int, qk_nope_head_dim: int,
+                 qk_rope_head_dim: int, v_head_dim: int, kv_lora_rank: int, scale: float,
+                 layer_idx: int) -> None:
         super().__init__()
+        self.backend, self.slot = mc.backend, mc.forward
         self.num_heads, self.nope, self.rope = num_heads, qk_nope_head_dim, qk_rope_head_dim
         self.v_head_dim, self.kv_lora_rank = v_head_dim, kv_lora_rank
         self.scale, self.layer_idx = scale, layer_idx
@@ -56,11 +58,10 @@ class MLAAttention(nn.Module):
 
         The batch's leading one-query sequences (AttentionMetadata.num_decode_seqs, or all of an
         all-decode batch) take the absorbed path, the rest the up-projected one."""
-        ctx = current()
-        assert ctx is not None, "attention needs a forward context (set by the model runner)"
+        ctx = self.slot.current()
         (latent_cache,) = ctx.kv_caches[self.layer_idx]
         kv_scale = ctx.kv_scales[self.layer_idx][0]
-        meta, be = ctx.meta, backend()
+        meta, be = ctx.meta, self.backend
         q_nope, q_pe = q.split([self.nope, self.rope], dim=-1)
         q_pe = be.mla_rope_store(positions, q_pe, k_pe, kv_c, latent_cache, meta.slot_mapping,
                                  kv_scale, cos_sin_cache, is_neox)
@@ -82,6 +83,6 @@ class MLAAttention(nn.Module):
         q_nope [T, H, N], q_pe [T, H, R] rotated → [T, H, V]."""
         q_lat = torch.bmm(q_nope.transpose(0, 1), self.w_uk).transpose(0, 1)
         q_mqa = torch.cat([q_lat, q_pe], dim=-1)
-        out_lat = backend().mla_decode_attention(q_mqa, latent_cache, meta, self.kv_lora_rank,
+        out_lat = self.backend.mla_decode_attention(q_mqa, latent_cache, meta, self.kv_lora_rank,
                                                  self.scale, kv_scale)
         return torch.bmm(out_lat.transpose(0, 1), self.w_uv).transpose(0, 1)

@@ -12,8 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from atom.layers.distributed import all_reduce, tp_rank, tp_size
-from atom.layers.forward_context import backend
+from atom.layers.model_context import ModelContext
 
 
 def softmax_topk(router_logits: torch.Tensor, top_k: int,
@@ -70,10 +69,11 @@ class GroupedTopKRouter(nn.Module):
 class FusedMoE(nn.Module):
     """The experts of one MoE layer; the router's choice comes in with the tokens."""
 
-    def __init__(self, num_experts: int, hidden: int, intermediate: int) -> None:
+    def __init__(self, mc: ModelContext, num_experts: int, hidden: int, intermediate: int) -> None:
         super().__init__()
+        self.backend, self.parallel = mc.backend, mc.parallel
         self.num_experts = num_experts
-        self.inter = intermediate // tp_size()
+        self.inter = intermediate // mc.parallel.tp_size
         self.w13 = nn.Parameter(torch.empty(num_experts, 2 * self.inter, hidden), requires_grad=False)
         self.w2 = nn.Parameter(torch.empty(num_experts, hidden, self.inter), requires_grad=False)
         self.w13.weight_loader = self.weight_loader  # type: ignore[attr-defined]
@@ -82,7 +82,7 @@ class FusedMoE(nn.Module):
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id) -> None:
         """shard_id = (expert, 'gate'|'up'|'down'), or ('all', 'gate_up'|'down') for fused tensors."""
         expert, which = shard_id
-        r, n = tp_rank() * self.inter, self.inter
+        r, n = self.parallel.tp_rank * self.inter, self.inter
         if expert == "all":
             if which == "gate_up":  # [E, 2I, H]: gate rows then up rows
                 full = loaded.shape[1] // 2
@@ -108,7 +108,7 @@ class FusedMoE(nn.Module):
         token_of = order // experts.shape[1]
         w_sorted = weights.flatten()[order]
         start = 0
-        act = backend()
+        act = self.backend
         for e, c in enumerate(counts):
             if c == 0:
                 continue
@@ -117,4 +117,4 @@ class FusedMoE(nn.Module):
             y = F.linear(h, self.w2[e]).float() * w_sorted[start:start + c].unsqueeze(-1)
             out.index_add_(0, idx, y)
             start += c
-        return all_reduce(out.to(x.dtype))
+        return self.parallel.all_reduce(out.to(x.dtype))

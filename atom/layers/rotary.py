@@ -92,6 +92,15 @@ def rope_kind(scaling: Optional[dict[str, Any]]) -> str:
     return (scaling or {}).get("rope_type") or (scaling or {}).get("type") or "default"
 
 
+def partial_rotary_factor(hf: Any) -> float:
+    """The share of each head that rotates: a top-level field before transformers 5, a key of
+    `rope_parameters` since (where GLM-4.5's 0.5 and MiniMax-M2's `rotary_dim / head_dim` live)."""
+    top = getattr(hf, "partial_rotary_factor", None)
+    if top is not None:
+        return float(top)
+    return float((getattr(hf, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0))
+
+
 def rope_params(hf: Any) -> tuple[float, Optional[dict[str, Any]]]:
     """(theta, scaling) from an HF config, old spelling (rope_theta/rope_scaling) or new
     (rope_parameters)."""

@@ -12,7 +12,10 @@ from atom.kernels.quantized_weight import QuantizedWeight
 
 log = logging.getLogger("atom.loader")
 
-_EXPERT = re.compile(r"\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+_EXPERT = re.compile(r"\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight$")
+# Mixtral-style expert names (MiniMax-M2's checkpoints): w1 the gate, w3 the up, w2 the down.
+_EXPERT_PART = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down",
+                "w1": "gate", "w3": "up", "w2": "down"}
 _FUSED_EXPERT = re.compile(r"\.experts\.(gate_up_proj|down_proj)$")
 
 
@@ -20,7 +23,7 @@ def _route(name: str, mapping: dict) -> tuple[str, object]:
     """(parameter name, shard id) for a checkpoint tensor name."""
     m = _EXPERT.search(name)
     if m:
-        e, which = int(m.group(1)), m.group(2).split("_")[0]
+        e, which = int(m.group(1)), _EXPERT_PART[m.group(2)]
         param = name[: m.start()] + (".experts.w2" if which == "down" else ".experts.w13")
         return param, (e, which)
     m = _FUSED_EXPERT.search(name)

@@ -32,15 +32,14 @@ class RequestRejected(ValueError):
 
 
 class EngineCore:
-    """Scheduling and request bookkeeping over an executor that runs the steps (built and handed
-    in by the builder)."""
+    """Scheduling and request bookkeeping over an executor that runs the steps and a scheduler
+    sized for it (both built and handed in by the builder)."""
 
-    def __init__(self, cfg: Config, executor: Executor) -> None:
+    def __init__(self, cfg: Config, executor: Executor, scheduler: Scheduler) -> None:
         self.cfg = cfg
         self.executor = executor
         self.max_model_len = executor.max_model_len
-        self.scheduler = Scheduler(cfg, executor.num_blocks, executor.eos_token_ids,
-                                   self.max_model_len)
+        self.scheduler = scheduler
         self.seqs: dict[str, Sequence] = {}
         self._penalized: set[str] = set()  # live requests whose sampling reads host token lists
         self._pending: list[StepOutput] = []

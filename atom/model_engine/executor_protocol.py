@@ -19,7 +19,6 @@ class Executor(Protocol):
     num_blocks: int
     max_model_len: int
     vocab_size: int
-    eos_token_ids: set[int]
     device_type: str  # "cuda" | "cpu": decides what async scheduling defaults to
 
     def execute(self, out: SchedulerOutput) -> LaunchedStepProtocol: ...

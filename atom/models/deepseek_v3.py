@@ -17,12 +17,11 @@ from torch import nn
 from atom.config.errors import ConfigError
 from atom.layers.linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear
 from atom.layers.mla import MLAAttention
+from atom.layers.model_context import ModelContext
 from atom.layers.moe import FusedMoE, GroupedTopKRouter
 from atom.layers.norm import RMSNorm
 from atom.layers.rotary import RotaryEmbedding, rope_kind, rope_params, yarn_mscale
 from atom.models.llama import LlamaForCausalLM, LlamaMLP, LlamaModel
-from atom.layers.distributed import tp_size
-from atom.layers.forward_context import backend
 
 # transformers' DeepseekV3RMSNorm default, which q_a_layernorm and kv_a_layernorm keep (they do
 # not take rms_norm_eps).
@@ -50,26 +49,28 @@ def rotary_embedding(hf: Any) -> RotaryEmbedding:
 
 
 class DeepseekV3Attention(nn.Module):
-    def __init__(self, hf: Any, layer_idx: int, bias: bool, rotary: RotaryEmbedding) -> None:
+    def __init__(self, mc: ModelContext, hf: Any, layer_idx: int, bias: bool,
+                 rotary: RotaryEmbedding) -> None:
         super().__init__()
         heads = hf.num_attention_heads
         self.nope, self.rope, self.v_dim = hf.qk_nope_head_dim, hf.qk_rope_head_dim, hf.v_head_dim
-        self.kv_lora_rank, self.num_heads = hf.kv_lora_rank, heads // tp_size()
+        self.kv_lora_rank, self.num_heads = hf.kv_lora_rank, heads // mc.parallel.tp_size
         qk = self.nope + self.rope
         self.q_lora_rank: Optional[int] = hf.q_lora_rank
         if self.q_lora_rank is None:
-            self.q_proj = ColumnParallelLinear(hf.hidden_size, heads * qk)
+            self.q_proj = ColumnParallelLinear(mc, hf.hidden_size, heads * qk)
         else:
-            self.q_a_proj = ReplicatedLinear(hf.hidden_size, self.q_lora_rank, bias=bias)
-            self.q_a_layernorm = RMSNorm(self.q_lora_rank, _LATENT_NORM_EPS)
-            self.q_b_proj = ColumnParallelLinear(self.q_lora_rank, heads * qk)
-        self.kv_a_proj_with_mqa = ReplicatedLinear(hf.hidden_size, self.kv_lora_rank + self.rope,
-                                                   bias=bias)
-        self.kv_a_layernorm = RMSNorm(self.kv_lora_rank, _LATENT_NORM_EPS)
-        self.kv_b_proj = ColumnParallelLinear(self.kv_lora_rank, heads * (self.nope + self.v_dim))
-        self.o_proj = RowParallelLinear(heads * self.v_dim, hf.hidden_size, bias=bias)
+            self.q_a_proj = ReplicatedLinear(mc, hf.hidden_size, self.q_lora_rank, bias=bias)
+            self.q_a_layernorm = RMSNorm(mc, self.q_lora_rank, _LATENT_NORM_EPS)
+            self.q_b_proj = ColumnParallelLinear(mc, self.q_lora_rank, heads * qk)
+        self.kv_a_proj_with_mqa = ReplicatedLinear(mc, hf.hidden_size,
+                                                   self.kv_lora_rank + self.rope, bias=bias)
+        self.kv_a_layernorm = RMSNorm(mc, self.kv_lora_rank, _LATENT_NORM_EPS)
+        self.kv_b_proj = ColumnParallelLinear(mc, self.kv_lora_rank,
+                                              heads * (self.nope + self.v_dim))
+        self.o_proj = RowParallelLinear(mc, heads * self.v_dim, hf.hidden_size, bias=bias)
         self.rotary_emb = rotary
-        self.attn = MLAAttention(self.num_heads, self.nope, self.rope, self.v_dim,
+        self.attn = MLAAttention(mc, self.num_heads, self.nope, self.rope, self.v_dim,
                                  self.kv_lora_rank, softmax_scale(hf), layer_idx)
 
     def process_weights_after_loading(self) -> None:
@@ -90,15 +91,15 @@ class DeepseekV3Attention(nn.Module):
 
 
 class DeepseekV3MoE(nn.Module):
-    def __init__(self, hf: Any) -> None:
+    def __init__(self, mc: ModelContext, hf: Any) -> None:
         super().__init__()
         self.gate = GroupedTopKRouter(hf.hidden_size, hf.n_routed_experts, hf.num_experts_per_tok,
                                       hf.n_group, hf.topk_group, bool(hf.norm_topk_prob),
                                       float(hf.routed_scaling_factor))
-        self.experts = FusedMoE(hf.n_routed_experts, hf.hidden_size, hf.moe_intermediate_size)
+        self.experts = FusedMoE(mc, hf.n_routed_experts, hf.hidden_size, hf.moe_intermediate_size)
         self.shared_experts: Optional[LlamaMLP] = None
         if hf.n_shared_experts:
-            self.shared_experts = LlamaMLP(hf.hidden_size,
+            self.shared_experts = LlamaMLP(mc, hf.hidden_size,
                                            hf.moe_intermediate_size * hf.n_shared_experts,
                                            getattr(hf, "hidden_act", "silu"))
 
@@ -114,16 +115,17 @@ class DeepseekV3MoE(nn.Module):
 
 
 class DeepseekV3DecoderLayer(nn.Module):
-    def __init__(self, hf: Any, layer_idx: int, bias: bool, rotary: RotaryEmbedding) -> None:
+    def __init__(self, mc: ModelContext, hf: Any, layer_idx: int, bias: bool,
+                 rotary: RotaryEmbedding) -> None:
         super().__init__()
-        self.self_attn = DeepseekV3Attention(hf, layer_idx, bias, rotary)
+        self.self_attn = DeepseekV3Attention(mc, hf, layer_idx, bias, rotary)
         if layer_idx >= hf.first_k_dense_replace:
-            self.mlp: nn.Module = DeepseekV3MoE(hf)
+            self.mlp: nn.Module = DeepseekV3MoE(mc, hf)
         else:
-            self.mlp = LlamaMLP(hf.hidden_size, hf.intermediate_size,
+            self.mlp = LlamaMLP(mc, hf.hidden_size, hf.intermediate_size,
                                 getattr(hf, "hidden_act", "silu"))
-        self.input_layernorm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
+        self.input_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor,
                 residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,10 +138,11 @@ class DeepseekV3DecoderLayer(nn.Module):
 
 
 class DeepseekV3Model(LlamaModel):
-    def make_layers(self, hf: Any, qkv_bias: bool, o_bias: bool) -> nn.ModuleList:
+    def make_layers(self, mc: ModelContext, hf: Any, qkv_bias: bool,
+                    o_bias: bool) -> nn.ModuleList:
         """attention_bias is on q_a_proj, kv_a_proj_with_mqa and o_proj alike."""
         rotary = rotary_embedding(hf)
-        return nn.ModuleList(DeepseekV3DecoderLayer(hf, i, qkv_bias, rotary)
+        return nn.ModuleList(DeepseekV3DecoderLayer(mc, hf, i, qkv_bias, rotary)
                              for i in range(hf.num_hidden_layers))
 
 
@@ -147,9 +150,9 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
     model_cls = DeepseekV3Model
     packed_modules_mapping = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
 
-    def __init__(self, hf: Any) -> None:
-        refuse_what_cannot_run(hf)
-        super().__init__(hf)
+    def __init__(self, hf: Any, mc: ModelContext) -> None:
+        refuse_what_cannot_run(hf, mc)
+        super().__init__(hf, mc)
 
     def skip_weight(self, name: str) -> bool:
         """The checkpoint's MTP layers: decoder indices at and past num_hidden_layers (also the
@@ -158,7 +161,7 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
         return m is not None and int(m.group(1)) >= self.hf_config.num_hidden_layers
 
 
-def refuse_what_cannot_run(hf: Any) -> None:
+def refuse_what_cannot_run(hf: Any, mc: ModelContext) -> None:
     """Block-fp8 checkpoints (R1's own: `weight_scale_inv` per 128×128 block), routers other than
     V3's and kernel backends without MLA stop here, before any weight is read, instead of
     failing inside the load or computing something else."""
@@ -173,6 +176,6 @@ def refuse_what_cannot_run(hf: Any) -> None:
         if value != supported:
             raise ConfigError(f"model.hf_config.{key}", value,
                               f"DeepseekV3 routing is implemented for {key}={supported} only")
-    if not hasattr(backend(), "mla_decode_attention"):
-        raise ConfigError("runtime.kernels", backend().name, "MLA has only the torch reference "
+    if not hasattr(mc.backend, "mla_decode_attention"):
+        raise ConfigError("runtime.kernels", mc.backend.name, "MLA has only the torch reference "
                           "kernels yet (runtime.kernels=torch; on a CPU, cpu works too)")

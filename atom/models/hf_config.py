@@ -94,7 +94,8 @@ def read_architecture_shape(cfg: Config) -> Optional[ArchitectureShape]:
 
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                "qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}
+                "qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
+                "glm4_moe": "Glm4MoeForCausalLM", "minimax_m2": "MiniMaxM2ForCausalLM"}
 
 
 def architecture_of(hf: Any) -> str:
@@ -105,6 +106,11 @@ def architecture_of(hf: Any) -> str:
     return _MODEL_TYPES.get(hf.model_type, f"model_type:{hf.model_type}")
 
 
+# Model types whose config.json names remote code for a config transformers has under another
+# name: Kimi-K2's `kimi_k2` is DeepSeek-V3's config (configuration_deepseek.DeepseekV3Config).
+_CONFIG_ALIASES = {"kimi_k2": "deepseek_v3"}
+
+
 def config_class(model_type: str) -> Any:
     """The transformers config class of a model type, imported by itself. `AutoConfig` imports
     the package of every auto class, and on some transformers releases that package pulls in
@@ -113,6 +119,7 @@ def config_class(model_type: str) -> Any:
     type has no such module (AutoConfig knows more aliases)."""
     import importlib
 
+    model_type = _CONFIG_ALIASES.get(model_type, model_type)
     try:
         mod = importlib.import_module(f"transformers.models.{model_type}.configuration_{model_type}")
     except ImportError:

@@ -14,8 +14,8 @@ from atom.layers.attention import PagedAttention
 from atom.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from atom.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from atom.layers.norm import RMSNorm
-from atom.layers.rotary import RotaryEmbedding, rope_params
-from atom.layers.distributed import tp_size
+from atom.layers.model_context import ModelContext
+from atom.layers.rotary import RotaryEmbedding, partial_rotary_factor, rope_params
 
 
 def head_dim_of(hf: Any) -> int:
@@ -25,26 +25,27 @@ def head_dim_of(hf: Any) -> int:
 class LlamaAttention(nn.Module):
     qk_norm = False
 
-    def __init__(self, hf: Any, layer_idx: int, qkv_bias: bool, o_bias: bool) -> None:
+    def __init__(self, mc: ModelContext, hf: Any, layer_idx: int, qkv_bias: bool,
+                 o_bias: bool) -> None:
         super().__init__()
-        n = tp_size()
+        n = mc.parallel.tp_size
         self.head_dim = head_dim_of(hf)
         self.num_heads = hf.num_attention_heads // n
         # Fewer KV heads than ranks: each rank keeps one, replicated on n / kv_heads ranks.
         self.num_kv_heads = max(1, hf.num_key_value_heads // n)
-        self.qkv_proj = QKVParallelLinear(hf.hidden_size, self.head_dim, hf.num_attention_heads,
+        self.qkv_proj = QKVParallelLinear(mc, hf.hidden_size, self.head_dim, hf.num_attention_heads,
                                           hf.num_key_value_heads, bias=qkv_bias)
-        self.o_proj = RowParallelLinear(hf.num_attention_heads * self.head_dim, hf.hidden_size,
-                                        bias=o_bias)
+        self.o_proj = RowParallelLinear(mc, hf.num_attention_heads * self.head_dim,
+                                        hf.hidden_size, bias=o_bias)
         theta, scaling = rope_params(hf)
-        rot = int(self.head_dim * getattr(hf, "partial_rotary_factor", 1.0))
+        rot = int(self.head_dim * partial_rotary_factor(hf))
         self.rotary_emb = RotaryEmbedding(self.head_dim, rot, hf.max_position_embeddings, theta,
                                           scaling, is_neox=True)
-        self.attn = PagedAttention(self.num_heads, self.head_dim, self.num_kv_heads,
+        self.attn = PagedAttention(mc, self.num_heads, self.head_dim, self.num_kv_heads,
                                    self.head_dim ** -0.5, layer_idx)
         if self.qk_norm:
-            self.q_norm = RMSNorm(self.head_dim, hf.rms_norm_eps)
-            self.k_norm = RMSNorm(self.head_dim, hf.rms_norm_eps)
+            self.q_norm = RMSNorm(mc, self.head_dim, hf.rms_norm_eps)
+            self.k_norm = RMSNorm(mc, self.head_dim, hf.rms_norm_eps)
 
     def forward(self, positions: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
         """Everything after the qkv projection, which the decoder layer runs together with its
@@ -64,12 +65,13 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, hidden: int, intermediate: int, act: str = "silu") -> None:
+    def __init__(self, mc: ModelContext, hidden: int, intermediate: int,
+                 act: str = "silu") -> None:
         super().__init__()
         if act != "silu":
             raise NotImplementedError(f"hidden_act {act!r} is not implemented")
-        self.gate_up_proj = MergedColumnParallelLinear(hidden, [intermediate, intermediate])
-        self.down_proj = RowParallelLinear(intermediate, hidden)
+        self.gate_up_proj = MergedColumnParallelLinear(mc, hidden, [intermediate, intermediate])
+        self.down_proj = RowParallelLinear(mc, intermediate, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.gate_up_proj(x), silu_gate=True)
@@ -84,15 +86,17 @@ class LlamaMLP(nn.Module):
 class LlamaDecoderLayer(nn.Module):
     attention_cls = LlamaAttention
 
-    def __init__(self, hf: Any, layer_idx: int, qkv_bias: bool, o_bias: bool) -> None:
+    def __init__(self, mc: ModelContext, hf: Any, layer_idx: int, qkv_bias: bool,
+                 o_bias: bool) -> None:
         super().__init__()
-        self.self_attn = self.attention_cls(hf, layer_idx, qkv_bias, o_bias)
-        self.mlp = self.make_mlp(hf, layer_idx)
-        self.input_layernorm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
+        self.self_attn = self.attention_cls(mc, hf, layer_idx, qkv_bias, o_bias)
+        self.mlp = self.make_mlp(mc, hf, layer_idx)
+        self.input_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
 
-    def make_mlp(self, hf: Any, layer_idx: int) -> nn.Module:
-        return LlamaMLP(hf.hidden_size, hf.intermediate_size, getattr(hf, "hidden_act", "silu"))
+    def make_mlp(self, mc: ModelContext, hf: Any, layer_idx: int) -> nn.Module:
+        return LlamaMLP(mc, hf.hidden_size, hf.intermediate_size,
+                        getattr(hf, "hidden_act", "silu"))
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor,
                 residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,14 +108,15 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     layer_cls = LlamaDecoderLayer
 
-    def __init__(self, hf: Any, qkv_bias: bool, o_bias: bool) -> None:
+    def __init__(self, mc: ModelContext, hf: Any, qkv_bias: bool, o_bias: bool) -> None:
         super().__init__()
-        self.embed_tokens = VocabParallelEmbedding(hf.vocab_size, hf.hidden_size)
-        self.layers = self.make_layers(hf, qkv_bias, o_bias)
-        self.norm = RMSNorm(hf.hidden_size, hf.rms_norm_eps)
+        self.embed_tokens = VocabParallelEmbedding(mc, hf.vocab_size, hf.hidden_size)
+        self.layers = self.make_layers(mc, hf, qkv_bias, o_bias)
+        self.norm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
 
-    def make_layers(self, hf: Any, qkv_bias: bool, o_bias: bool) -> nn.ModuleList:
-        return nn.ModuleList(self.layer_cls(hf, i, qkv_bias, o_bias)
+    def make_layers(self, mc: ModelContext, hf: Any, qkv_bias: bool,
+                    o_bias: bool) -> nn.ModuleList:
+        return nn.ModuleList(self.layer_cls(mc, hf, i, qkv_bias, o_bias)
                              for i in range(hf.num_hidden_layers))
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -129,13 +134,16 @@ class LlamaForCausalLM(nn.Module):
         "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
     }
 
-    def __init__(self, hf: Any) -> None:
+    def __init__(self, hf: Any, mc: ModelContext) -> None:
         super().__init__()
         self.hf_config = hf
+        # What every layer was built with: whoever steps the model puts each forward's context
+        # into context.forward.
+        self.context = mc
         bias = bool(getattr(hf, "attention_bias", False))
         qkv_bias, o_bias = self.attention_biases(hf, bias)
-        self.model = self.model_cls(hf, qkv_bias, o_bias)
-        self.lm_head = ParallelLMHead(hf.vocab_size, hf.hidden_size)
+        self.model = self.model_cls(mc, hf, qkv_bias, o_bias)
+        self.lm_head = ParallelLMHead(mc, hf.vocab_size, hf.hidden_size)
         if getattr(hf, "tie_word_embeddings", False):
             self.lm_head.weight = self.model.embed_tokens.weight
 

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from atom.layers.linear import ReplicatedLinear
+from atom.layers.model_context import ModelContext
 from atom.layers.moe import FusedMoE, softmax_topk
 from atom.layers.norm import RMSNorm
 from atom.models.llama import LlamaForCausalLM, LlamaMLP, LlamaModel
@@ -14,10 +15,10 @@ from atom.models.qwen3 import Qwen3DecoderLayer
 
 
 class Qwen3MoeSparseBlock(nn.Module):
-    def __init__(self, hf: Any) -> None:
+    def __init__(self, mc: ModelContext, hf: Any) -> None:
         super().__init__()
-        self.gate = ReplicatedLinear(hf.hidden_size, hf.num_experts, bias=False)
-        self.experts = FusedMoE(hf.num_experts, hf.hidden_size, hf.moe_intermediate_size)
+        self.gate = ReplicatedLinear(mc, hf.hidden_size, hf.num_experts, bias=False)
+        self.experts = FusedMoE(mc, hf.num_experts, hf.hidden_size, hf.moe_intermediate_size)
         self.top_k = hf.num_experts_per_tok
         self.renormalize = bool(getattr(hf, "norm_topk_prob", True))
 
@@ -33,12 +34,12 @@ class Qwen3MoeSparseBlock(nn.Module):
 
 
 class Qwen3MoeDecoderLayer(Qwen3DecoderLayer):
-    def make_mlp(self, hf: Any, layer_idx: int) -> nn.Module:
+    def make_mlp(self, mc: ModelContext, hf: Any, layer_idx: int) -> nn.Module:
         step = getattr(hf, "decoder_sparse_step", 1) or 1
         dense = layer_idx in (getattr(hf, "mlp_only_layers", None) or [])
         if not dense and hf.num_experts > 0 and (layer_idx + 1) % step == 0:
-            return Qwen3MoeSparseBlock(hf)
-        return LlamaMLP(hf.hidden_size, hf.intermediate_size, getattr(hf, "hidden_act", "silu"))
+            return Qwen3MoeSparseBlock(mc, hf)
+        return LlamaMLP(mc, hf.hidden_size, hf.intermediate_size, getattr(hf, "hidden_act", "silu"))
 
 
 class Qwen3MoeModel(LlamaModel):

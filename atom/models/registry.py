@@ -10,11 +10,12 @@ _ARCHITECTURES = {
     "Qwen3ForCausalLM": "atom.models.qwen3:Qwen3ForCausalLM",
     "Qwen3MoeForCausalLM": "atom.models.qwen3_moe:Qwen3MoeForCausalLM",
     "DeepseekV3ForCausalLM": "atom.models.deepseek_v3:DeepseekV3ForCausalLM",
+    "Glm4MoeForCausalLM": "atom.models.glm4_moe:Glm4MoeForCausalLM",
+    "MiniMaxM2ForCausalLM": "atom.models.minimax_m2:MiniMaxM2ForCausalLM",
 }
 
 # Known to users, not built yet: selecting one is a clear config error, not a traceback.
-_PLANNED = {"DeepseekV2ForCausalLM", "KimiK2ForCausalLM",
-            "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM"}
+_PLANNED = {"DeepseekV2ForCausalLM", "KimiK2ForCausalLM"}
 
 
 def supported_architectures() -> list[str]:

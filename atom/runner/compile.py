@@ -25,9 +25,9 @@ from typing import Callable, Union
 import torch
 from torch import nn
 
-from atom.config.schema import Config
+from atom.config.schema import RuntimeConfig
 from atom.layers.attention import PagedAttention
-from atom.layers.attention_op import bound_layers
+from atom.layers.attention_op import model_attention_op
 from atom.layers.mla import MLAAttention
 from atom.layers.moe import FusedMoE
 
@@ -35,31 +35,29 @@ ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids, positi
 CompilerBackend = Union[str, Callable]  # what torch.compile(backend=...) takes
 
 
-def compiles(cfg: Config, device: torch.device, backend: str) -> bool:
+def compiles(rt: RuntimeConfig, device: torch.device, backend: str) -> bool:
     """Whether `compile_forward` compiles for this config, device and kernel backend."""
-    rt = cfg.runtime
     return rt.level >= 3 and not rt.enforce_eager and device.type == "cuda" and backend == "torch"
 
 
-def compile_forward(model: nn.Module, cfg: Config, device: torch.device,
+def compile_forward(model: nn.Module, rt: RuntimeConfig, device: torch.device,
                     backend: str) -> ForwardFn:
     """The forward the runner calls (eager prefill and CUDA-graph capture alike): `model` itself
     unless `compiles`, else a compiled forward. Compiling is lazy: the first call traces."""
-    if not compiles(cfg, device, backend):
+    if not compiles(rt, device, backend):
         return model
     return CompiledForward(model)
 
 
-def describe_level(cfg: Config, device: torch.device, backend: str, graphs: bool) -> str:
+def describe_level(rt: RuntimeConfig, device: torch.device, backend: str, graphs: bool) -> str:
     """The start-up log line: what this level does here, and why not more."""
-    rt = cfg.runtime
     if rt.enforce_eager or rt.level == 0 or device.type != "cuda":
         why = ("enforce_eager" if rt.enforce_eager else "level 0" if rt.level == 0
                else "CUDA graphs and torch.compile are GPU-only")
         return f"runtime.level={rt.level}: eager ({why})"
     parts = ["decode in CUDA graphs" if graphs else
              f"no CUDA graphs (the {backend} kernel backend cannot be captured)"]
-    if compiles(cfg, device, backend):
+    if compiles(rt, device, backend):
         parts.append("the forward torch.compiled (inductor; attention one opaque op)")
     elif rt.level >= 3:
         parts.append(f"no torch.compile: every op of the {backend} forward is already a kernel")
@@ -67,11 +65,14 @@ def describe_level(cfg: Config, device: torch.device, backend: str, graphs: bool
 
 
 class CompiledForward:
-    """`model(input_ids, positions)` through torch.compile, its attention layers bound for the
-    custom op to resolve while it runs."""
+    """`model(input_ids, positions)` through torch.compile, its attention layers behind an
+    opaque op of the model's own (attention_op.py)."""
 
     def __init__(self, model: nn.Module, backend: CompilerBackend = "inductor") -> None:
-        self.layers = {m.layer_idx: m for m in model.modules() if isinstance(m, PagedAttention)}
+        layers = {m.layer_idx: m for m in model.modules() if isinstance(m, PagedAttention)}
+        op = model_attention_op(layers)
+        for layer in layers.values():
+            layer.compiled_op = op
         _run_eagerly(model, FusedMoE)
         _run_eagerly(model, MLAAttention)
         self.compiled = torch.compile(model, backend=backend)
@@ -81,8 +82,7 @@ class CompiledForward:
         # raise when a strictly marked dimension is specialised.
         torch._dynamo.maybe_mark_dynamic(input_ids, 0)
         torch._dynamo.maybe_mark_dynamic(positions, 0)
-        with bound_layers(self.layers):
-            return self.compiled(input_ids, positions)
+        return self.compiled(input_ids, positions)
 
 
 def _run_eagerly(model: nn.Module, kind: type) -> None:

@@ -23,8 +23,7 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from atom.kernels.metadata import AttentionMetadata
-from atom.layers import forward_context
-from atom.layers.forward_context import ForwardContext
+from atom.layers.forward_context import ForwardContext, ForwardSlot
 
 log = logging.getLogger("atom.runner")
 
@@ -34,8 +33,9 @@ ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids, positi
 class DecodeGraphs:
     def __init__(self, forward: ForwardFn, sizes: list[int], max_blocks_per_seq: int,
                  kv_caches: list, kv_scales: list, split_counters: torch.Tensor,
-                 device: torch.device, trace_dir: Optional[str] = None, rank: int = 0) -> None:
-        self.forward = forward
+                 device: torch.device, slot: ForwardSlot, trace_dir: Optional[str] = None,
+                 rank: int = 0) -> None:
+        self.forward, self.slot = forward, slot
         self.sizes = sorted(set(int(s) for s in sizes))
         self.max_bs = self.sizes[-1]
         self.kv_caches, self.kv_scales = kv_caches, kv_scales
@@ -62,7 +62,7 @@ class DecodeGraphs:
         t0 = time.perf_counter()
         pool = None
         for bs in reversed(self.sizes):
-            with self._trace(bs), forward_context.forward_context(
+            with self._trace(bs), self.slot.using(
                     ForwardContext(self._meta(bs), self.kv_caches, self.kv_scales)):
                 self.forward(self.ids[:bs], self.pos[:bs])  # warm-up: compiles, sizes the pool
                 torch.cuda.synchronize()

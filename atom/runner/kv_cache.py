@@ -1,7 +1,7 @@
 """KV-cache sizing and allocation, from the specs the model's attention layers declare.
 
 Each attention layer says what it keeps per token (atom/layers/kv_spec.py): full attention keeps
-K and V pages of its KV heads; MLA keeps one latent vector. The runner sizes the block pool
+K and V pages of its KV heads; MLA keeps one latent vector. The builder sizes the block pool
 from the sum over layers and allocates one tensor per group of layers with the same spec, sliced
 per layer, so a block id means the same token slots in every layer.
 
@@ -15,9 +15,10 @@ import logging
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from atom.config.errors import ConfigError
-from atom.config.schema import Config
+from atom.config.schema import KVCacheConfig
 from atom.layers.kv_spec import FullAttentionSpec, LayerKVSpec
 
 log = logging.getLogger("atom.runner")
@@ -48,39 +49,57 @@ class KVCacheSpec:
                    default=1)
 
 
-def kv_dtype(cfg: Config, model_dtype: torch.dtype) -> torch.dtype:
-    return torch.float8_e4m3fn if cfg.kv_cache.dtype == "fp8" else model_dtype
+def model_kv_spec(model: nn.Module, dtype: torch.dtype, block_size: int) -> KVCacheSpec:
+    """The KV spec of every attention layer of the model, in layer order."""
+    layers = sorted((m for m in model.modules() if hasattr(m, "kv_spec")),
+                    key=lambda m: m.layer_idx)
+    return KVCacheSpec(tuple(m.kv_spec(dtype) for m in layers), block_size)
 
 
-def describe_kv_dtype(cfg: Config, dtype: torch.dtype) -> str:
+@dataclass
+class KVCache:
+    """The allocated pool: `allocate`'s buffers, per-layer views and scales, and its size."""
+
+    spec: KVCacheSpec
+    num_blocks: int
+    buffers: list[torch.Tensor]
+    caches: list[tuple[torch.Tensor, ...]]
+    scales: list[tuple[float, float]]
+
+
+def kv_dtype(kv: KVCacheConfig, model_dtype: torch.dtype) -> torch.dtype:
+    return torch.float8_e4m3fn if kv.dtype == "fp8" else model_dtype
+
+
+def describe_kv_dtype(kv: KVCacheConfig, dtype: torch.dtype) -> str:
     """`kv_cache.dtype=bf16 (float32: the model's dtype on CPU)`: the config's name and what is
     stored, which differ on purpose (bf16 means the activation dtype)."""
     stored = str(dtype).removeprefix("torch.")
-    if cfg.kv_cache.dtype == "fp8":
+    if kv.dtype == "fp8":
         return f"kv_cache.dtype=fp8 ({stored}, per-tensor scale)"
     if stored == "bfloat16":
         return "kv_cache.dtype=bf16"
     return f"kv_cache.dtype=bf16 ({stored}: the model's activation dtype)"
 
 
-def num_blocks_for(cfg: Config, spec: KVCacheSpec, device: torch.device, free_bytes: int | None,
-                   max_model_len: int) -> int:
+def num_blocks_for(kv: KVCacheConfig, spec: KVCacheSpec, device: torch.device,
+                   free_bytes: int | None, max_model_len: int) -> int:
     """kv_cache.num_blocks when set; else what the memory budget holds. A budget that cannot
     hold one sequence of max_model_len is refused here, at start-up: served, every long enough
     request would fail instead (and the engine once started with a single block)."""
-    if cfg.kv_cache.num_blocks is not None:
-        return cfg.kv_cache.num_blocks
+    if kv.num_blocks is not None:
+        return kv.num_blocks
     if device.type == "cpu" or free_bytes is None:
-        blocks = cfg.kv_cache.cpu_cache_bytes // spec.bytes_per_block
+        blocks = kv.cpu_cache_bytes // spec.bytes_per_block
         if blocks * spec.block_size < max_model_len:
-            raise ConfigError("kv_cache.cpu_cache_bytes", cfg.kv_cache.cpu_cache_bytes,
+            raise ConfigError("kv_cache.cpu_cache_bytes", kv.cpu_cache_bytes,
                               f"holds {blocks * spec.block_size} tokens of KV cache, fewer than "
                               f"one sequence of model.max_model_len={max_model_len}: raise it, "
                               f"lower model.max_model_len, or set kv_cache.num_blocks")
         return blocks
     blocks = max(0, free_bytes // spec.bytes_per_block)
     if blocks * spec.block_size < max_model_len:
-        raise ConfigError("kv_cache.gpu_memory_utilization", cfg.kv_cache.gpu_memory_utilization,
+        raise ConfigError("kv_cache.gpu_memory_utilization", kv.gpu_memory_utilization,
                           f"after the weights and a profiling forward it leaves room for "
                           f"{blocks * spec.block_size} tokens of KV cache, fewer than one "
                           f"sequence of model.max_model_len={max_model_len}: raise it, lower "

@@ -2,34 +2,25 @@
 from __future__ import annotations
 
 import itertools
-import logging
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 
-from atom.config.schema import Config
-from atom.kernels.backend import get_backend, resolve_backend_name
 from atom.kernels.metadata import AttentionMetadata, leading_decodes
+from atom.layers.forward_context import ForwardContext, ForwardSlot
 from atom.layers.sampler import PenaltyBatch, SamplingBatch, compute_logprobs, sample
-from atom.loader.model_loader import build_model
+from atom.runner.annotation import annotate
+from atom.runner.compile import ForwardFn
+from atom.runner.cuda_graphs import DecodeGraphs
+from atom.runner.host_staging import HostStager
+from atom.runner.kv_cache import KVCache
+from atom.runner.launched_step import LaunchedStep
+from atom.runner.profiler import StepProfiler
 from atom.runner.scheduler_output import PENDING_TOKEN, ScheduledRequest, SchedulerOutput
 from atom.sampling_params import SamplingParams
-from atom.models.hf_config import load_hf_config
-from atom.layers import forward_context
-from atom.runner.annotation import annotate
-from atom.runner.compile import compile_forward, describe_level
-from atom.runner.cpu_threads import cpu_threads
-from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
-from atom.layers.forward_context import ForwardContext
-from atom.runner.host_staging import HostStager
-from atom.runner.kv_cache import KVCacheSpec, allocate, describe_kv_dtype, kv_dtype, num_blocks_for
-from atom.runner.launched_step import LaunchedStep, accept_drafts
-from atom.spec_decode.acceptance import build_verifier
-from atom.runner.profiler import StepProfiler
-
-log = logging.getLogger("atom.runner")
+from atom.spec_decode.acceptance import Verifier
 
 
 @dataclass
@@ -53,133 +44,30 @@ class RunnerRequest:
     num_prompt_tokens: int
     generator: Optional[torch.Generator] = None
 
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
-def resolve_device(cfg: Config) -> torch.device:
-    if cfg.runtime.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(cfg.runtime.device)
-
-
-def resolve_dtype(cfg: Config, device: torch.device) -> torch.dtype:
-    if cfg.model.dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return _DTYPES[cfg.model.dtype]
-
-
-def model_kv_spec(model: torch.nn.Module, dtype: torch.dtype, block_size: int) -> KVCacheSpec:
-    """The KV spec of every attention layer of the model, in layer order."""
-    layers = sorted((m for m in model.modules() if hasattr(m, "kv_spec")),
-                    key=lambda m: m.layer_idx)
-    return KVCacheSpec(tuple(m.kv_spec(dtype) for m in layers), block_size)
-
-
-def _eos_ids(hf: Any, tokenizer_eos: Optional[int]) -> set[int]:
-    ids: set[int] = set()
-    eos = getattr(hf, "eos_token_id", None)
-    for v in (eos, tokenizer_eos):
-        if isinstance(v, int):
-            ids.add(v)
-        elif isinstance(v, (list, tuple)):
-            ids.update(int(x) for x in v)
-    return ids
-
 
 class ModelRunner:
-    def __init__(self, cfg: Config, eos_token_id: Optional[int] = None) -> None:
-        self.cfg = cfg
-        self.device = resolve_device(cfg)
-        self.dtype = resolve_dtype(cfg, self.device)
-        backend_name = resolve_backend_name(cfg.runtime.kernels, self.device)
-        forward_context.set_backend(get_backend(backend_name))
-        self.backend_name = backend_name
-        if self.device.type == "cpu":
-            torch.set_num_threads(cpu_threads(cfg.runtime.cpu_threads, serving=False))
-        torch.manual_seed(cfg.runtime.seed)
-        self.verify = build_verifier(cfg.specdecode, cfg.runtime.seed, accept_drafts)
-        self.hf = load_hf_config(cfg)
-        self.model = build_model(cfg, self.hf, self.device, self.dtype)
-        self.forward_fn = compile_forward(self.model, cfg, self.device, backend_name)
-        rt = cfg.runtime
-        log.info("%s", describe_level(cfg, self.device, backend_name, graphs_enabled(
-            rt.enforce_eager, rt.level, self.device, backend_name)))
-        self.max_model_len = cfg.model.max_model_len or int(self.hf.max_position_embeddings)
+    """Runs the steps of one model over its KV cache. It builds nothing: atom/runner_builder.py
+    hands it the loaded model, the forward to call, the slot the model's layers read their
+    forward context from, the allocated cache and the captured graphs, so a second runner (a
+    draft model's) is the same assembly over other parts."""
+
+    def __init__(self, model: torch.nn.Module, forward_fn: ForwardFn, slot: ForwardSlot,
+                 kv: KVCache, graphs: Optional[DecodeGraphs], split_counters: torch.Tensor, *,
+                 device: torch.device, max_model_len: int, vocab_size: int, verify: Verifier,
+                 profiler: StepProfiler) -> None:
+        self.model, self.forward_fn, self.slot = model, forward_fn, slot
+        self.kv, self.graphs, self.split_counters = kv, graphs, split_counters
+        self.device, self.max_model_len, self.verify = device, max_model_len, verify
         # A plain int: a transformers config attribute read costs microseconds, and the hot
         # path reads this once per sequence per step.
-        self.vocab_size = int(self.hf.vocab_size)
-        self.eos_token_ids = _eos_ids(self.hf, eos_token_id)
-        self.block_size = cfg.kv_cache.block_size
-        self.kv_spec = model_kv_spec(self.model, kv_dtype(cfg, self.dtype), self.block_size)
-        # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
-        # every step and every captured graph.
-        self.split_counters = torch.zeros(cfg.scheduler.max_num_seqs * self.kv_spec.max_kv_heads(),
-                                          dtype=torch.int32, device=self.device)
-        self.num_blocks = num_blocks_for(cfg, self.kv_spec, self.device, self._free_kv_bytes(),
-                                         self.max_model_len)
-        self.kv_buffers, self.kv_caches, self.kv_scales = allocate(self.kv_spec, self.num_blocks,
-                                                                   self.device)
-        log.info("KV cache: %d blocks x %d tokens = %d tokens, %.2f GiB, %s; kernels=%s",
-                 self.num_blocks, self.block_size, self.num_blocks * self.block_size,
-                 self.num_blocks * self.kv_spec.bytes_per_block / 2**30,
-                 describe_kv_dtype(cfg, self.kv_spec.dtype), backend_name)
-        self.profiler = StepProfiler(cfg.profiler.torch_profiler_dir)
-        self.stager = HostStager(self.device)
+        self.vocab_size = vocab_size
+        self.block_size = kv.spec.block_size
+        self.num_blocks = kv.num_blocks
+        self.profiler = profiler
+        self.stager = HostStager(device)
         self._last_tokens: Optional[torch.Tensor] = None  # the previous step's sampled tokens
         self._last_row_of: dict[str, int] = {}  # request id → its row in _last_tokens
         self._requests: dict[str, RunnerRequest] = {}  # what a step does not resend
-        self.graphs = self._capture_graphs()
-
-    def _capture_graphs(self):
-        """Decode CUDA graphs (runtime.cudagraph_capture_sizes) unless enforce_eager/level 0."""
-        rt = self.cfg.runtime
-        if not graphs_enabled(rt.enforce_eager, rt.level, self.device, self.backend_name):
-            return None
-        sizes = capture_sizes(rt.cudagraph_capture_sizes, self.cfg.scheduler.max_num_seqs)
-        trace = self.cfg.profiler.torch_profiler_dir if self.cfg.profiler.mark_trace else None
-        graphs = DecodeGraphs(lambda ids, pos: self.model.compute_logits(self.forward_fn(ids, pos)),
-                              sizes, -(-self.max_model_len // self.block_size), self.kv_caches,
-                              self.kv_scales, self.split_counters, self.device, trace_dir=trace)
-        secs = graphs.capture()
-        log.info("CUDA graphs: captured %d decode sizes (1..%d) in %.1f s", len(sizes), sizes[-1],
-                 secs)
-        return graphs
-
-    # -- memory -----------------------------------------------------------------------------
-    def _free_kv_bytes(self) -> Optional[int]:
-        """On GPU: what gpu_memory_utilization leaves after weights and a profiling forward."""
-        if self.device.type != "cuda" or self.cfg.kv_cache.num_blocks is not None:
-            return None
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        self._profile_forward()
-        free, total = torch.cuda.mem_get_info()
-        peak = torch.cuda.max_memory_allocated()
-        budget = total * self.cfg.kv_cache.gpu_memory_utilization - peak - (total - free
-                                                                            - torch.cuda.memory_reserved())
-        return int(budget)
-
-    def _profile_forward(self) -> None:
-        """Inputs are made outside inference mode, like every later step's: a compiled forward
-        guards on it, and inference tensors here would cost a recompile later."""
-        n = min(self.cfg.scheduler.max_num_batched_tokens, self.max_model_len)
-        blocks = (n + self.block_size - 1) // self.block_size
-        _, caches, scales = allocate(self.kv_spec, blocks, self.device)
-        ids = torch.zeros(n, dtype=torch.long, device=self.device)
-        pos = torch.arange(n, device=self.device)
-        meta = AttentionMetadata(
-            cu_seqlens_q=torch.tensor([0, n], dtype=torch.int32, device=self.device),
-            context_lens=torch.tensor([n], dtype=torch.int32, device=self.device),
-            block_tables=torch.arange(blocks, dtype=torch.int32, device=self.device).unsqueeze(0),
-            slot_mapping=torch.arange(n, device=self.device), max_q_len=n, max_context_len=n,
-            is_decode=False, q_lens_cpu=[n], context_lens_cpu=[n],
-            split_counters=self.split_counters)
-        with torch.inference_mode(), forward_context.forward_context(
-                ForwardContext(meta, caches, scales)):
-            hidden = self.forward_fn(ids, pos)
-            self.model.compute_logits(hidden[-1:])
-        del caches
-        torch.cuda.synchronize()
 
     # -- one step ---------------------------------------------------------------------------
     def _track(self, out: SchedulerOutput) -> None:
@@ -281,7 +169,7 @@ class ModelRunner:
             if logits_idx.shape[0] == b:
                 return logits
             return logits.index_select(0, logits_idx)
-        with forward_context.forward_context(ForwardContext(meta, self.kv_caches, self.kv_scales)):
+        with self.slot.using(ForwardContext(meta, self.kv.caches, self.kv.scales)):
             hidden = self.forward_fn(input_ids, positions)
             return self.model.compute_logits(hidden.index_select(0, logits_idx))
 

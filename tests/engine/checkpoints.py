@@ -17,6 +17,17 @@ ARCHS = {
     "qwen3": ("Qwen3Config", dict(head_dim=32, rope_theta=1000000.0)),
     "qwen3_moe": ("Qwen3MoeConfig", dict(head_dim=16, num_experts=4, num_experts_per_tok=2,
                                          moe_intermediate_size=32, norm_topk_prob=True)),
+    # GLM-4.5's layout: half of each head rotates, q/k/v biases, DeepSeek's grouped router with
+    # a shared expert after one dense layer; head_dim apart from hidden / heads.
+    "glm4_moe": ("Glm4MoeConfig", dict(head_dim=32, partial_rotary_factor=0.5, attention_bias=True,
+                                       n_routed_experts=8, num_experts_per_tok=2, n_group=4,
+                                       topk_group=2, moe_intermediate_size=32, n_shared_experts=1,
+                                       first_k_dense_replace=1, routed_scaling_factor=2.5,
+                                       norm_topk_prob=True)),
+    # MiniMax-M2's: q/k norms over all heads, rotary_dim of its released configs (a quarter of
+    # the head here), every layer sparse with a biased sigmoid router.
+    "minimax_m2": ("MiniMaxM2Config", dict(head_dim=32, rotary_dim=8, num_local_experts=8,
+                                           num_experts_per_tok=2, intermediate_size=32)),
 }
 
 # DeepSeek-V3/R1's config keys at tiny sizes: the first layer dense (first_k_dense_replace), 8

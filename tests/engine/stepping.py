@@ -8,10 +8,8 @@ from dataclasses import dataclass, field
 import torch
 
 from atom.kernels.metadata import AttentionMetadata, leading_decodes
-from atom.layers import forward_context
 from atom.layers.forward_context import ForwardContext
-from atom.runner.kv_cache import allocate
-from atom.runner.model_runner import model_kv_spec
+from atom.runner.kv_cache import allocate, model_kv_spec
 
 BLOCK, BLOCKS_PER_SEQ = 16, 4
 
@@ -37,7 +35,7 @@ class SteppedBatch:
     def step(self, forward, new_tokens: dict[int, list[int]]) -> torch.Tensor:
         """Runs `forward` over the new tokens of the sequences named; last-token logits per seq."""
         ids, pos, meta = self.prepare(new_tokens)
-        with torch.inference_mode(), forward_context.forward_context(self.context(meta)):
+        with torch.inference_mode(), self.model.context.forward.using(self.context(meta)):
             hidden = forward(ids, pos)
             return self.model.compute_logits(hidden[meta.cu_seqlens_q[1:].long() - 1])
 

@@ -9,10 +9,10 @@ import torch
 from atom.config.compose import compose
 from atom.kernels.backend import get_backend
 from atom.kernels.metadata import AttentionMetadata
-from atom.layers.attention_op import bound_layers, paged_attention
+from atom.layers.attention_op import model_attention_op
+from atom.layers.model_context import ModelContext
 from atom.loader.model_loader import build_model
-from atom.models.hf_config import load_hf_config
-from atom.layers import forward_context
+from atom.models.hf_config import load_hf_config, model_source
 from atom.runner.compile import CompiledForward, compile_forward, compiles
 from tests.engine.checkpoints import make_checkpoint
 from tests.engine.stepping import BLOCK, BLOCKS_PER_SEQ, SteppedBatch
@@ -27,9 +27,14 @@ def _config(model: str, *overrides: str):
 
 def _model(name: str, kernels: str = "torch", device: torch.device = CPU,
            dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    cfg = _config(name)
-    forward_context.set_backend(get_backend(kernels))
-    return build_model(cfg, load_hf_config(cfg), device, dtype)
+    return _build(_config(name), kernels, device, dtype)
+
+
+def _build(cfg, kernels: str = "torch", device: torch.device = CPU,
+           dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    src = model_source(cfg) if cfg.load.dummy is None else None
+    return build_model(cfg.load, src, load_hf_config(cfg), ModelContext(get_backend(kernels)),
+                       device, dtype)
 
 
 def _schedule(vocab: int) -> list[dict[int, list[int]]]:
@@ -98,11 +103,12 @@ def test_one_graph_for_every_token_count_and_one_for_single_tokens():
 
 
 def test_attention_op_runs_the_layer_body():
-    """The op against the layer's eager body, both on the torch reference backend, and
+    """The model's op against the layer's eager body, both on the torch reference backend, and
     torch.library.opcheck's schema, fake-tensor and dispatch checks (Qwen3: q/k norm weights)."""
     model = _model("tiny_qwen3")
     attn = model.model.layers[1].self_attn
     layer = attn.attn
+    op = model_attention_op({layer.layer_idx: layer})
     g = torch.Generator().manual_seed(3)
     t = 5
     q = torch.randn(t, layer.num_heads, layer.head_dim, generator=g)
@@ -115,9 +121,8 @@ def test_attention_op_runs_the_layer_body():
         args = (q, k, v, pos, attn.rotary_emb.cos_sin_cache, attn.rotary_emb.is_neox,
                 attn.q_norm.weight, attn.k_norm.weight, attn.q_norm.eps)
         results["eager"] = layer._forward_impl(*args)
-        with bound_layers({layer.layer_idx: layer}):
-            results["op"] = paged_attention(*args, layer.layer_idx)
-            torch.library.opcheck(paged_attention, (*args, layer.layer_idx))
+        results["op"] = op(*args, layer.layer_idx)
+        torch.library.opcheck(op, (*args, layer.layer_idx))
         return torch.zeros(ids.shape[0], model.hf_config.hidden_size)
 
     SteppedBatch(model, 2).step(forward, {0: [5, 6, 7], 1: [8, 9]})
@@ -125,11 +130,24 @@ def test_attention_op_runs_the_layer_body():
     torch.testing.assert_close(results["op"], results["eager"], rtol=0, atol=0)
 
 
-def test_attention_op_needs_a_compiled_forward():
-    with pytest.raises(RuntimeError, match="outside a compiled forward"):
-        x = torch.zeros(1, 1, 4)
-        paged_attention(x, x, x, torch.zeros(1, dtype=torch.long), torch.zeros(8, 4), True, None,
-                        None, 0.0, 0)
+def test_two_compiled_models_in_one_process_each_attend_with_their_own_layers():
+    """Two models of one architecture (other weights) compiled side by side, stepped in turn:
+    both have layers 0 and 1 and share every forward's code, and each one's attention op
+    resolves its indices among its own model's layers, reading its own forward slot (dynamo
+    builds each model its own graphs: 2 apiece)."""
+    models = [_build(_config("tiny_llama", "load.dummy=xavier", f"load.seed={seed}"))
+              for seed in (0, 1)]
+    counting = _CountingBackend()
+    compiled = [CompiledForward(m, counting) for m in models]
+    eager = [SteppedBatch(m, 3) for m in models]
+    stepped = [SteppedBatch(m, 3) for m in models]
+    for new in _schedule(models[0].hf_config.vocab_size):
+        wants = []
+        for m, c, e, s in zip(models, compiled, eager, stepped):
+            wants.append(e.step(m, new))
+            torch.testing.assert_close(s.step(c, new), wants[-1], rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(wants[0], wants[1]), "the two models must differ to tell apart"
+    assert counting.graphs == 4
 
 
 def test_moe_routing_does_not_recompile(tmp_path):
@@ -137,8 +155,7 @@ def test_moe_routing_does_not_recompile(tmp_path):
     first steps' shapes, and the logits are eager's."""
     cfg = compose(["model=local", f"model.path={make_checkpoint('qwen3_moe', tmp_path)}",
                    "runtime=cpu", "load.progress_bar=false"])
-    forward_context.set_backend(get_backend("torch"))
-    model = build_model(cfg, load_hf_config(cfg), CPU, torch.float32)
+    model = _build(cfg)
     backend = _CountingBackend()
     compiled = CompiledForward(model, backend)
     schedule = _schedule(model.hf_config.vocab_size)
@@ -164,14 +181,14 @@ def test_level3_compiles_only_what_inductor_can_fuse(level, enforce_eager, devic
                                                      expected):
     """The Triton backend's forward is all kernels already: level 3 compiles nothing there."""
     cfg = _config("tiny_qwen3", f"runtime.level={level}", f"runtime.enforce_eager={enforce_eager}")
-    assert compiles(cfg, torch.device(device), backend) is expected
+    assert compiles(cfg.runtime, torch.device(device), backend) is expected
 
 
 def test_compile_forward_is_the_model_when_not_compiling():
     model = torch.nn.Linear(1, 1)
     cfg = _config("tiny_qwen3", "runtime.level=3")
-    assert compile_forward(model, cfg, CPU, "torch") is model
-    assert compile_forward(model, cfg, torch.device("cuda"), "triton") is model
+    assert compile_forward(model, cfg.runtime, CPU, "torch") is model
+    assert compile_forward(model, cfg.runtime, torch.device("cuda"), "triton") is model
 
 
 @pytest.mark.parametrize("overrides,device,backend,graphs,line", [
@@ -189,7 +206,7 @@ def test_the_level_log_line_says_what_the_level_does_here(overrides, device, bac
     from atom.runner.compile import describe_level
 
     cfg = compose(["model=tiny_qwen3", "load=dummy", *overrides])
-    assert describe_level(cfg, torch.device(device), backend, graphs) == line
+    assert describe_level(cfg.runtime, torch.device(device), backend, graphs) == line
 
 
 @GPU
@@ -225,7 +242,7 @@ def test_gpu_compiled_forward_replays_in_a_cuda_graph():
     ids, pos, meta = graph_batch.prepare(schedule[1])
     static = AttentionMetadata(meta.cu_seqlens_q, meta.context_lens, meta.block_tables,
                                meta.slot_mapping, 1, BLOCKS_PER_SEQ * BLOCK, True)
-    with torch.inference_mode(), forward_context.forward_context(graph_batch.context(static)):
+    with torch.inference_mode(), model.context.forward.using(graph_batch.context(static)):
         run = lambda: model.compute_logits(compiled(ids, pos))
         run()  # warm-up: compiles
         torch.cuda.synchronize()

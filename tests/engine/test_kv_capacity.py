@@ -14,7 +14,8 @@ CUDA = torch.device("cuda")  # only its type is read: no GPU needed
 
 
 def _cfg(*overrides: str):
-    return compose(["model=tiny_llama", "load=dummy", *overrides])
+    """The kv_cache group of a composed config: what the sizing functions take."""
+    return compose(["model=tiny_llama", "load=dummy", *overrides]).kv_cache
 
 
 def test_gpu_budget_gives_whole_blocks():
@@ -37,7 +38,7 @@ def test_explicit_block_count_and_cpu_budget_are_taken_as_given():
     assert num_blocks_for(_cfg("kv_cache.num_blocks=3"), LAYOUT, CUDA, 0, 4096) == 3
     cpu = _cfg()
     assert num_blocks_for(cpu, LAYOUT, torch.device("cpu"), None, 4096) == (
-        cpu.kv_cache.cpu_cache_bytes // LAYOUT.bytes_per_block)
+        cpu.cpu_cache_bytes // LAYOUT.bytes_per_block)
 
 
 def test_a_cpu_budget_short_of_one_sequence_is_refused_naming_the_field():

@@ -98,6 +98,7 @@ def test_a_stop_inside_an_accepted_run_ends_where_the_plain_output_ends(engines,
     full = _flat(chunks)
     positions = _inside_runs(chunks)
     assert positions, chunks
+    eos = [e.core.scheduler.eos for e in engines]
     for p in positions[:3]:
         if how == "max_tokens":
             params = SamplingParams(temperature=0, max_tokens=p + 1, ignore_eos=True)
@@ -112,8 +113,8 @@ def test_a_stop_inside_an_accepted_run_ends_where_the_plain_output_ends(engines,
             want = _flat(_run(plain, prompt, params)[0][0])
             got = _flat(_run(spec, prompt, params)[0][0])
         finally:
-            for e in engines:
-                e.core.scheduler.eos = set(e.core.executor.eos_token_ids)
+            for e, ids in zip(engines, eos):
+                e.core.scheduler.eos = ids
         assert want == full[:p + 1]
         assert got == want, (how, p)
 

@@ -168,34 +168,24 @@ def test_what_cannot_run_is_refused_naming_the_field(override, field):
 
 def test_a_kernel_backend_without_mla_is_refused():
     from atom.config.errors import ConfigError
-    from atom.kernels.backend import get_backend
-    from atom.layers import forward_context
 
     cfg = atom.compose(["model=tiny_deepseek_v3", "load=dummy", "runtime=cpu",
                         "runtime.kernels=triton"])
-    try:
-        with pytest.raises(ConfigError, match="runtime.kernels='triton'"):
-            atom.build_engine(cfg)
-    finally:  # the backend is process-wide: later tests build on the torch one
-        forward_context.set_backend(get_backend("torch"))
+    with pytest.raises(ConfigError, match="runtime.kernels='triton'"):
+        atom.build_engine(cfg)
 
 
 def test_level3_compiled_forward_matches_eager_without_recompiling():
     """Under torch.compile the MLA layers (and the expert loop) run eagerly between graphs: the
     compiled forward gives eager's logits, and fresh metadata and routings reuse its graphs."""
-    from atom.kernels.backend import get_backend
-    from atom.loader.model_loader import build_model
-    from atom.models.hf_config import load_hf_config
-    from atom.layers import forward_context
     from atom.runner.compile import CompiledForward
     from tests.engine.stepping import SteppedBatch
-    from tests.engine.test_compile_level3 import _CountingBackend, _schedule
+    from tests.engine.test_compile_level3 import _build, _CountingBackend, _schedule
 
     torch._dynamo.reset()
     cfg = atom.compose(["model=tiny_deepseek_v3", "load=dummy", "load.dummy=xavier",
                         "runtime=cpu"])
-    forward_context.set_backend(get_backend("torch"))
-    model = build_model(cfg, load_hf_config(cfg), torch.device("cpu"), torch.float32)
+    model = _build(cfg)
     counting = _CountingBackend()
     compiled = CompiledForward(model, counting)
     schedule = _schedule(model.hf_config.vocab_size)
@@ -242,11 +232,13 @@ def test_r1_config_builds_r1s_shapes():
     from atom.models.deepseek_v3 import DeepseekV3ForCausalLM, DeepseekV3MoE
     from atom.models.hf_config import load_hf_config
     from atom.models.llama import LlamaMLP
-    from atom.runner.model_runner import model_kv_spec
+    from atom.kernels.backend import get_backend
+    from atom.layers.model_context import ModelContext
+    from atom.runner.kv_cache import model_kv_spec
 
     hf = load_hf_config(atom.compose(["model=deepseek_r1", "load=dummy"]))
     with torch.device("meta"):
-        model = DeepseekV3ForCausalLM(hf)
+        model = DeepseekV3ForCausalLM(hf, ModelContext(get_backend("torch")))
     assert sum(p.numel() for p in model.parameters()) == pytest.approx(671e9, rel=1e-3)
     spec = model_kv_spec(model, torch.bfloat16, 64)
     assert spec.num_layers == 61 and {s.latent_dim for s in spec.layers} == {512 + 64}

@@ -10,13 +10,20 @@ import pytest
 import torch
 
 from atom.kernels import torch_ref
+from atom.kernels.backend import get_backend
+from atom.layers.forward_context import ForwardContext
 from atom.layers.mla import MLAAttention
-from atom.layers.forward_context import ForwardContext, forward_context
+from atom.layers.model_context import ModelContext
 from tests.kernels.kernel_helpers import paged_case, rel_err
 
 H = 4
 Q_LENS, CTX_LENS = [1, 4, 1, 7, 3], [9, 30, 17, 7, 40]
 DIMS = {"tiny": (16, 8, 24, 32), "r1": (128, 64, 128, 512)}  # nope, rope, v, kv_lora_rank
+
+
+def _layer(nope: int, rope: int, v: int, lora: int) -> MLAAttention:
+    return MLAAttention(ModelContext(get_backend("torch")), H, nope, rope, v, lora,
+                        (nope + rope) ** -0.5, layer_idx=0)
 
 
 def _case(dims, kv_dtype=torch.float32, kv_scale=1.0, seed=0):
@@ -26,7 +33,7 @@ def _case(dims, kv_dtype=torch.float32, kv_scale=1.0, seed=0):
     g = torch.Generator().manual_seed(seed + 1)
     q = torch.randn(q.shape[0], H, nope + rope, generator=g)
     w_kvb = torch.randn(H * (nope + v), lora, generator=g) / lora ** 0.5
-    layer = MLAAttention(H, nope, rope, v, lora, (nope + rope) ** -0.5, layer_idx=0)
+    layer = _layer(nope, rope, v, lora)
     layer.absorb(w_kvb)
     return q, cache.squeeze(2), meta, w_kvb, layer
 
@@ -94,7 +101,7 @@ def test_layer_splits_leading_decodes_from_prefills():
     q, kv_c, k_pe = (torch.randn(t, H, nope + rope, generator=g), torch.randn(t, lora, generator=g),
                      torch.randn(t, rope, generator=g))
     w_kvb = torch.randn(H * (nope + v), lora, generator=g) / lora ** 0.5
-    layer = MLAAttention(H, nope, rope, v, lora, (nope + rope) ** -0.5, layer_idx=0)
+    layer = _layer(nope, rope, v, lora)
     layer.absorb(w_kvb)
     positions = torch.cat([torch.arange(c - n, c) for n, c in zip(q_lens, ctx_lens)])
     cos_sin = torch.randn(64, rope)
@@ -102,7 +109,7 @@ def test_layer_splits_leading_decodes_from_prefills():
 
     def run(m):
         c = before.clone()
-        with forward_context(ForwardContext(m, [(c,)], [(1.0, 1.0)])):
+        with layer.slot.using(ForwardContext(m, [(c,)], [(1.0, 1.0)])):
             return layer(q, kv_c, k_pe, positions, cos_sin, False, w_kvb), c
 
     mixed, stored = run(meta)

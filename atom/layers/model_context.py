@@ -1,0 +1,20 @@
+"""What every layer of one model is built with: its kernel backend, its ranks, its forward slot.
+
+Handed to the model's constructor by whoever builds it (the builder, a test) and passed down to
+each layer, which keeps the part it reads. Nothing here is process-wide: two models in one
+process may run on different backends and ranks, each stepped through its own slot.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from atom.kernels.backend import KernelBackend
+from atom.layers.forward_context import ForwardSlot
+from atom.layers.parallel_state import ParallelState
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    backend: KernelBackend
+    parallel: ParallelState = field(default_factory=ParallelState)
+    forward: ForwardSlot = field(default_factory=ForwardSlot)

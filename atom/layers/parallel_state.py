@@ -1,0 +1,56 @@
+"""The ranks and groups a model shards itself over, built once per worker and handed to it.
+
+Layers read their rank from the state they were built with, never from the default
+torch.distributed group: a draft model beside the target, or expert and data parallel groups
+apart from the tensor-parallel one, each get the state that is theirs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class ParallelState:
+    tp_size: int = 1
+    tp_rank: int = 0
+    tp_group: Optional[Any] = None  # a torch.distributed ProcessGroup; None: the default one
+    dp_size: int = 1
+    dp_rank: int = 0
+    # Recorded for the expert-parallel layers to come; no layer shards experts by it yet.
+    ep_size: int = 1
+    ep_rank: int = 0
+
+    def __post_init__(self) -> None:
+        for size, rank, what in ((self.tp_size, self.tp_rank, "tp"),
+                                 (self.dp_size, self.dp_rank, "dp"),
+                                 (self.ep_size, self.ep_rank, "ep")):
+            if size < 1 or not 0 <= rank < size:
+                raise ValueError(f"{what} rank {rank} of {size}")
+
+    @classmethod
+    def of_process(cls) -> "ParallelState":
+        """Tensor parallelism over the whole torch.distributed world when this process joined
+        one (an executor worker does, before building its model), else a single rank. Data
+        parallel replicas are separate engine processes, each of them one replica here."""
+        if not (dist.is_available() and dist.is_initialized()):
+            return cls()
+        return cls(tp_size=dist.get_world_size(), tp_rank=dist.get_rank(),
+                   tp_group=dist.group.WORLD)
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """x summed over the tensor-parallel ranks, in place."""
+        if self.tp_size > 1:
+            dist.all_reduce(x, group=self.tp_group)
+        return x
+
+    def all_gather_last_dim(self, x: torch.Tensor) -> torch.Tensor:
+        """Every tensor-parallel rank's x side by side along the last dimension, in rank order."""
+        if self.tp_size == 1:
+            return x
+        parts = [torch.empty_like(x) for _ in range(self.tp_size)]
+        dist.all_gather(parts, x.contiguous(), group=self.tp_group)
+        return torch.cat(parts, dim=-1)

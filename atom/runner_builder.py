@@ -1,0 +1,102 @@
+"""The builder's engine side: one rank's ModelRunner assembled from a Config.
+
+Every piece is made here and handed to the next: the ranks (ParallelState), the kernel backend,
+the model built with both, its forward (compiled or not), the KV cache sized from the model's
+layers and the memory left, the decode CUDA graphs over that cache, then the runner over all of
+them. One function for every rank: the in-process executor calls it, and each worker process of
+a multi-process executor is handed it (it joins its group first, so the ranks come from there).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+import torch
+
+from atom.config.schema import Config
+from atom.kernels.backend import get_backend, resolve_backend_name
+from atom.layers.forward_context import ForwardSlot
+from atom.layers.model_context import ModelContext
+from atom.layers.parallel_state import ParallelState
+from atom.loader.model_loader import build_model
+from atom.models.hf_config import model_source
+from atom.runner.compile import ForwardFn, compile_forward, describe_level
+from atom.runner.cpu_threads import cpu_threads
+from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
+from atom.runner.device import resolve_device, resolve_dtype
+from atom.runner.kv_cache import (KVCache, KVCacheSpec, allocate, describe_kv_dtype, kv_dtype,
+                                  model_kv_spec, num_blocks_for)
+from atom.runner.launched_step import accept_drafts
+from atom.runner.memory_profile import kv_budget_bytes
+from atom.runner.model_runner import ModelRunner
+from atom.runner.profiler import StepProfiler
+from atom.spec_decode.acceptance import build_verifier
+
+log = logging.getLogger("atom.runner")
+
+
+def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
+    """The runner of `hf`'s model under `cfg`, sharded over `parallel`'s ranks (the worker's,
+    built once by whoever runs this). Sets what is the process's own: CPU threads and the torch
+    seed."""
+    device = resolve_device(cfg)
+    dtype = resolve_dtype(cfg, device)
+    backend_name = resolve_backend_name(cfg.runtime.kernels, device)
+    if device.type == "cpu":
+        torch.set_num_threads(cpu_threads(cfg.runtime.cpu_threads, serving=False))
+    torch.manual_seed(cfg.runtime.seed)
+    mc = ModelContext(get_backend(backend_name), parallel)
+    src = model_source(cfg) if cfg.load.dummy is None else None
+    model = build_model(cfg.load, src, hf, mc, device, dtype)
+    forward_fn = compile_forward(model, cfg.runtime, device, backend_name)
+    graphs_on = graphs_enabled(cfg.runtime.enforce_eager, cfg.runtime.level, device, backend_name)
+    log.info("%s", describe_level(cfg.runtime, device, backend_name, graphs_on))
+    max_model_len = cfg.model.max_model_len or int(hf.max_position_embeddings)
+    spec = model_kv_spec(model, kv_dtype(cfg.kv_cache, dtype), cfg.kv_cache.block_size)
+    # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
+    # every step and every captured graph.
+    split_counters = torch.zeros(cfg.scheduler.max_num_seqs * spec.max_kv_heads(),
+                                 dtype=torch.int32, device=device)
+    logits = lambda ids, pos: model.compute_logits(forward_fn(ids, pos))
+    kv = _kv_cache(cfg, spec, device, mc.forward, model, forward_fn, split_counters,
+                   max_model_len)
+    log.info("KV cache: %d blocks x %d tokens = %d tokens, %.2f GiB, %s; kernels=%s",
+             kv.num_blocks, spec.block_size, kv.num_blocks * spec.block_size,
+             kv.num_blocks * spec.bytes_per_block / 2**30,
+             describe_kv_dtype(cfg.kv_cache, spec.dtype), backend_name)
+    graphs = (_decode_graphs(cfg, logits, kv, split_counters, device, mc, max_model_len)
+              if graphs_on else None)
+    return ModelRunner(model, forward_fn, mc.forward, kv, graphs, split_counters, device=device,
+                       max_model_len=max_model_len, vocab_size=int(hf.vocab_size),
+                       verify=build_verifier(cfg.specdecode, cfg.runtime.seed, accept_drafts),
+                       profiler=StepProfiler(cfg.profiler.torch_profiler_dir))
+
+
+def _kv_cache(cfg: Config, spec: KVCacheSpec, device: torch.device, slot: ForwardSlot,
+              model: torch.nn.Module, forward_fn: ForwardFn, split_counters: torch.Tensor,
+              max_model_len: int) -> KVCache:
+    """kv_cache.num_blocks, or on a GPU what gpu_memory_utilization leaves after the weights
+    and a profiling forward, allocated."""
+    free: Optional[int] = None
+    if device.type == "cuda" and cfg.kv_cache.num_blocks is None:
+        tokens = min(cfg.scheduler.max_num_batched_tokens, max_model_len)
+        step = lambda ids, pos: model.compute_logits(forward_fn(ids, pos)[-1:])
+        free = kv_budget_bytes(step, slot, spec, tokens, split_counters,
+                               cfg.kv_cache.gpu_memory_utilization, device)
+    blocks = num_blocks_for(cfg.kv_cache, spec, device, free, max_model_len)
+    return KVCache(spec, blocks, *allocate(spec, blocks, device))
+
+
+def _decode_graphs(cfg: Config, logits: ForwardFn, kv: KVCache, split_counters: torch.Tensor,
+                   device: torch.device, mc: ModelContext, max_model_len: int) -> DecodeGraphs:
+    """Decode CUDA graphs of runtime.cudagraph_capture_sizes, captured over the cache (with
+    --mark-trace, one trace file per size and rank)."""
+    sizes = capture_sizes(cfg.runtime.cudagraph_capture_sizes, cfg.scheduler.max_num_seqs)
+    trace = cfg.profiler.torch_profiler_dir if cfg.profiler.mark_trace else None
+    graphs = DecodeGraphs(logits, sizes, -(-max_model_len // kv.spec.block_size), kv.caches,
+                          kv.scales, split_counters, device, mc.forward, trace_dir=trace,
+                          rank=mc.parallel.tp_rank)
+    secs = graphs.capture()
+    log.info("CUDA graphs: captured %d decode sizes (1..%d) in %.1f s", len(sizes), sizes[-1],
+             secs)
+    return graphs
