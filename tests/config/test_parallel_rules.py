@@ -86,26 +86,28 @@ def _arch_overrides(arch: str) -> list[str]:
     keys = ("architectures", "model_type", "num_attention_heads", "num_key_value_heads",
             "intermediate_size", "moe_intermediate_size", "num_experts", "num_local_experts",
             "n_routed_experts")
-    d["architectures"] = [{"LlamaConfig": "LlamaForCausalLM", "Qwen2Config": "Qwen2ForCausalLM",
-                           "Qwen3Config": "Qwen3ForCausalLM",
-                           "Qwen3MoeConfig": "Qwen3MoeForCausalLM",
-                           "DeepseekV3Config": "DeepseekV3ForCausalLM"}[cls]]
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    d["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[d["model_type"]]]
     return [f"+model.hf_config.{k}={v}".replace("'", "") for k, v in d.items()
             if k in keys and v is not None]
 
 
 @pytest.mark.parametrize("arch", list(ALL_ARCHS))
 def test_every_architecture_checks_what_tp_splits(arch):
-    """4 heads and widths 128 / 32: tp=3 divides none of them, tp=2 all of them."""
-    base = ["model=local", "load=dummy", "model.path=null", *_arch_overrides(arch)]
+    """4 heads and MLP / expert widths of 128 or 32: tp=3 divides none of them, tp=2 all."""
+    overrides = _arch_overrides(arch)
+    widths = {k.rsplit(".", 1)[1]: v for k, v in (o.split("=", 1) for o in overrides)}
+    base = ["model=local", "load=dummy", "model.path=null", *overrides]
     compose([*base, "parallel=tp2"])
     with pytest.raises(ConfigError) as e:
         compose([*base, "parallel.tensor_parallel_size=3"])
     rules = [x.rule for x in e.value.errors if x.field == "parallel.tensor_parallel_size"]
-    assert any("attention heads (4)" in r for r in rules), rules
-    assert any("MLP's intermediate size (128)" in r for r in rules), rules
-    if "moe" in arch or "deepseek" in arch:
-        assert any("each expert's intermediate size (32)" in r for r in rules), rules
+    assert "must divide the number of attention heads (4)" in rules
+    assert f"must divide the MLP's intermediate size ({widths['intermediate_size']})" in rules
+    if "moe_intermediate_size" in widths:
+        assert (f"must divide each expert's intermediate size "
+                f"({widths['moe_intermediate_size']})") in rules
 
 
 @pytest.mark.parametrize("arch,experts", [("qwen3_moe", 4), ("deepseek_v3_q_lora", 8)])
