@@ -39,8 +39,8 @@ _ZMQ_HEARTBEAT_TIMEOUT_MS = 10_000
 
 def run_node(cfg: Config, hf: Any, world_size: int,
              build_runner: Callable[[Config, Any, Any], Any]) -> int:
-    """Run this host's ranks until node 0 stops them (0) or something fails (1); `hf` and
-    `build_runner` as MultiprocExecutor takes them."""
+    """Run this host's ranks until node 0 stops them or goes (0), or one of them fails (1);
+    `hf` and `build_runner` as MultiprocExecutor takes them."""
     hosts = resolve_hosts(cfg.parallel, os.environ)
     folder = tempfile.mkdtemp(prefix="atom-node-")
     ends = endpoints(world_size, hosts, folder)
@@ -94,8 +94,11 @@ def _watch(node_rank: int, ranks: list[int], procs: list[subprocess.Popen], push
             if event == zmq.EVENT_CONNECTED:
                 connected = True
             elif event == zmq.EVENT_DISCONNECTED and connected:
-                log.error("node 0 is gone: stopping this host's ranks")
-                return 0 if _exited_on_stop(procs) else 1
+                # Node 0 ended (its job done, or failed: it reports that itself); this host did
+                # not fail, so it ends with 0, its ranks stopped if node 0's Stop missed them.
+                if not _exited_on_stop(procs):
+                    log.info("node 0 is gone: stopping this host's ranks")
+                return 0
 
 
 def _exited_on_stop(procs: list[subprocess.Popen], grace_s: float = 5.0) -> bool:
@@ -103,7 +106,7 @@ def _exited_on_stop(procs: list[subprocess.Popen], grace_s: float = 5.0) -> bool
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if all(p.poll() is not None for p in procs):
-            return all(p.returncode == 0 for p in procs)
+            return True
         time.sleep(0.1)
     return False
 

@@ -24,7 +24,7 @@ import zmq
 
 from atom.config.hosts import resolve_hosts
 from atom.config.schema import Config
-from atom.executor.rendezvous import Endpoints, endpoints, node_ranks
+from atom.executor.rendezvous import Endpoints, endpoints, node_ranks, rank_env
 from atom.executor.worker import WorkerSpec
 from atom.executor.worker_ipc import (NO_MULTICAST_ENV, FromWorker, Flush, HostAlive, RunStep,
                                       StepResult, Stop, WorkerFailed, WorkerReady)
@@ -33,6 +33,7 @@ from atom.runner.scheduler_output import SchedulerOutput
 log = logging.getLogger("atom.executor")
 
 _POLL_MS = 200  # how often a wait checks that every rank is still alive
+_STOP_LINGER_MS = 2000  # at shutdown, how long unsent Stop frames to other hosts may take
 # Another host's launcher says it is alive every second; this much silence fails the engine.
 HOST_SILENCE_S = 10.0
 
@@ -46,7 +47,7 @@ def start_ranks(spec: WorkerSpec, ranks: list[int], folder: str) -> list[subproc
     path = os.path.join(folder, "spec.pkl")
     with open(path, "wb") as f:
         pickle.dump(spec, f)
-    env = {**os.environ, **NO_MULTICAST_ENV}
+    env = {**rank_env(os.environ), **NO_MULTICAST_ENV}
     if spec.cfg.runtime.device == "cpu" or not _cuda():
         # Ranks share the host's cores: each gets its part, not all of them.
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // len(ranks)))
@@ -214,7 +215,9 @@ class MultiprocExecutor:
                 p.kill()
                 p.wait(5)
         if not self._ctx.closed:
-            self._ctx.destroy(linger=0)
+            # Other hosts' Stop frames may still be on the wire: dropped, their ranks would wait
+            # for their launcher to see node 0 gone and stop them by force.
+            self._ctx.destroy(linger=_STOP_LINGER_MS if self._hosts.multi else 0)
         shutil.rmtree(self._dir, ignore_errors=True)
 
 

@@ -14,8 +14,23 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
+from typing import Mapping
 
 from atom.config.hosts import Hosts
+
+
+# What torchrun sets for the launcher it starts. A rank's group comes from its spec alone: left in
+# its environment, TORCHELASTIC_USE_AGENT_STORE makes torch.distributed's tcp:// rendezvous a
+# client of the agent's store, so rank 0 never hosts the ranks' own and every rank waits.
+_TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
+                  "MASTER_PORT")
+
+
+def rank_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The launcher's environment without torchrun's variables, for the ranks it starts."""
+    return {k: v for k, v in env.items()
+            if k not in _TORCHRUN_VARS and not k.startswith("TORCHELASTIC_")}
 
 
 @dataclass(frozen=True)

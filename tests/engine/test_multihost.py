@@ -81,6 +81,21 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+def _session(sid: int) -> list[int]:
+    """Live processes of session `sid` (a launcher started with start_new_session, and all it
+    started: ranks included)."""
+    alive = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[3]) == sid and stat[0] != "Z":
+                alive.append(int(d))
+    return alive
+
+
 def _node0(ckpt: Path, port: int):
     return local_engine(ckpt, *COMMON, *_hosts(port, 0))
 
@@ -176,3 +191,35 @@ def test_an_engine_is_refused_on_another_host(ckpt):
     with pytest.raises(ConfigError) as e:
         local_engine(ckpt, *COMMON, *_hosts(_free_ports(4), 1))
     assert e.value.field == "parallel.node_rank" and "python -m atom.run" in e.value.rule
+
+
+def test_torchrun_starts_both_hosts_from_its_environment(ckpt, tmp_path):
+    """torchrun, one launcher per host (--nproc-per-node 1): atom takes the hosts from its
+    WORLD_SIZE/RANK/MASTER_* (its ranks meeting one port above the agent's store), node 0 runs
+    job=generate over both, and both torchruns end cleanly with nothing left behind."""
+    import shutil
+
+    torchrun = shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun is not installed")
+    port = _free_ports(5)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = ["-m", "atom.run", "model=local", f"model.path={ckpt}", "runtime=cpu",
+            "load.progress_bar=false", "runtime.enable_log_stats=false", "job=generate",
+            *COMMON, "parallel.tensor_parallel_size=2"]
+    logs = [tmp_path / f"node{k}.log" for k in (0, 1)]
+    hosts = [subprocess.Popen([torchrun, "--nnodes", "2", "--node-rank", str(k),
+                               "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
+                               "--master-port", str(port), *args], env=env,
+                              stdout=open(logs[k], "w"), stderr=subprocess.STDOUT,
+                              start_new_session=True) for k in (0, 1)]
+    try:
+        codes = [h.wait(240) for h in hosts]
+    finally:
+        for h in hosts:
+            if h.poll() is None:
+                os.killpg(h.pid, signal.SIGKILL)
+    assert codes == [0, 0], [log.read_text()[-2000:] for log in logs]
+    assert " tokens in " in logs[0].read_text()
+    assert "host 1 of 2: ranks [1]" in logs[1].read_text()
+    assert not [p for h in hosts for p in _session(h.pid)], "a process outlived its torchrun"
