@@ -19,7 +19,7 @@ from atom.layers.forward_context import ForwardSlot
 from atom.layers.model_context import ModelContext
 from atom.layers.parallel_state import ParallelState
 from atom.loader.model_loader import build_model
-from atom.models.hf_config import model_source
+from atom.loader.hf_config import model_source
 from atom.runner.compile import ForwardFn, compile_forward, describe_level
 from atom.runner.cpu_threads import cpu_threads
 from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
@@ -31,6 +31,7 @@ from atom.runner.memory_profile import kv_budget_bytes
 from atom.runner.model_runner import ModelRunner
 from atom.runner.profiler import StepProfiler
 from atom.spec_decode.acceptance import build_verifier
+from atom.spec_decode.mtp_drafter import build_drafter
 
 log = logging.getLogger("atom.runner")
 
@@ -47,11 +48,14 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
     torch.manual_seed(cfg.runtime.seed)
     mc = ModelContext(get_backend(backend_name), parallel)
     src = model_source(cfg) if cfg.load.dummy is None else None
-    model = build_model(cfg.load, src, hf, mc, device, dtype)
+    model = build_model(cfg.load, src, hf, mc, device, dtype, cfg.quant.method,
+                        mtp=cfg.specdecode.method == "mtp")
     forward_fn = compile_forward(model, cfg.runtime, device, backend_name)
     graphs_on = graphs_enabled(cfg.runtime.enforce_eager, cfg.runtime.level, device, backend_name)
     log.info("%s", describe_level(cfg.runtime, device, backend_name, graphs_on))
     max_model_len = cfg.model.max_model_len or int(hf.max_position_embeddings)
+    drafter = build_drafter(cfg.specdecode.method, model, cfg.specdecode.num_speculative_tokens,
+                            cfg.kv_cache.block_size, max_model_len)
     spec = model_kv_spec(model, kv_dtype(cfg.kv_cache, dtype), cfg.kv_cache.block_size)
     # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
     # every step and every captured graph.
@@ -64,12 +68,14 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
              kv.num_blocks, spec.block_size, kv.num_blocks * spec.block_size,
              kv.num_blocks * spec.bytes_per_block / 2**30,
              describe_kv_dtype(cfg.kv_cache, spec.dtype), backend_name)
+    if graphs_on and drafter is not None:
+        log.info("CUDA graphs: none with a runner-side drafter (its steps run eager)")
     graphs = (_decode_graphs(cfg, logits, kv, split_counters, device, mc, max_model_len)
-              if graphs_on else None)
+              if graphs_on and drafter is None else None)
     return ModelRunner(model, forward_fn, mc.forward, kv, graphs, split_counters, device=device,
                        max_model_len=max_model_len, vocab_size=int(hf.vocab_size),
                        verify=build_verifier(cfg.specdecode, cfg.runtime.seed, accept_drafts),
-                       profiler=StepProfiler(cfg.profiler.torch_profiler_dir))
+                       profiler=StepProfiler(cfg.profiler.torch_profiler_dir), drafter=drafter)
 
 
 def _kv_cache(cfg: Config, spec: KVCacheSpec, device: torch.device, slot: ForwardSlot,

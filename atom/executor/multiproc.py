@@ -60,11 +60,13 @@ class RemoteStep:
 
     def __init__(self, executor: "MultiprocExecutor", number: int, rows: list[int]) -> None:
         self._executor, self._number, self.rows = executor, number, rows
+        self.proposals: dict[int, list[int]] = {}  # rank 0's drafter's, set by result()
 
     def result(self) -> tuple[dict[int, list[int]], dict]:
         if not self.rows:
             return {}, {}
         r = self._executor.wait(self._number)
+        self.proposals = r.proposals
         return r.sampled, r.logprobs
 
 

@@ -103,7 +103,7 @@ def serve(spec: WorkerSpec, rank: int) -> None:
         def answer(step: Any) -> None:
             if rank == 0:
                 sampled, logprobs = step.result()
-                push.send(encode(StepResult(sampled, logprobs)))
+                push.send(encode(StepResult(sampled, logprobs, step.proposals)))
 
         while True:
             if not pull.poll(_POLL_MS):

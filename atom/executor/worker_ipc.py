@@ -37,6 +37,8 @@ class WorkerReady(msgspec.Struct, tag="ready"):
 class StepResult(msgspec.Struct, tag="result"):
     sampled: dict[int, list[int]]
     logprobs: dict[int, list[TokenLogprob]]
+    # batch index → the drafts rank 0's runner-side drafter made (specdecode=mtp)
+    proposals: dict[int, list[int]] = msgspec.field(default_factory=dict)
 
 
 class WorkerFailed(msgspec.Struct, tag="failed"):

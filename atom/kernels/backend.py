@@ -14,7 +14,7 @@ from typing import Any, Optional, Protocol
 import torch
 
 from atom.kernels.metadata import AttentionMetadata
-from atom.kernels.quantized_weight import QuantizedWeight
+from atom.kernels.quantized_weight import Quantized
 
 
 class KernelBackend(Protocol):
@@ -37,9 +37,10 @@ class KernelBackend(Protocol):
                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x @ weight.T + bias; a backend may take the single-row (batch-1 decode) case itself."""
 
-    def prepare_weight(self, qw: QuantizedWeight) -> Optional[Any]:
+    def prepare_weight(self, qw: Quantized) -> Optional[Any]:
         """qw in the form this backend's linear takes in place of a weight tensor, or None: no
-        kernel for it here, so the layer runs on qw dequantized (the float oracle)."""
+        kernel for it here, so the layer runs on qw dequantized (the float oracle). An
+        Fp8Weight is taken by every backend (the torch ones emulate its GEMM)."""
 
     def weights_prepared(self) -> None:
         """Every weight of the model has been through prepare_weight: a backend that picks
@@ -56,6 +57,13 @@ class KernelBackend(Protocol):
                             ) -> tuple[torch.Tensor, torch.Tensor]:
         """What add_rms_norm_linear_unfused defines: a pre-norm block's norm and its first
         projection, which a backend may fuse (one launch instead of two at batch-1 decode)."""
+
+    def fused_moe(self, x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+                  weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """The routed experts of one MoE layer: x [T, H]; w13 [E, 2I, H] (gate rows, then up
+        rows); w2 [E, H, I]; weights [T, k] float32 and experts [T, k] (distinct per token),
+        the router's choice → Σ_k weight · w2[e] · silu_and_mul(w13[e] · x), [T, H] in x's
+        dtype, before any tensor-parallel all-reduce."""
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, k_scale: float, v_scale: float) -> None: ...

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from atom.kernels.backend import add_rms_norm_linear_unfused, register, rope_store_kv_unfused
+from atom.kernels.fp8_reference import EmulatedFp8Linear
+from atom.kernels.fp8_weight import Fp8Weight
 from atom.kernels.metadata import AttentionMetadata
 
 
@@ -164,6 +166,29 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
     return out
 
 
+def fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
+              experts: torch.Tensor) -> torch.Tensor:
+    """The per-expert loop: each expert's tokens gathered into one matmul, weighted and summed
+    in float32. Reads the per-expert counts back to the host, so it cannot be captured in a
+    CUDA graph; it is the oracle and the CPU path."""
+    out = torch.zeros_like(x, dtype=torch.float32)
+    flat = experts.flatten()
+    order = flat.argsort()
+    counts = torch.bincount(flat, minlength=w13.shape[0]).tolist()
+    token_of = order // experts.shape[1]
+    w_sorted = weights.flatten()[order]
+    start = 0
+    for e, c in enumerate(counts):
+        if c == 0:
+            continue
+        idx = token_of[start:start + c]
+        h = silu_and_mul(F.linear(x[idx], w13[e]))
+        y = F.linear(h, w2[e]).float() * w_sorted[start:start + c].unsqueeze(-1)
+        out.index_add_(0, idx, y)
+        start += c
+    return out.to(x.dtype)
+
+
 @register("torch")
 class TorchBackend:
     name = "torch"
@@ -182,19 +207,26 @@ class TorchBackend:
         return silu_and_mul(x)
 
     def linear(self, x, weight, bias=None):
-        return F.linear(x, weight, bias)
+        if isinstance(weight, torch.Tensor):
+            return F.linear(x, weight, bias)
+        return weight(x, bias)  # EmulatedFp8Linear
 
     def prepare_weight(self, qw):
-        return None  # the oracle runs on the dequantized float weight
+        """fp8 weights run as an fp8 GEMM computes (fp8_reference.py); other quantized weights
+        run dequantized: the oracle is the float weight."""
+        return EmulatedFp8Linear.of(qw) if isinstance(qw, Fp8Weight) else None
 
     def weights_prepared(self):
         pass
 
     def silu_and_mul_linear(self, x, weight, bias=None):
-        return F.linear(silu_and_mul(x), weight, bias)
+        return self.linear(silu_and_mul(x), weight, bias)
 
     def add_rms_norm_linear(self, x, residual, norm_weight, eps, weight, bias=None):
         return add_rms_norm_linear_unfused(self, x, residual, norm_weight, eps, weight, bias)
+
+    def fused_moe(self, x, w13, w2, weights, experts):
+        return fused_moe(x, w13, w2, weights, experts)
 
     def store_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
         store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)

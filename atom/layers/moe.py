@@ -3,8 +3,8 @@
 Two routers: softmax top-k over the router logits (Qwen3-MoE), and DeepSeek-V3's grouped top-k
 (sigmoid scores, a learned per-expert bias that only steers the choice, the best `topk_group` of
 `n_group` expert groups first). Experts' intermediate dimension is split across TP ranks like a
-dense MLP, so the output is an all-reduced partial sum. Tokens are grouped per expert, so each
-expert runs one matmul.
+dense MLP, so the output is an all-reduced partial sum. The experts themselves are the kernel
+backend's `fused_moe`.
 """
 from __future__ import annotations
 
@@ -101,20 +101,5 @@ class FusedMoE(nn.Module):
     def forward(self, x: torch.Tensor, weights: torch.Tensor,
                 experts: torch.Tensor) -> torch.Tensor:
         """x: [T, H]; weights, experts: [T, k], the router's choice → Σ weight · expert(x)."""
-        out = torch.zeros_like(x, dtype=torch.float32)
-        flat = experts.flatten()
-        order = flat.argsort()
-        counts = torch.bincount(flat, minlength=self.num_experts).tolist()
-        token_of = order // experts.shape[1]
-        w_sorted = weights.flatten()[order]
-        start = 0
-        act = self.backend
-        for e, c in enumerate(counts):
-            if c == 0:
-                continue
-            idx = token_of[start:start + c]
-            h = act.silu_and_mul(F.linear(x[idx], self.w13[e]))
-            y = F.linear(h, self.w2[e]).float() * w_sorted[start:start + c].unsqueeze(-1)
-            out.index_add_(0, idx, y)
-            start += c
-        return self.parallel.all_reduce(out.to(x.dtype))
+        return self.parallel.all_reduce(
+            self.backend.fused_moe(x, self.w13, self.w2, weights, experts))

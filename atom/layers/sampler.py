@@ -83,14 +83,20 @@ def sample(logits: torch.Tensor, sb: SamplingBatch) -> torch.Tensor:
         return _gpu_sample(logits, sb)
     logits = logits.float()
     greedy = logits.argmax(-1)
-    temps = sb.temperatures.clamp(min=1e-5).unsqueeze(1)
-    scaled = logits / temps
-    if sb.top_ks is not None or sb.top_ps is not None:
-        scaled = _mask_top_k_top_p(scaled, sb.top_ks, sb.top_ps)
-    probs = scaled.softmax(-1)
+    probs = probabilities(logits, sb.temperatures, sb.top_ks, sb.top_ps)
     q = _exponential_noise(tuple(probs.shape), sb.generators, probs.device)
     sampled = (probs / q).argmax(-1)
     return torch.where(sb.temperatures == 0, greedy, sampled)
+
+
+def probabilities(logits: torch.Tensor, temperatures: torch.Tensor,
+                  top_ks: Optional[torch.Tensor], top_ps: Optional[torch.Tensor]) -> torch.Tensor:
+    """The float32 distribution a row samples from: softmax(logits / T) truncated by top-k and
+    top-p (what the rejection sampler needs as the target's p, and a draft head as its q)."""
+    scaled = logits.float() / temperatures.clamp(min=1e-5).unsqueeze(1)
+    if top_ks is not None or top_ps is not None:
+        scaled = _mask_top_k_top_p(scaled, top_ks, top_ps)
+    return scaled.softmax(-1)
 
 
 @functools.cache

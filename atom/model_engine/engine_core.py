@@ -187,10 +187,11 @@ class EngineCore:
         assert self._inflight is not None
         (batch, launched), self._inflight = self._inflight, None
         sampled, logprobs = launched.result()
+        drafted = launched.proposals if self._spec is not None else {}
         outputs = []
         for i, seq in self.scheduler.resolve(batch, sampled):
             if self._spec is not None:
-                self._speculate(seq, batch.drafts.get(i), len(sampled[i]) - 1)
+                self._speculate(seq, batch.drafts.get(i), len(sampled[i]) - 1, drafted.get(i))
             new = seq.token_ids[seq.num_prompt_tokens + seq.num_emitted:]
             seq.num_emitted += len(new)
             lp = logprobs.get(i) if logprobs else None
@@ -206,8 +207,10 @@ class EngineCore:
             self._tokens_since_log += len(new)
         return outputs
 
-    def _speculate(self, seq: Sequence, drafts: Optional[list[int]], accepted: int) -> None:
-        """Count what its verify step kept, and leave its next drafts on a decoding sequence.
+    def _speculate(self, seq: Sequence, drafts: Optional[list[int]], accepted: int,
+                   drafted: Optional[list[int]]) -> None:
+        """Count what its verify step kept, and leave its next drafts on a decoding sequence
+        (the proposer's, from its history or from what the runner drafted: `drafted`).
         Not for penalized requests: the runner's penalties at a verified position would not
         count the drafts before it."""
         assert self._spec is not None and self.proposer is not None
@@ -215,7 +218,7 @@ class EngineCore:
             self._spec.record(len(drafts), accepted)
         if (seq.status is SequenceStatus.RUNNING and seq.request_id not in self._penalized
                 and seq.num_computed_tokens == len(seq.token_ids) - 1):
-            seq.spec_token_ids = self.proposer.propose(seq.token_ids)
+            seq.spec_token_ids = self.proposer.propose(seq.token_ids, drafted)
 
     # -- observability --------------------------------------------------------------------------
     def stats(self) -> EngineStats:

@@ -14,6 +14,9 @@ class LaunchedStepProtocol(Protocol):
     @property
     def rows(self) -> list[int]: ...
 
+    # batch index → the drafts a runner-side drafter made for it (MTP), read after result()
+    proposals: dict[int, list[int]]
+
 
 class Executor(Protocol):
     num_blocks: int

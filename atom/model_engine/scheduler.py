@@ -19,6 +19,7 @@ from atom.model_engine.block_manager import BlockManager
 from atom.runner.scheduler_output import NewRequest, ScheduledRequest, SchedulerOutput
 from atom.model_engine.sequence import Sequence, SequenceStatus
 from atom.runner.scheduler_output import PENDING_TOKEN
+from atom.spec_decode.proposer import draft_lookahead
 
 
 @dataclass
@@ -48,7 +49,8 @@ class ScheduledBatch:
             else:
                 ids, sampled = tokens[start:start + n], int(start + n == len(tokens))
             reqs.append(ScheduledRequest(seq.request_id, start, ids, seq.block_table, sampled,
-                                         tokens if seq.params.uses_penalties else None))
+                                         tokens if seq.params.uses_penalties else None,
+                                         None if sampled else tokens[start + n]))
         return SchedulerOutput(new, reqs, finished_ids)
 
 
@@ -62,6 +64,7 @@ class Scheduler:
         self.delay_factor = cfg.scheduler.delay_factor
         self.reserve_ratio = cfg.scheduler.reserve_ratio
         self.max_model_len = max_model_len
+        self.lookahead = draft_lookahead(cfg.specdecode)
         self.eos = eos_token_ids
         self.blocks = BlockManager(num_blocks, cfg.kv_cache.block_size,
                                    cfg.kv_cache.enable_prefix_caching)
@@ -133,6 +136,8 @@ class Scheduler:
             drafts = self._take_drafts(seq, n, budget)
             n += len(drafts)
             need = seq.num_computed_tokens + n
+            if self.lookahead:  # the drafter's slots, only from free blocks: never preempts
+                self.blocks.try_allocate(seq, min(need + self.lookahead, self.max_model_len))
             while need > len(seq.block_table) * room and not self.blocks.try_allocate(seq, need):
                 victim = self.running[-1]
                 self._preempt(victim)

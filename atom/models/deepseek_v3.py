@@ -4,7 +4,8 @@ attention and grouped-routed MoE with shared experts after `first_k_dense_replac
 Module names follow the HF checkpoints (`self_attn.q_a_proj`, `kv_a_proj_with_mqa`,
 `mlp.gate.e_score_correction_bias`, `mlp.experts.E.gate_proj`, `mlp.shared_experts.*`), so the
 weights load by name; the multi-token-prediction layers stored after the last decoder layer
-(`model.layers.61.*` in R1) are skipped: no proposer reads them yet.
+(`model.layers.61.*` in R1) are skipped unless `specdecode=mtp` asks for the first of them
+(`add_mtp`, atom/models/deepseek_mtp.py).
 """
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ class DeepseekV3Attention(nn.Module):
         self.kv_a_layernorm = RMSNorm(mc, self.kv_lora_rank, _LATENT_NORM_EPS)
         self.kv_b_proj = ColumnParallelLinear(mc, self.kv_lora_rank,
                                               heads * (self.nope + self.v_dim))
+        self.kv_b_proj.keep_float = True  # MLA reads it as a matrix (absorption, prefill)
         self.o_proj = RowParallelLinear(mc, heads * self.v_dim, hf.hidden_size, bias=bias)
         self.rotary_emb = rotary
         self.attn = MLAAttention(mc, self.num_heads, self.nope, self.rope, self.v_dim,
@@ -151,31 +153,43 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
     packed_modules_mapping = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
 
     def __init__(self, hf: Any, mc: ModelContext) -> None:
-        refuse_what_cannot_run(hf, mc)
+        refuse_what_cannot_run(hf)
         super().__init__(hf, mc)
+        self.mtp: Optional[nn.Module] = None
+
+    def add_mtp(self) -> None:
+        """Build the first next-n layer (`model.layers.{num_hidden_layers}.*`) as `self.mtp`,
+        before the weights load: its attention takes the next KV layer index, so the pool
+        sizes it with the rest."""
+        from atom.models.deepseek_mtp import DeepseekMTPLayer
+
+        hf = self.hf_config
+        rotary = self.model.layers[0].self_attn.rotary_emb
+        self.mtp = DeepseekMTPLayer(self.context, hf, bool(getattr(hf, "attention_bias", False)),
+                                    rotary)
 
     def skip_weight(self, name: str) -> bool:
         """The checkpoint's MTP layers: decoder indices at and past num_hidden_layers (also the
-        layers a reduced-depth run, model.hf_config.num_hidden_layers=N, leaves out)."""
+        layers a reduced-depth run, model.hf_config.num_hidden_layers=N, leaves out), but for
+        the one `add_mtp` built, less its copy of the shared embedding."""
         m = _LAYER.match(name)
-        return m is not None and int(m.group(1)) >= self.hf_config.num_hidden_layers
+        if m is None or int(m.group(1)) < self.hf_config.num_hidden_layers:
+            return False
+        return (self.mtp is None or int(m.group(1)) != self.hf_config.num_hidden_layers
+                or ".embed_tokens." in name)
+
+    def checkpoint_name(self, name: str) -> str:
+        """Where a checkpoint tensor lives in this model: the next-n layer's under `mtp.`."""
+        prefix = f"model.layers.{self.hf_config.num_hidden_layers}."
+        return "mtp." + name[len(prefix):] if name.startswith(prefix) else name
 
 
-def refuse_what_cannot_run(hf: Any, mc: ModelContext) -> None:
-    """Block-fp8 checkpoints (R1's own: `weight_scale_inv` per 128×128 block), routers other than
-    V3's and kernel backends without MLA stop here, before any weight is read, instead of
-    failing inside the load or computing something else."""
-    quant = getattr(hf, "quantization_config", None)
-    if quant:
-        method = quant.get("quant_method") if isinstance(quant, dict) else quant.quant_method
-        raise ConfigError("model.hf_config.quantization_config", method,
-                          "quantized DeepseekV3 weights (fp8 blocks with weight_scale_inv) are "
-                          "not implemented yet: use a bf16 checkpoint or load=dummy")
+def refuse_what_cannot_run(hf: Any) -> None:
+    """Routers other than V3's and kernel backends without MLA stop here, before any weight is
+    read, instead of failing inside the load or computing something else. (Block-fp8
+    checkpoints load: atom.config.quant checks their quantization_config.)"""
     for key, supported in (("scoring_func", "sigmoid"), ("topk_method", "noaux_tc")):
         value = getattr(hf, key, supported)
         if value != supported:
             raise ConfigError(f"model.hf_config.{key}", value,
                               f"DeepseekV3 routing is implemented for {key}={supported} only")
-    if not hasattr(mc.backend, "mla_decode_attention"):
-        raise ConfigError("runtime.kernels", mc.backend.name, "MLA has only the torch reference "
-                          "kernels yet (runtime.kernels=torch; on a CPU, cpu works too)")

@@ -51,6 +51,9 @@ class LaunchedStep:
         self.drafts = drafts or {}
         self.verify = verify
         self.logprob_ks = logprob_ks
+        # batch index → the drafts a runner-side drafter made after this step (MTP)
+        self.proposals: dict[int, list[int]] = {}
+        self._result: Optional[tuple[dict[int, list[int]], dict[int, list[TokenLogprob]]]] = None
         self._host = [_to_host(t) for t in (tokens, chosen, *(top or ())) if t is not None]
         self._event: Optional[torch.cuda.Event] = None
         if tokens is not None and tokens.is_cuda:
@@ -59,7 +62,13 @@ class LaunchedStep:
 
     def result(self) -> tuple[dict[int, list[int]], dict[int, list[TokenLogprob]]]:
         """(batch index → the tokens it keeps, batch index → their logprob records); waits for
-        this step."""
+        this step. Read once: a drafter reads it inside the launch, and the forced schedule
+        must not be drawn twice for one step."""
+        if self._result is None:
+            self._result = self._read()
+        return self._result
+
+    def _read(self) -> tuple[dict[int, list[int]], dict[int, list[TokenLogprob]]]:
         if self.tokens is None:
             return {}, {}
         if self._event is not None:

@@ -21,6 +21,8 @@ from atom.runner.profiler import StepProfiler
 from atom.runner.scheduler_output import PENDING_TOKEN, ScheduledRequest, SchedulerOutput
 from atom.sampling_params import SamplingParams
 from atom.spec_decode.acceptance import Verifier
+from atom.spec_decode.mtp_drafter import DraftStep, MTPDrafter
+from atom.spec_decode.rejection import resample_drafted
 
 
 @dataclass
@@ -54,7 +56,7 @@ class ModelRunner:
     def __init__(self, model: torch.nn.Module, forward_fn: ForwardFn, slot: ForwardSlot,
                  kv: KVCache, graphs: Optional[DecodeGraphs], split_counters: torch.Tensor, *,
                  device: torch.device, max_model_len: int, vocab_size: int, verify: Verifier,
-                 profiler: StepProfiler) -> None:
+                 profiler: StepProfiler, drafter: Optional[MTPDrafter] = None) -> None:
         self.model, self.forward_fn, self.slot = model, forward_fn, slot
         self.kv, self.graphs, self.split_counters = kv, graphs, split_counters
         self.device, self.max_model_len, self.verify = device, max_model_len, verify
@@ -68,11 +70,16 @@ class ModelRunner:
         self._last_tokens: Optional[torch.Tensor] = None  # the previous step's sampled tokens
         self._last_row_of: dict[str, int] = {}  # request id → its row in _last_tokens
         self._requests: dict[str, RunnerRequest] = {}  # what a step does not resend
+        # A runner-side proposer (specdecode=mtp): its layer is part of the model (and of the
+        # KV cache), run after each step's verification.
+        self.drafter = drafter
 
     # -- one step ---------------------------------------------------------------------------
     def _track(self, out: SchedulerOutput) -> None:
         for rid in out.finished_ids:
             self._requests.pop(rid, None)
+        if self.drafter is not None:
+            self.drafter.forget(out.finished_ids)
         for new in out.new_requests:
             self._requests[new.request_id] = RunnerRequest(new.sampling_params,
                                                            new.num_prompt_tokens)
@@ -169,9 +176,14 @@ class ModelRunner:
             if logits_idx.shape[0] == b:
                 return logits
             return logits.index_select(0, logits_idx)
+        hidden = self._forward_hidden(input_ids, positions, meta)
+        return self.model.compute_logits(hidden.index_select(0, logits_idx))
+
+    def _forward_hidden(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                        meta: AttentionMetadata) -> torch.Tensor:
+        """The target's final hidden state at every token (eager): what a draft head reads."""
         with self.slot.using(ForwardContext(meta, self.kv.caches, self.kv.scales)):
-            hidden = self.forward_fn(input_ids, positions)
-            return self.model.compute_logits(hidden.index_select(0, logits_idx))
+            return self.forward_fn(input_ids, positions)
 
     def _sampling_batch(self, states: list[RunnerRequest], histories: list[Optional[list[int]]],
                         temps: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor
@@ -224,13 +236,44 @@ class ModelRunner:
         return step
 
     def _launch(self, out: SchedulerOutput, inputs: StepInputs) -> LaunchedStep:
+        if self.drafter is not None:
+            return self._launch_drafting(out, inputs)
         if not inputs.rows:
             first = torch.zeros(1, dtype=torch.long, device=self.device)
             self.forward(inputs.input_ids, inputs.positions, inputs.meta, first)
             return LaunchedStep([], None)
         logits = self.forward(inputs.input_ids, inputs.positions, inputs.meta, inputs.logits_idx)
+        return self._sampled_step(out, inputs, logits)
+
+    @torch.inference_mode()
+    def _launch_drafting(self, out: SchedulerOutput, inputs: StepInputs) -> LaunchedStep:
+        """A step with a runner-side drafter: the target's hidden states stay for the draft
+        layer, which runs once this step's kept tokens are known (mtp_drafter.py)."""
+        assert self.drafter is not None
+        hidden = self._forward_hidden(inputs.input_ids, inputs.positions, inputs.meta)
+        step = (self._sampled_step(out, inputs, self.model.compute_logits(
+                    hidden.index_select(0, inputs.logits_idx)))
+                if inputs.rows else LaunchedStep([], None))
+        counts = inputs.counts or [1] * len(inputs.rows)
+        states = [self._requests[out.requests[row].request_id] for row in inputs.rows]
+        draft_step = DraftStep(inputs.input_ids, inputs.positions, inputs.meta, hidden,
+                               inputs.rows, counts, [st.params for st in states],
+                               [st.generator for st in states])
+        step.proposals = self.drafter.propose(out.requests, draft_step, step.result()[0],
+                                              self.kv.caches, self.kv.scales)
+        return step
+
+    def _sampled_step(self, out: SchedulerOutput, inputs: StepInputs,
+                      logits: torch.Tensor) -> LaunchedStep:
+        """Sample every sampled position; rows whose drafts came with a q are then resampled
+        by the rejection rule (spec_decode/rejection.py)."""
         sb = inputs.sampling
         tokens = sample(logits, sb)
+        if self.drafter is not None and inputs.counts is not None:
+            gens = [self._requests[out.requests[row].request_id].generator for row in inputs.rows]
+            drafted = self.drafter.drafted_rows(out.requests, inputs.rows, inputs.counts, gens)
+            if drafted is not None:
+                resample_drafted(logits, tokens, sb, drafted)
         drafts = ({row: out.requests[row].token_ids[-(m - 1):]
                    for row, m in zip(inputs.rows, inputs.counts) if m > 1}
                   if inputs.counts is not None else None)

@@ -48,6 +48,9 @@ class ScheduledRequest(msgspec.Struct, array_like=True):
     # Every token so far; only for requests with penalties (their steps are resolved on the host
     # before the next is built, so no token here is pending).
     history: Optional[list[int]] = None
+    # A prefill chunk short of the prompt's end: the prompt token after it (a draft head's input
+    # at the chunk's last position; spec_decode/mtp_drafter.py). None otherwise.
+    next_token: Optional[int] = None
 
     @property
     def num_drafts(self) -> int:

@@ -7,7 +7,7 @@ match (runner/launched_step.py), so the output is the target's whatever it propo
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -41,12 +41,13 @@ def propose_ngram(history: Sequence[int], k: int, n_min: int, n_max: int,
 
 
 class NgramProposer:
-    """`propose(history)` → drafts for one decoding sequence, from the specdecode config."""
+    """`propose(history)` → drafts for one decoding sequence, from the specdecode config (core
+    side: `drafted`, a runner drafter's output, is never set for it)."""
 
     def __init__(self, cfg: SpecDecodeConfig) -> None:
         self.k = cfg.num_speculative_tokens
         self.n_min = cfg.prompt_lookup_min
         self.n_max = cfg.prompt_lookup_max
 
-    def propose(self, history: Sequence[int]) -> list[int]:
+    def propose(self, history: Sequence[int], drafted: Optional[list[int]] = None) -> list[int]:
         return propose_ngram(history, self.k, self.n_min, self.n_max)

@@ -1,4 +1,9 @@
-"""The proposer a config asks for, as the engine core uses it: `propose(history) -> drafts`."""
+"""The proposer a config asks for, as the engine core uses it: `propose(history, drafted)`.
+
+One seam for both kinds: a core-side proposer (n-gram) computes drafts from the sequence's
+history; a runner-side one (MTP: atom/spec_decode/mtp_drafter.py) has had the runner draft them
+after verification, and they arrive with the step's result (`drafted`, None without a drafter).
+"""
 from __future__ import annotations
 
 from typing import Optional, Protocol, Sequence
@@ -11,7 +16,17 @@ from atom.spec_decode.ngram import NgramProposer
 class Proposer(Protocol):
     k: int
 
-    def propose(self, history: Sequence[int]) -> list[int]: ...
+    def propose(self, history: Sequence[int], drafted: Optional[list[int]]) -> list[int]: ...
+
+
+class RunnerDrafts:
+    """The drafts the runner's drafter made for this sequence in the step just resolved."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def propose(self, history: Sequence[int], drafted: Optional[list[int]]) -> list[int]:
+        return list(drafted or ())
 
 
 class PaddedProposer:
@@ -23,17 +38,27 @@ class PaddedProposer:
         self.inner = inner
         self.k = inner.k
 
-    def propose(self, history: Sequence[int]) -> list[int]:
-        drafts = self.inner.propose(history)
+    def propose(self, history: Sequence[int], drafted: Optional[list[int]]) -> list[int]:
+        drafts = self.inner.propose(history, drafted)
         fill = drafts[-1] if drafts else history[-1]
         return drafts + [fill] * (self.k - len(drafts))
+
+
+def draft_lookahead(cfg: SpecDecodeConfig) -> int:
+    """KV slots past a step's tokens that its drafting writes: a runner-side drafter (mtp) runs
+    depths 2..k at the k - 1 positions after the last kept token, in the sequence's blocks."""
+    return cfg.num_speculative_tokens - 1 if cfg.method == "mtp" else 0
 
 
 def build_proposer(cfg: SpecDecodeConfig) -> Optional[Proposer]:
     """None when speculative decoding is off (validation refuses methods without a proposer)."""
     if cfg.method is None:
         return None
-    if cfg.method != "ngram":
+    proposer: Proposer
+    if cfg.method == "ngram":
+        proposer = NgramProposer(cfg)
+    elif cfg.method == "mtp":
+        proposer = RunnerDrafts(cfg.num_speculative_tokens)
+    else:
         raise ValueError(f"specdecode.method={cfg.method!r} has no proposer")
-    proposer: Proposer = NgramProposer(cfg)
     return PaddedProposer(proposer) if forced_length(cfg) is not None else proposer

@@ -12,7 +12,8 @@ from atom.config.compose import CONF_DIR
 from atom.config.errors import ConfigError
 
 # Options that need more than their own YAML to validate: what they need is added here.
-NEEDS = {("specdecode", "eagle3"): ["specdecode.draft_model=/tmp"]}
+NEEDS = {("specdecode", "eagle3"): ["specdecode.draft_model=/tmp"],
+         ("quant", "fp8_block"): ["model=tiny_llama", "load=dummy"]}  # the default is a GGUF
 OWN_TESTS = {("model", "local")}  # each has a test below
 HF_ONLY_MODELS = {"qwen3_0_6b", "llama3_8b", "tiny_llama", "tiny_qwen3", "deepseek_r1",
                   "tiny_deepseek_v3", "glm4_5_air", "minimax_m2", "deepseek_v3", "kimi_k2"}
@@ -114,17 +115,18 @@ def test_a_wrong_group_option_lists_the_choices():
 
 
 def test_every_broken_rule_is_reported_at_once_the_most_fundamental_first():
-    """The architecture before load.dummy, then what the engine cannot run (EP, mtp), which a
-    launcher checks with the rest; plain composition accepts what a benchmark config may name."""
+    """The architecture before load.dummy, then what the engine cannot run (EP, eagle3), which
+    a launcher checks with the rest; plain composition accepts what a benchmark config may name."""
     from atom.config.compose import compose
 
     v2 = "model.hf_config.architectures=[DeepseekV2ForCausalLM]"  # not implemented yet
     with pytest.raises(ConfigError) as e:
         compose(["model=deepseek_r1", v2, "parallel=tp8", "parallel.enable_expert_parallel=true",
-                 "specdecode=mtp", "kv_cache.dtype=fp16"], launching=True)
+                 "specdecode=mtp", "specdecode.method=eagle3", "specdecode.draft_model=/tmp",
+                 "kv_cache.dtype=fp16"], launching=True)
     assert [(x.field, x.value) for x in e.value.errors] == [
         ("model", "DeepseekV2ForCausalLM"), ("load.dummy", None),
-        ("parallel.enable_expert_parallel", True), ("specdecode.method", "mtp"),
+        ("parallel.enable_expert_parallel", True), ("specdecode.method", "eagle3"),
         ("kv_cache.dtype", "fp16")]
     assert len(str(e.value).splitlines()) == 5
     with pytest.raises(ConfigError) as e:
@@ -132,16 +134,18 @@ def test_every_broken_rule_is_reported_at_once_the_most_fundamental_first():
     assert [x.field for x in e.value.errors] == ["model", "load.dummy"]
 
 
-@pytest.mark.parametrize("method,runs", [("ngram", True), ("mtp", False), ("eagle3", False),
+@pytest.mark.parametrize("method,runs", [("ngram", True), ("mtp", True), ("eagle3", False),
                                          ("draft_model", False)])
 def test_only_methods_with_a_proposer_launch(method, runs):
-    """ngram has a proposer; the others compose (benchmark configs name them) but are refused
-    when a model engine is about to be built."""
+    """ngram and mtp have a proposer (mtp on a model with next-n layers: DeepSeek-R1's config
+    here); the others compose (benchmark configs name them) but are refused when a model engine
+    is about to be built."""
     from atom.config.compose import compose
 
     extra = ["specdecode.draft_model=/tmp"] if method in ("eagle3", "draft_model") else []
     pick = [f"specdecode={method}"] if method != "draft_model" else [
         "specdecode=mtp", "specdecode.method=draft_model"]  # no conf entry: a field override
+    pick += ["model=deepseek_r1", "load=dummy"]
     if runs:
         assert compose([*pick, *extra], launching=True).specdecode.method == method
         return

@@ -64,12 +64,12 @@ def test_sharded_checkpoint_loads_like_the_single_file(ckpt, tmp_path):
 @pytest.mark.parametrize("override,field,rule", [
     ("parallel=dp2", "parallel.data_parallel_size", "2: replicas run behind the server"),
     ("parallel.enable_expert_parallel=true", "parallel.enable_expert_parallel", "True: not implemented"),
-    ("specdecode=mtp", "specdecode.method", "'mtp': not implemented yet: this method has no proposer")])
+    ("specdecode=mtp", "specdecode.method", "'mtp': the model has no next-n \\(MTP\\) layers")])
 def test_a_setting_the_engine_cannot_run_is_refused_before_weights_load(override, field, rule,
                                                                         monkeypatch):
-    """dp above 1 and speculative decoding compose (benchmark configs name them) but the model
-    engine implements neither: it must say so, naming the field, rather than run as if they had
-    not been asked for."""
+    """dp above 1 and MTP on a model without next-n layers compose (benchmark configs name them)
+    but the model engine cannot run them: it must say so, naming the field, rather than run as
+    if they had not been asked for."""
     from atom.config.errors import ConfigError
     from atom.model_engine import engine_core
 

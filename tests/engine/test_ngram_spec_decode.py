@@ -13,6 +13,7 @@ import torch
 from atom import SamplingParams
 from atom.model_engine.messages import EngineRequest
 from tests.engine.checkpoints import make_checkpoint, local_engine
+from tests.engine.spec_steps import flat as _flat, inside_runs as _inside_runs, run as _run
 
 NGRAM = ("specdecode=ngram", "specdecode.num_speculative_tokens=4")
 MAX_TOKENS = 40
@@ -34,29 +35,6 @@ def _prompts() -> list[list[int]]:
     return [phrase(8) * 4, phrase(5) * 6 + phrase(3), phrase(11)]
 
 
-def _run(engine, prompts, params: SamplingParams) -> tuple[list[list[list[int]]], int]:
-    """Steps the core; returns each request's tokens as the chunks steps delivered, and the
-    number of steps."""
-    core = engine.core
-    for i, p in enumerate(prompts):
-        core.add_request(EngineRequest(request_id=str(i), prompt_token_ids=p,
-                                       sampling_params=params))
-    chunks: dict[str, list[list[int]]] = {str(i): [] for i in range(len(prompts))}
-    steps = 0
-    while core.has_unfinished():
-        for o in core.step():
-            if o.new_token_ids:
-                chunks[o.request_id].append(o.new_token_ids)
-        steps += 1
-    s = core.stats()
-    assert s.kv_blocks_free == s.kv_blocks_total  # rejected drafts' blocks came back too
-    return [chunks[str(i)] for i in range(len(prompts))], steps
-
-
-def _flat(chunks: list[list[int]]) -> list[int]:
-    return [t for c in chunks for t in c]
-
-
 @pytest.fixture(scope="module")
 def engines(ckpt):
     return _engine(ckpt), _engine(ckpt, *NGRAM)
@@ -73,20 +51,6 @@ def test_greedy_output_with_ngram_is_the_plain_output_in_fewer_steps(engines):
     assert s.spec_accepted_tokens <= s.spec_draft_tokens
     assert spec_steps < plain_steps
     assert any(len(c) > 1 for chunks in got for c in chunks)  # several tokens in one step
-
-
-def _inside_runs(chunks: list[list[int]]) -> list[int]:
-    """Output positions that arrived after another token of the same step (inside an accepted
-    run), each the first occurrence of its token in the output."""
-    flat, seen, out, p = _flat(chunks), set(), [], 0
-    first = {t: flat.index(t) for t in set(flat)}
-    for c in chunks:
-        for j, t in enumerate(c):
-            if j > 0 and first[t] == p + j and t not in seen:
-                out.append(p + j)
-            seen.add(t)
-        p += len(c)
-    return out
 
 
 @pytest.mark.parametrize("how", ["max_tokens", "stop_token", "eos"])

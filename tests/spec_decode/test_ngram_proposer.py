@@ -1,9 +1,9 @@
-"""The prompt-lookup proposer on hand-made histories."""
+"""The prompt-lookup proposer on hand-made histories, and the proposer a config builds."""
 from __future__ import annotations
 
 from atom.config.schema import SpecDecodeConfig
 from atom.spec_decode.ngram import NgramProposer, propose_ngram
-from atom.spec_decode.proposer import PaddedProposer, build_proposer
+from atom.spec_decode.proposer import PaddedProposer, RunnerDrafts, build_proposer
 
 
 def test_the_longest_suffix_wins_and_its_latest_occurrence_is_used():
@@ -41,8 +41,19 @@ def test_forced_acceptance_pads_to_k_drafts():
     cfg = SpecDecodeConfig(method="ngram", num_speculative_tokens=4, acceptance_length=2.0)
     proposer = build_proposer(cfg)
     assert isinstance(proposer, PaddedProposer)
-    assert proposer.propose([1, 2, 3, 1, 2]) == [3, 1, 2, 2]
-    assert proposer.propose([1, 2, 3]) == [3, 3, 3, 3]
+    assert proposer.propose([1, 2, 3, 1, 2], None) == [3, 1, 2, 2]
+    assert proposer.propose([1, 2, 3], None) == [3, 3, 3, 3]
     plain = build_proposer(SpecDecodeConfig(method="ngram", num_speculative_tokens=4))
-    assert isinstance(plain, NgramProposer) and plain.propose([1, 2, 3]) == []
+    assert isinstance(plain, NgramProposer) and plain.propose([1, 2, 3], None) == []
     assert build_proposer(SpecDecodeConfig()) is None
+
+
+def test_a_runner_side_proposer_hands_on_what_the_runner_drafted():
+    """mtp: the drafts come with the step's result; under forced acceptance a row the runner
+    drafted short for (its blocks ran out) is padded to k like n-gram's."""
+    mtp = build_proposer(SpecDecodeConfig(method="mtp", num_speculative_tokens=3))
+    assert isinstance(mtp, RunnerDrafts)
+    assert mtp.propose([1, 2, 3], [7, 8, 9]) == [7, 8, 9] and mtp.propose([1, 2], None) == []
+    forced = build_proposer(SpecDecodeConfig(method="mtp", num_speculative_tokens=3,
+                                             acceptance_rate=0.81))
+    assert forced.propose([1, 2, 3], [7]) == [7, 7, 7]
