@@ -94,11 +94,12 @@ def _watch(node_rank: int, ranks: list[int], procs: list[subprocess.Popen], push
             if event == zmq.EVENT_CONNECTED:
                 connected = True
             elif event == zmq.EVENT_DISCONNECTED and connected:
-                # Node 0 ended (its job done, or failed: it reports that itself); this host did
-                # not fail, so it ends with 0, its ranks stopped if node 0's Stop missed them.
+                # Node 0 ended (its job done, or failed: it reports that itself). This host
+                # failed only if one of its ranks did; the others are stopped if node 0's Stop
+                # missed them.
                 if not _exited_on_stop(procs):
                     log.info("node 0 is gone: stopping this host's ranks")
-                return 0
+                return 1 if any(p.poll() not in (None, 0) for p in procs) else 0
 
 
 def _exited_on_stop(procs: list[subprocess.Popen], grace_s: float = 5.0) -> bool:
