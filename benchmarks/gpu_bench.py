@@ -156,7 +156,7 @@ def _bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...]) -> dic
             "graph_replay_ms_bs1": replay_ms,
             "bytes_per_step_GB": round((w + kv) / 1e9, 3) if local else None,
             "bandwidth_util": round((w + kv) * best / COPY_BW, 4) if local else None,
-            "cuda_graphs": graphs,
+            "cuda_graphs": graphs if local else None,
             "extra": list(extra), "executor": type(eng.core.executor).__name__,
             "first_tokens": head}
 
