@@ -75,6 +75,8 @@ def run_node(cfg: Config, hf: Any, world_size: int,
 
 def _watch(node_rank: int, ranks: list[int], procs: list[subprocess.Popen], push: zmq.Socket,
            monitor: zmq.Socket) -> int:
+    """Once a beat: say this host is alive, report a rank that failed, and end when the ranks
+    have (node 0 stopped them) or node 0's connection drops."""
     encode = msgspec.msgpack.Encoder().encode
     connected = False
     while True:
