@@ -9,7 +9,7 @@ rendezvousing on loopback.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from atom.config.errors import ConfigError
@@ -25,6 +25,12 @@ class Hosts:
     node_rank: int
     master_addr: str
     master_port: int
+    # field → the environment variable it was read from (a bad value's error says where)
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def origin(self, name: str) -> str:
+        var = self.sources.get(name)
+        return f" (from ${var}; parallel.{name} overrides it)" if var else ""
 
     @property
     def multi(self) -> bool:
@@ -51,13 +57,22 @@ def resolve_hosts(p: ParallelConfig, env: Mapping[str, str]) -> Hosts:
     if local is not None and local > 1 and (p.nnodes is None or p.node_rank is None):
         raise ConfigError("LOCAL_WORLD_SIZE", local, "atom starts each host's ranks itself: "
                           "run one launcher per host (torchrun --nproc-per-node 1)")
-    nnodes = p.nnodes if p.nnodes is not None else _env_int(env, "NNODES", "WORLD_SIZE")[0]
-    node_rank = (p.node_rank if p.node_rank is not None
-                 else _env_int(env, "NODE_RANK", "GROUP_RANK", "RANK")[0])
-    port = p.master_port if p.master_port is not None else _env_int(env, "MASTER_PORT")[0]
+    sources: dict[str, str] = {}
+
+    def pick(name: str, value: Optional[int], *variables: str) -> Optional[int]:
+        if value is not None:
+            return value
+        value, var = _env_int(env, *variables)
+        if var is not None:
+            sources[name] = var
+        return value
+
+    nnodes = pick("nnodes", p.nnodes, "NNODES", "WORLD_SIZE")
+    node_rank = pick("node_rank", p.node_rank, "NODE_RANK", "GROUP_RANK", "RANK")
+    port = pick("master_port", p.master_port, "MASTER_PORT")
     if p.master_port is None and port is not None and env.get("TORCHELASTIC_RUN_ID"):
         port += 1  # torchrun's agent holds MASTER_PORT for its own store: atom's ranks meet above it
     return Hosts(nnodes=1 if nnodes is None else nnodes,
                  node_rank=0 if node_rank is None else node_rank,
                  master_addr=p.master_addr or env.get("MASTER_ADDR") or DEFAULT_MASTER_ADDR,
-                 master_port=DEFAULT_MASTER_PORT if port is None else port)
+                 master_port=DEFAULT_MASTER_PORT if port is None else port, sources=sources)

@@ -230,14 +230,15 @@ def _validate_hosts(cfg: Config, rules: _Rules) -> None:
     except ConfigError as e:
         rules.errors.extend(e.errors)
         return
-    if not rules.check(h.nnodes >= 1, "parallel.nnodes", h.nnodes, "must be >= 1"):
+    if not rules.check(h.nnodes >= 1, "parallel.nnodes", h.nnodes,
+                       "must be >= 1" + h.origin("nnodes")):
         return
     rules.check(0 <= h.node_rank < h.nnodes, "parallel.node_rank", h.node_rank,
-                f"must be in [0, nnodes) = [0, {h.nnodes})")
+                f"must be in [0, nnodes) = [0, {h.nnodes})" + h.origin("node_rank"))
     last_port = h.master_port + (1 + p.tensor_parallel_size if h.multi else 0)
     rules.check(1 <= h.master_port and last_port <= 65535, "parallel.master_port",
                 h.master_port, f"must be a TCP port, with the next {last_port - h.master_port} "
-                "free for the steps")
+                "free for the steps" + h.origin("master_port"))
     rules.check(h.node_rank == 0 or builds_model_engine(cfg), "parallel.node_rank",
                 h.node_rank, f"a host other than node 0 runs model ranks: job={cfg.job} "
                 f"(engine_source={cfg.server.engine_source}) has none")
@@ -245,7 +246,8 @@ def _validate_hosts(cfg: Config, rules: _Rules) -> None:
         return
     tp = p.tensor_parallel_size
     rules.check(tp % h.nnodes == 0, "parallel.nnodes", h.nnodes,
-                f"must divide tensor_parallel_size ({tp}): every host runs tp / nnodes ranks")
+                f"must divide tensor_parallel_size ({tp}): every host runs tp / nnodes ranks"
+                + h.origin("nnodes"))
     rules.check(p.executor != "uniproc", "parallel.executor", p.executor,
                 "hosts > 1 run through the multiproc executor (auto or multiproc)")
 

@@ -45,6 +45,15 @@ def test_torchrun_with_several_launchers_per_host_is_refused_by_name():
     assert e.value.field == "LOCAL_WORLD_SIZE" and "--nproc-per-node 1" in e.value.rule
 
 
+def test_a_host_count_from_the_environment_says_so(monkeypatch):
+    """A scheduler's WORLD_SIZE that counts GPUs, not hosts, is named as the value's source."""
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    with pytest.raises(ConfigError) as e:
+        compose(["model=llama3_8b", "load=dummy", "parallel=tp2"])
+    assert e.value.field == "parallel.nnodes" and e.value.value == 8
+    assert e.value.rule.endswith("(from $WORLD_SIZE; parallel.nnodes overrides it)")
+
+
 def _fields(overrides: list[str], launching: bool = False) -> list[tuple[str, object]]:
     with pytest.raises(ConfigError) as e:
         compose(["model=llama3_8b", "load=dummy", *overrides], launching=launching)
