@@ -84,17 +84,21 @@ def validate(cfg: Config, launching: bool = False) -> Config:
 
 def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
-    model engine does not implement: data parallelism over tensor-parallel replicas, expert
-    parallelism and DP attention, and speculative decoding methods without a proposer (every one but ngram)."""
+    model engine does not implement: data parallelism over tensor-parallel replicas, DP attention
+    (so experts over several replicas), and speculative decoding methods without a proposer
+    (every one but ngram)."""
     rules = _Rules()
     p = cfg.parallel
     rules.check(p.data_parallel_size <= 1 or p.tensor_parallel_size == 1,
                 "parallel.data_parallel_size", p.data_parallel_size,
                 "not implemented yet with tensor_parallel_size > 1 (replicas of one device each)")
-    for field, on in (("parallel.enable_expert_parallel", p.enable_expert_parallel),
-                      ("parallel.enable_dp_attention", p.enable_dp_attention)):
-        rules.check(not on, field, on, "not implemented yet: experts and attention shard with "
-                    "tensor parallelism (set false)")
+    rules.check(not p.enable_dp_attention, "parallel.enable_dp_attention", True,
+                "not implemented yet: attention shards with tensor parallelism (set false)")
+    rules.check(not p.enable_expert_parallel or p.data_parallel_size == 1,
+                "parallel.enable_expert_parallel", True,
+                "experts split over one replica's tensor-parallel ranks; over "
+                f"data_parallel_size={p.data_parallel_size} replicas they need "
+                "enable_dp_attention, not implemented yet")
     rules.check(cfg.specdecode.method in RUNNABLE_SPEC_METHODS, "specdecode.method",
                 cfg.specdecode.method,
                 "not implemented yet: this method has no proposer (specdecode=ngram or none)")
@@ -149,6 +153,21 @@ def _validate_parallel(cfg: Config, rules: _Rules,
     rules.check(kv % tp == 0 or tp % kv == 0, "parallel.tensor_parallel_size", tp,
                 f"must divide the number of KV heads ({kv}) or be a multiple of it (each KV "
                 f"head then replicated on tp / {kv} ranks)")
+    _validate_expert_parallel(cfg, rules, shape)
+
+
+def _validate_expert_parallel(cfg: Config, rules: _Rules, shape: "ArchitectureShape") -> None:
+    """Experts split whole over the tensor-parallel ranks (ep size = tp size); the vocabulary
+    needs no rule, as embedding and LM head pad it to a multiple of the ranks."""
+    p = cfg.parallel
+    if not p.enable_expert_parallel:
+        return
+    tp, experts = p.tensor_parallel_size, shape.num_experts
+    if rules.check(experts > 0, "parallel.enable_expert_parallel", True,
+                   f"{shape.architecture} has no routed experts to split"):
+        rules.check(experts % tp == 0, "parallel.enable_expert_parallel", True,
+                    f"the {experts} routed experts split over tensor_parallel_size={tp} ranks: "
+                    f"it must divide them")
 
 
 def _validate_kv(cfg: Config, rules: _Rules) -> None:

@@ -2,9 +2,11 @@
 
 Two routers: softmax top-k over the router logits (Qwen3-MoE), and DeepSeek-V3's grouped top-k
 (sigmoid scores, a learned per-expert bias that only steers the choice, the best `topk_group` of
-`n_group` expert groups first). Experts' intermediate dimension is split across TP ranks like a
-dense MLP, so the output is an all-reduced partial sum. Tokens are grouped per expert, so each
-expert runs one matmul.
+`n_group` expert groups first). Under tensor parallelism each expert's intermediate dimension is
+split across the ranks like a dense MLP; under expert parallelism each rank holds 1/ep of the
+experts whole and computes only the routed pairs of those (every rank sees every token and routes
+them alike). Either way a rank's output is a partial sum, all-reduced once. Tokens are grouped per
+expert, so each expert runs one matmul.
 """
 from __future__ import annotations
 
@@ -67,23 +69,34 @@ class GroupedTopKRouter(nn.Module):
 
 
 class FusedMoE(nn.Module):
-    """The experts of one MoE layer; the router's choice comes in with the tokens."""
+    """The experts of one MoE layer that this rank holds; the router's choice comes in with the
+    tokens, as global expert ids."""
 
     def __init__(self, mc: ModelContext, num_experts: int, hidden: int, intermediate: int) -> None:
         super().__init__()
         self.backend, self.parallel = mc.backend, mc.parallel
+        p = mc.parallel
+        if num_experts % p.ep_size:
+            raise ValueError(f"{num_experts} experts over {p.ep_size} expert-parallel ranks")
         self.num_experts = num_experts
-        self.inter = intermediate // mc.parallel.tp_size
-        self.w13 = nn.Parameter(torch.empty(num_experts, 2 * self.inter, hidden), requires_grad=False)
-        self.w2 = nn.Parameter(torch.empty(num_experts, hidden, self.inter), requires_grad=False)
+        self.num_local = num_experts // p.ep_size
+        self.first_expert = p.ep_rank * self.num_local
+        # Expert parallelism keeps every expert whole: its ranks are the tp ranks (ParallelState).
+        split, self.inter_rank = (1, 0) if p.ep_size > 1 else (p.tp_size, p.tp_rank)
+        self.inter = intermediate // split
+        self.w13 = nn.Parameter(torch.empty(self.num_local, 2 * self.inter, hidden),
+                                requires_grad=False)
+        self.w2 = nn.Parameter(torch.empty(self.num_local, hidden, self.inter), requires_grad=False)
         self.w13.weight_loader = self.weight_loader  # type: ignore[attr-defined]
         self.w2.weight_loader = self.weight_loader  # type: ignore[attr-defined]
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id) -> None:
-        """shard_id = (expert, 'gate'|'up'|'down'), or ('all', 'gate_up'|'down') for fused tensors."""
+        """shard_id = (expert, 'gate'|'up'|'down'), or ('all', 'gate_up'|'down') for fused
+        tensors; another rank's experts are not kept."""
         expert, which = shard_id
-        r, n = self.parallel.tp_rank * self.inter, self.inter
+        r, n = self.inter_rank * self.inter, self.inter
         if expert == "all":
+            loaded = loaded[self.first_expert:self.first_expert + self.num_local]
             if which == "gate_up":  # [E, 2I, H]: gate rows then up rows
                 full = loaded.shape[1] // 2
                 param.data[:, :n].copy_(loaded[:, r:r + n])
@@ -91,20 +104,34 @@ class FusedMoE(nn.Module):
             else:
                 param.data.copy_(loaded[:, :, r:r + n])
             return
+        e = expert - self.first_expert
+        if not 0 <= e < self.num_local:
+            return
         if which == "gate":
-            param.data[expert, :n].copy_(loaded[r:r + n])
+            param.data[e, :n].copy_(loaded[r:r + n])
         elif which == "up":
-            param.data[expert, n:].copy_(loaded[r:r + n])
+            param.data[e, n:].copy_(loaded[r:r + n])
         else:
-            param.data[expert].copy_(loaded[:, r:r + n])
+            param.data[e].copy_(loaded[:, r:r + n])
+
+    def local_experts(self, experts: torch.Tensor) -> torch.Tensor:
+        """Global expert ids → this rank's (indices into w13/w2); a pair routed to another
+        rank's expert gets num_local, one past the last held expert, which the expert loop (and
+        a fused kernel's block layout) skips: it costs no compute and adds nothing here. Its
+        router weight is left as it is, so the backend call keeps one signature."""
+        if self.num_local == self.num_experts:
+            return experts
+        local = experts - self.first_expert
+        return local.masked_fill((local < 0) | (local >= self.num_local), self.num_local)
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor,
                 experts: torch.Tensor) -> torch.Tensor:
-        """x: [T, H]; weights, experts: [T, k], the router's choice → Σ weight · expert(x)."""
+        """x: [T, H]; weights, experts: [T, k], the router's choice → Σ weight · expert(x) over
+        the experts held here, all-reduced."""
         out = torch.zeros_like(x, dtype=torch.float32)
-        flat = experts.flatten()
-        order = flat.argsort()
-        counts = torch.bincount(flat, minlength=self.num_experts).tolist()
+        flat = self.local_experts(experts).flatten()
+        order = flat.argsort()  # other ranks' pairs (id num_local) sort last and are not visited
+        counts = torch.bincount(flat, minlength=self.num_local).tolist()[:self.num_local]
         token_of = order // experts.shape[1]
         w_sorted = weights.flatten()[order]
         start = 0
@@ -118,3 +145,14 @@ class FusedMoE(nn.Module):
             out.index_add_(0, idx, y)
             start += c
         return self.parallel.all_reduce(out.to(x.dtype))
+
+
+def held_experts(model: nn.Module) -> str:
+    """Which experts this rank's MoE layers hold, for the start-up log: with expert
+    parallelism it is the line that says the experts were split, and how."""
+    layers = [m for m in model.modules() if isinstance(m, FusedMoE)]
+    if not layers:
+        return "no MoE layers"
+    m = layers[0]
+    return (f"experts {m.first_expert}..{m.first_expert + m.num_local - 1} of {m.num_experts} "
+            f"(w13 {list(m.w13.shape)}, w2 {list(m.w2.shape)}) in each of {len(layers)} MoE layers")

@@ -25,6 +25,7 @@ class ArchitectureShape:
     architecture: str
     num_attention_heads: int
     num_key_value_heads: int
+    num_experts: int = 0  # routed experts, what expert parallelism splits (0: a dense model)
 
 
 def model_source(cfg: Config, allow_fetch: bool = True) -> Optional[Path]:
@@ -51,7 +52,9 @@ def is_gguf(path: Path) -> bool:
 def _shape_from_dict(d: dict[str, Any]) -> ArchitectureShape:
     arch = (d.get("architectures") or ["?"])[0]
     heads = int(d.get("num_attention_heads", 1))
-    return ArchitectureShape(arch, heads, int(d.get("num_key_value_heads") or heads))
+    experts = d.get("num_experts") or d.get("n_routed_experts") or d.get("num_local_experts")
+    return ArchitectureShape(arch, heads, int(d.get("num_key_value_heads") or heads),
+                             int(experts or 0))
 
 
 def _shape_from_gguf(path: Path) -> ArchitectureShape:
@@ -60,10 +63,13 @@ def _shape_from_gguf(path: Path) -> ArchitectureShape:
 
     arch = read_metadata(path, ["general.architecture"])["general.architecture"]
     heads_key, kv_key = f"{arch}.attention.head_count", f"{arch}.attention.head_count_kv"
-    meta = read_metadata(path, [heads_key, kv_key])
+    experts = f"{arch}.expert_count"
+    # A key the file lacks makes the read go through the whole header: only MoE architectures
+    # are asked for their experts.
+    meta = read_metadata(path, [heads_key, kv_key] + ([experts] if arch.endswith("moe") else []))
     heads = int(meta[heads_key])
     return ArchitectureShape(GGUF_ARCHITECTURES.get(arch, f"gguf:{arch}"), heads,
-                             int(meta.get(kv_key) or heads))
+                             int(meta.get(kv_key) or heads), int(meta.get(experts) or 0))
 
 
 def read_architecture_shape(cfg: Config) -> Optional[ArchitectureShape]:
