@@ -251,3 +251,13 @@ def test_a_gguf_header_gives_its_expert_count(tmp_path):
     w.close()
     shape = _shape_from_gguf(path)
     assert (shape.architecture, shape.num_experts) == ("Qwen3MoeForCausalLM", 6)
+
+
+@pytest.mark.parametrize("state", [dict(tp_size=2, tp_rank=0, ep_size=2, ep_rank=1),
+                                   dict(tp_size=4, tp_rank=1, ep_size=2, ep_rank=1)])
+def test_experts_split_over_the_tensor_parallel_ranks_or_not_at_all(state):
+    from atom.layers.parallel_state import ParallelState
+
+    with pytest.raises(ValueError, match="experts shard over the tp ranks"):
+        ParallelState(**state)
+    assert ParallelState(tp_size=4, tp_rank=3, ep_size=4, ep_rank=3).ep_rank == 3
