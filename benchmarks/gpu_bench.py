@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 import triton
 
+from moe_bench import bench_fused_moe
 from probe_kit import GpuSampler, decode_case, probe_meta
 
 COPY_BW = 4.18e12  # bytes/s, the device-to-device copy bandwidth measured on this H200 (issue 5)
@@ -681,6 +682,102 @@ def bench_kernels() -> dict[str, Any]:
     return out
 
 
+R1_LATENT = (512, 64)  # DeepSeek-R1's kv_lora_rank, qk_rope_head_dim
+
+
+def _mla_decode_case(batch: int, ctx: int, heads: int, kv_dtype: torch.dtype, q_len: int = 1,
+                     page: int = 16):
+    """q_len absorbed queries per sequence (R1's widths; > 1: a speculative verify) over `ctx`
+    cached latents each, blocks shuffled as in serving; the latent bytes the kernel reads."""
+    from atom.kernels.metadata import AttentionMetadata
+
+    lora, rope = R1_LATENT
+    nblk = batch * triton.cdiv(ctx, page)
+    cache = (torch.randn(nblk, page, lora + rope, device="cuda", dtype=torch.bfloat16) * 0.5
+             ).to(kv_dtype)
+    i32 = dict(device="cuda", dtype=torch.int32)
+    meta = AttentionMetadata(torch.arange(0, batch * q_len + 1, q_len, **i32),
+                             torch.full((batch,), ctx, **i32),
+                             torch.randperm(nblk, **i32).view(batch, -1),
+                             torch.zeros(batch * q_len, device="cuda", dtype=torch.int64), q_len,
+                             ctx, q_len == 1)
+    q = torch.randn(batch * q_len, heads, lora + rope, device="cuda", dtype=torch.bfloat16) * 0.3
+    return q, cache, meta, batch * ctx * (lora + rope) * cache.element_size()
+
+
+def _graph_ms(fn: Callable[[], Any]) -> float:
+    """Median ms of one call replayed from a CUDA graph (launch overhead out)."""
+    from triton.testing import do_bench
+
+    fn()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return do_bench(g.replay, warmup=10, rep=50, return_mode="median")
+
+
+def bench_mla_decode() -> dict[str, Any]:
+    """MLA decode attention (absorbed MQA over the paged latent cache, R1's 512 + 64 widths):
+    TB/s of latent cache read at batch 64/128/256 × context 1k/4k/8k, bf16 and fp8, 16 heads
+    (tp8) and 128 (tp1), against the 4.18 TB/s copy bandwidth (goal ≥ 80%); then speculative
+    verifies (2 and 4 queries a sequence) at 64 × 4k."""
+    from atom.kernels.triton.mla_decode import mla_decode_attention
+
+    out: dict[str, Any] = {"copy_TBps": COPY_BW / 1e12}
+    points = [(b, c, 1) for b in (64, 128, 256) for c in (1024, 4096, 8192)]
+    points += [(64, 4096, 2), (64, 4096, 4)]
+    for heads in (16, 128):
+        for kvd, tag in ((torch.bfloat16, "bf16"), (torch.float8_e4m3fn, "fp8")):
+            for batch, ctx, q_len in points:
+                q, cache, meta, byts = _mla_decode_case(batch, ctx, heads, kvd, q_len)
+                res = torch.empty(q.shape[0], heads, R1_LATENT[0], device="cuda",
+                                  dtype=torch.bfloat16)
+                key = f"h{heads}_{tag}_b{batch}_ctx{ctx}" + (f"_q{q_len}" if q_len > 1 else "")
+                try:
+                    ms = _graph_ms(lambda: mla_decode_attention(
+                        q, cache, meta, R1_LATENT[0], 192 ** -0.5, 1.0, out=res))
+                    tbps = byts / (ms * 1e-3) / 1e12
+                    out[key] = {"us": round(ms * 1e3, 1), "TBps": round(tbps, 3),
+                                "of_copy": round(tbps * 1e12 / COPY_BW, 3)}
+                except Exception as e:  # a case that fails is a result too
+                    out[key] = f"{type(e).__name__}: {str(e)[:120]}"
+                log(f"mla_decode {key}: {out[key]}")
+    return out
+
+
+def bench_mla_decode_sweep(batch: int = 128, ctx: int = 4096) -> dict[str, Any]:
+    """MLA decode attention's tile choices at one point, TB/s of latent read by (heads per
+    program, block_n, num_warps, num_stages), then split counts at 16 and 64 sequences: where
+    mla_decode.py's defaults come from."""
+    from atom.kernels.triton.mla_decode import mla_decode_attention
+
+    out: dict[str, Any] = {"batch": batch, "ctx": ctx}
+    for heads in (16, 128):
+        for kvd, tag in ((torch.bfloat16, "bf16"), (torch.float8_e4m3fn, "fp8")):
+            q, cache, meta, byts = _mla_decode_case(batch, ctx, heads, kvd)
+            res = torch.empty(batch, heads, R1_LATENT[0], device="cuda", dtype=torch.bfloat16)
+            for tile in (t for t in (16, 32, 64) if t <= heads):
+                for bn in (16, 32, 64):
+                    for nw, st in ((4, 2), (8, 1), (8, 2)):
+                        key = f"h{heads}_{tag}_t{tile}_n{bn}_w{nw}_st{st}"
+                        try:
+                            ms = _graph_ms(lambda: mla_decode_attention(
+                                q, cache, meta, R1_LATENT[0], 192 ** -0.5, 1.0,
+                                heads_per_tile=tile, block_n=bn, num_warps=nw, num_stages=st,
+                                out=res))
+                            out[key] = round(byts / (ms * 1e-3) / 1e12, 3)
+                        except Exception as e:  # a config that does not compile is a result
+                            out[key] = type(e).__name__
+            for b_small in (16, 64):  # the split count against none, at smaller batches
+                q, cache, meta, byts = _mla_decode_case(b_small, ctx, heads, kvd)
+                for sp in (1, 2, 4, 8):
+                    key = f"h{heads}_{tag}_b{b_small}_splits{sp}"
+                    out[key] = round(byts / (_graph_ms(lambda: mla_decode_attention(
+                        q, cache, meta, R1_LATENT[0], 192 ** -0.5, 1.0, splits=sp)) * 1e-3)
+                        / 1e12, 3)
+    return out
+
+
 def bench_sampler() -> dict[str, Any]:
     """The GPU sampler's kernel time (graph replay) at the runs' shapes: temperature only (the
     chunked path) and with top-k/top-p (one program per row), bf16 logits. Run 24's trace had
@@ -795,6 +892,7 @@ CAP_384 = "scheduler.max_num_seqs=384"
 BENCHES: dict[str, Callable[[], Any]] = {
     "kernels": bench_kernels,
     "sampler": bench_sampler,
+    "fused_moe": bench_fused_moe,
     "greedy_equal": bench_greedy_equal,
     # The real checkpoint the issue names: SmolLM2-135M's Q4_1 GGUF (98 MB, more than one device
     # call carries: NOTES.md says how it gets there), at the path SMOLLM2_GGUF names.
@@ -803,6 +901,8 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "decode_kernels": bench_decode_kernels,
     "decode_attn_sweep": bench_decode_attn_sweep,
     "decode_attn_large": bench_decode_attn_large,
+    "mla_decode": bench_mla_decode,
+    "mla_decode_sweep": bench_mla_decode_sweep,
     "startup": lambda: bench_startup("qwen3_0_6b"),
     "decode_small": lambda: bench_decode("qwen3_0_6b", 1024, 512),
     "decode_small_sync": lambda: bench_decode("qwen3_0_6b", 1024, 512,

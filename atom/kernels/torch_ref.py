@@ -164,6 +164,30 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
     return out
 
 
+def fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
+              experts: torch.Tensor) -> torch.Tensor:
+    """The per-expert loop: each expert's tokens gathered into one matmul, weighted and summed
+    in float32. Reads the per-expert counts back to the host, so it cannot be captured in a
+    CUDA graph; it is the oracle and the CPU path. Pairs of expert id E (another rank's
+    expert) sort last and are never visited."""
+    out = torch.zeros_like(x, dtype=torch.float32)
+    flat = experts.flatten()
+    order = flat.argsort()
+    counts = torch.bincount(flat, minlength=w13.shape[0]).tolist()[:w13.shape[0]]
+    token_of = order // experts.shape[1]
+    w_sorted = weights.flatten()[order]
+    start = 0
+    for e, c in enumerate(counts):
+        if c == 0:
+            continue
+        idx = token_of[start:start + c]
+        h = silu_and_mul(F.linear(x[idx], w13[e]))
+        y = F.linear(h, w2[e]).float() * w_sorted[start:start + c].unsqueeze(-1)
+        out.index_add_(0, idx, y)
+        start += c
+    return out.to(x.dtype)
+
+
 @register("torch")
 class TorchBackend:
     name = "torch"
@@ -195,6 +219,9 @@ class TorchBackend:
 
     def add_rms_norm_linear(self, x, residual, norm_weight, eps, weight, bias=None):
         return add_rms_norm_linear_unfused(self, x, residual, norm_weight, eps, weight, bias)
+
+    def fused_moe(self, x, w13, w2, weights, experts):
+        return fused_moe(x, w13, w2, weights, experts)
 
     def store_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
         store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)

@@ -10,10 +10,12 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from atom.kernels import torch_ref
 from atom.kernels.backend import add_rms_norm_linear_unfused, register, rope_store_kv_unfused
 from atom.kernels.metadata import AttentionMetadata
-from atom.kernels.triton import (activation, blas_table, gemv, kv_store, rms_norm, rope_kv_store,
-                                 rotary)
+from atom.kernels.triton import (activation, blas_table, gemv, kv_store, mla_decode, mla_prefill,
+                                 mla_rope_store, rms_norm, rope_kv_store, rotary)
+from atom.kernels.triton.fused_moe import fused_moe
 from atom.kernels.triton.paged_decode_attention import decode_attention
 from atom.kernels.triton.paged_prefill_attention import prefill_attention
 
@@ -87,6 +89,12 @@ class TritonBackend:
             return gemv.add_rms_norm_gemv(x, residual, norm_weight, eps, weight, bias)
         return add_rms_norm_linear_unfused(self, x, residual, norm_weight, eps, weight, bias)
 
+    def fused_moe(self, x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+                  weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """Two grouped GEMMs over expert-sorted blocks, no host sync: captured in the decode
+        graphs like every other op of this backend."""
+        return fused_moe(x, w13, w2, weights, experts)
+
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: float,
                  v_scale: float) -> None:
@@ -124,3 +132,28 @@ class TritonBackend:
         out = prefill_attention(q, k_cache, v_cache, meta, *args, first_seq=n)
         decode_attention(q[:n], k_cache, v_cache, meta.decode_head(), *args, out=out[:n])
         return out
+
+    def mla_rope_store(self, positions: torch.Tensor, q_pe: torch.Tensor, k_pe: torch.Tensor,
+                       kv_c: torch.Tensor, latent_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                       kv_scale: float, cos_sin_cache: torch.Tensor,
+                       is_neox: bool) -> torch.Tensor:
+        """One launch where rotary spans the rope dims (DeepSeek's); the reference otherwise."""
+        if cos_sin_cache.shape[-1] == q_pe.shape[-1]:
+            return mla_rope_store.mla_rope_store(positions, q_pe, k_pe, kv_c, latent_cache,
+                                                 slot_mapping, kv_scale, cos_sin_cache, is_neox)
+        return torch_ref.mla_rope_store(positions, q_pe, k_pe, kv_c, latent_cache, slot_mapping,
+                                        kv_scale, cos_sin_cache, is_neox)
+
+    def mla_prefill_attention(self, q: torch.Tensor, latent_cache: torch.Tensor,
+                              meta: AttentionMetadata, kv_b_weight: torch.Tensor,
+                              qk_nope_head_dim: int, scale: float, kv_scale: float,
+                              first_seq: int = 0) -> torch.Tensor:
+        return mla_prefill.mla_prefill_attention(q, latent_cache, meta, kv_b_weight,
+                                                 qk_nope_head_dim, scale, kv_scale, first_seq,
+                                                 linear=self.linear)
+
+    def mla_decode_attention(self, q: torch.Tensor, latent_cache: torch.Tensor,
+                             meta: AttentionMetadata, kv_lora_rank: int, scale: float,
+                             kv_scale: float) -> torch.Tensor:
+        return mla_decode.mla_decode_attention(q, latent_cache, meta, kv_lora_rank, scale,
+                                               kv_scale)

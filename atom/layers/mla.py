@@ -56,8 +56,9 @@ class MLAAttention(nn.Module):
         """q: [T, H, N + R] before rotary; kv_c: [T, L] normed; k_pe: [T, R] before rotary;
         kv_b_weight: kv_b_proj's [H * (N + V), L]. → [T, H * V].
 
-        The batch's leading one-query sequences (AttentionMetadata.num_decode_seqs, or all of an
-        all-decode batch) take the absorbed path, the rest the up-projected one."""
+        The batch's leading sequences of at most ABSORBED_MAX_Q queries (decodes and
+        speculative verifies; all of an all-decode batch) take the absorbed path, the rest the
+        up-projected one."""
         ctx = self.slot.current()
         (latent_cache,) = ctx.kv_caches[self.layer_idx]
         kv_scale = ctx.kv_scales[self.layer_idx][0]
@@ -65,13 +66,12 @@ class MLAAttention(nn.Module):
         q_nope, q_pe = q.split([self.nope, self.rope], dim=-1)
         q_pe = be.mla_rope_store(positions, q_pe, k_pe, kv_c, latent_cache, meta.slot_mapping,
                                  kv_scale, cos_sin_cache, is_neox)
-        n_dec = meta.num_seqs if meta.is_decode else meta.num_decode_seqs
+        n_dec, t_dec, head = absorbed_head(meta, q.shape[0])
         parts = []
         if n_dec:
-            head = meta if meta.is_decode else meta.decode_head()
-            parts.append(self.absorbed(q_nope[:n_dec], q_pe[:n_dec], latent_cache, head, kv_scale))
+            parts.append(self.absorbed(q_nope[:t_dec], q_pe[:t_dec], latent_cache, head, kv_scale))
         if n_dec < meta.num_seqs:
-            rest = torch.cat([q_nope[n_dec:], q_pe[n_dec:]], dim=-1)
+            rest = torch.cat([q_nope[t_dec:], q_pe[t_dec:]], dim=-1)
             parts.append(be.mla_prefill_attention(rest, latent_cache, meta, kv_b_weight, self.nope,
                                                   self.scale, kv_scale, first_seq=n_dec))
         out = parts[0] if len(parts) == 1 else torch.cat(parts)
@@ -86,3 +86,32 @@ class MLAAttention(nn.Module):
         out_lat = self.backend.mla_decode_attention(q_mqa, latent_cache, meta, self.kv_lora_rank,
                                                  self.scale, kv_scale)
         return torch.bmm(out_lat.transpose(0, 1), self.w_uv).transpose(0, 1)
+
+
+# Absorbed attention costs a query 2 × (L + R + L) multiply-adds per head and cached token; the
+# up-projection costs every cached token 2 × L × (N + V) per head (R1: 2,176 against 262,144),
+# so the absorbed path is cheaper up to ~100 queries a sequence. Capped at 8 (k + 1 verify
+# queries), where the decode kernel still puts 8 heads in a program.
+ABSORBED_MAX_Q = 8
+
+
+def absorbed_head(meta: AttentionMetadata, n_tok: int) -> tuple[int, int, AttentionMetadata]:
+    """(n, their query rows, metadata of the batch's first n sequences as views from offset 0):
+    the leading run of sequences with at most ABSORBED_MAX_Q queries. Without host lengths (a
+    decode CUDA graph's batch has none, and is all decodes) the one-query run the metadata
+    names."""
+    if meta.is_decode:
+        return meta.num_seqs, n_tok, meta
+    q_lens = meta.q_lens_cpu
+    if q_lens is None:
+        n = meta.num_decode_seqs
+        return n, n, meta.decode_head()
+    n = next((i for i, q in enumerate(q_lens) if q > ABSORBED_MAX_Q), len(q_lens))
+    if n == len(q_lens):
+        return n, n_tok, meta
+    rows, ctx = sum(q_lens[:n]), meta.context_lens_cpu
+    max_q = max(q_lens[:n], default=1)
+    return n, rows, AttentionMetadata(
+        meta.cu_seqlens_q[:n + 1], meta.context_lens[:n], meta.block_tables[:n],
+        meta.slot_mapping[:rows], max_q, meta.max_context_len, max_q == 1, q_lens[:n],
+        ctx[:n] if ctx else None, split_counters=meta.split_counters)

@@ -5,8 +5,8 @@ Two routers: softmax top-k over the router logits (Qwen3-MoE), and DeepSeek-V3's
 `n_group` expert groups first). Under tensor parallelism each expert's intermediate dimension is
 split across the ranks like a dense MLP; under expert parallelism each rank holds 1/ep of the
 experts whole and computes only the routed pairs of those (every rank sees every token and routes
-them alike). Either way a rank's output is a partial sum, all-reduced once. Tokens are grouped per
-expert, so each expert runs one matmul.
+them alike). Either way a rank's output is a partial sum, all-reduced once. The experts
+themselves are the kernel backend's `fused_moe`.
 """
 from __future__ import annotations
 
@@ -128,23 +128,8 @@ class FusedMoE(nn.Module):
                 experts: torch.Tensor) -> torch.Tensor:
         """x: [T, H]; weights, experts: [T, k], the router's choice → Σ weight · expert(x) over
         the experts held here, all-reduced."""
-        out = torch.zeros_like(x, dtype=torch.float32)
-        flat = self.local_experts(experts).flatten()
-        order = flat.argsort()  # other ranks' pairs (id num_local) sort last and are not visited
-        counts = torch.bincount(flat, minlength=self.num_local).tolist()[:self.num_local]
-        token_of = order // experts.shape[1]
-        w_sorted = weights.flatten()[order]
-        start = 0
-        act = self.backend
-        for e, c in enumerate(counts):
-            if c == 0:
-                continue
-            idx = token_of[start:start + c]
-            h = act.silu_and_mul(F.linear(x[idx], self.w13[e]))
-            y = F.linear(h, self.w2[e]).float() * w_sorted[start:start + c].unsqueeze(-1)
-            out.index_add_(0, idx, y)
-            start += c
-        return self.parallel.all_reduce(out.to(x.dtype))
+        return self.parallel.all_reduce(
+            self.backend.fused_moe(x, self.w13, self.w2, weights, self.local_experts(experts)))
 
 
 def held_experts(model: nn.Module) -> str:

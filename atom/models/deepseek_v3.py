@@ -151,7 +151,7 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
     packed_modules_mapping = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
 
     def __init__(self, hf: Any, mc: ModelContext) -> None:
-        refuse_what_cannot_run(hf, mc)
+        refuse_what_cannot_run(hf)
         super().__init__(hf, mc)
 
     def skip_weight(self, name: str) -> bool:
@@ -161,10 +161,10 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
         return m is not None and int(m.group(1)) >= self.hf_config.num_hidden_layers
 
 
-def refuse_what_cannot_run(hf: Any, mc: ModelContext) -> None:
-    """Block-fp8 checkpoints (R1's own: `weight_scale_inv` per 128×128 block), routers other than
-    V3's and kernel backends without MLA stop here, before any weight is read, instead of
-    failing inside the load or computing something else."""
+def refuse_what_cannot_run(hf: Any) -> None:
+    """Block-fp8 checkpoints (R1's own: `weight_scale_inv` per 128×128 block) and routers other
+    than V3's stop here, before any weight is read, instead of failing inside the load or
+    computing something else."""
     quant = getattr(hf, "quantization_config", None)
     if quant:
         method = quant.get("quant_method") if isinstance(quant, dict) else quant.quant_method
@@ -176,6 +176,3 @@ def refuse_what_cannot_run(hf: Any, mc: ModelContext) -> None:
         if value != supported:
             raise ConfigError(f"model.hf_config.{key}", value,
                               f"DeepseekV3 routing is implemented for {key}={supported} only")
-    if not hasattr(mc.backend, "mla_decode_attention"):
-        raise ConfigError("runtime.kernels", mc.backend.name, "MLA has only the torch reference "
-                          "kernels yet (runtime.kernels=torch; on a CPU, cpu works too)")

@@ -166,15 +166,6 @@ def test_what_cannot_run_is_refused_naming_the_field(override, field):
         atom.build_engine(cfg)
 
 
-def test_a_kernel_backend_without_mla_is_refused():
-    from atom.config.errors import ConfigError
-
-    cfg = atom.compose(["model=tiny_deepseek_v3", "load=dummy", "runtime=cpu",
-                        "runtime.kernels=triton"])
-    with pytest.raises(ConfigError, match="runtime.kernels='triton'"):
-        atom.build_engine(cfg)
-
-
 def test_level3_compiled_forward_matches_eager_without_recompiling():
     """Under torch.compile the MLA layers (and the expert loop) run eagerly between graphs: the
     compiled forward gives eager's logits, and fresh metadata and routings reuse its graphs."""

@@ -1,7 +1,8 @@
 """MLA over the paged latent cache (torch reference): the absorbed form (W_UK in the query, W_UV
 on the output, MQA over the latents) equals the up-projected one and an explicit dense
 attention, for sequences with one query, several (speculative verify, chunked prefill over a
-cached prefix) and no prefix; the latent store writes [kv_c | rotated k_pe] to its slots only."""
+cached prefix) and no prefix; the latent store writes [kv_c | rotated k_pe] to its slots only;
+the layer splits a mixed step between the two forms (on the torch and the triton kernels)."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,8 +22,8 @@ Q_LENS, CTX_LENS = [1, 4, 1, 7, 3], [9, 30, 17, 7, 40]
 DIMS = {"tiny": (16, 8, 24, 32), "r1": (128, 64, 128, 512)}  # nope, rope, v, kv_lora_rank
 
 
-def _layer(nope: int, rope: int, v: int, lora: int) -> MLAAttention:
-    return MLAAttention(ModelContext(get_backend("torch")), H, nope, rope, v, lora,
+def _layer(nope: int, rope: int, v: int, lora: int, kernels: str = "torch") -> MLAAttention:
+    return MLAAttention(ModelContext(get_backend(kernels)), H, nope, rope, v, lora,
                         (nope + rope) ** -0.5, layer_idx=0)
 
 
@@ -86,36 +87,38 @@ def test_up_projected_from_a_later_sequence_reads_its_own_rows():
     torch.testing.assert_close(tail, whole[skip:])
 
 
-def test_layer_splits_leading_decodes_from_prefills():
-    """A mixed step: the leading one-query sequences through the absorbed path, the rest
-    up-projected; the same as every sequence up-projected. The store writes each new token's
-    latent; the cache's other slots keep what they held."""
+@pytest.mark.parametrize("kernels", ["torch", "triton"])
+def test_layer_splits_short_queries_from_prefills(kernels):
+    """A mixed step: the leading sequences of at most ABSORBED_MAX_Q queries (decodes and
+    verifies) through the absorbed path, the rest up-projected; the same as every sequence
+    up-projected. The store writes each new token's latent; the cache's other slots keep what
+    they held."""
+    from atom.layers.mla import ABSORBED_MAX_Q, absorbed_head
+
     nope, rope, v, lora = DIMS["tiny"]
-    q_lens, ctx_lens = [1, 1, 5, 3], [12, 33, 5, 20]
+    q_lens, ctx_lens = [1, 4, 1, ABSORBED_MAX_Q + 12, 3], [12, 33, 9, 20, 40]
     _, cache, _, meta = paged_case(q_lens, ctx_lens, H, 1, lora + rope, 16, torch.float32,
                                    torch.float32)
     cache = cache.squeeze(2)
-    meta = dataclasses.replace(meta, num_decode_seqs=2)
-    g = torch.Generator().manual_seed(5)
+    meta = dataclasses.replace(meta, num_decode_seqs=1)
     t = sum(q_lens)
+    assert absorbed_head(meta, t)[:2] == (3, 6)
+    g = torch.Generator().manual_seed(5)
     q, kv_c, k_pe = (torch.randn(t, H, nope + rope, generator=g), torch.randn(t, lora, generator=g),
                      torch.randn(t, rope, generator=g))
     w_kvb = torch.randn(H * (nope + v), lora, generator=g) / lora ** 0.5
-    layer = _layer(nope, rope, v, lora)
+    layer = _layer(nope, rope, v, lora, kernels)
     layer.absorb(w_kvb)
     positions = torch.cat([torch.arange(c - n, c) for n, c in zip(q_lens, ctx_lens)])
     cos_sin = torch.randn(64, rope)
     before = cache.clone()
-
-    def run(m):
-        c = before.clone()
-        with layer.slot.using(ForwardContext(m, [(c,)], [(1.0, 1.0)])):
-            return layer(q, kv_c, k_pe, positions, cos_sin, False, w_kvb), c
-
-    mixed, stored = run(meta)
-    all_up, _ = run(dataclasses.replace(meta, num_decode_seqs=0))
-    assert rel_err(mixed, all_up) < 2e-5
-    _, rotated = torch_ref.rotary(positions, q, k_pe.unsqueeze(1), cos_sin, False)
+    stored = before.clone()
+    with layer.slot.using(ForwardContext(meta, [(stored,)], [(1.0, 1.0)])):
+        mixed = layer(q, kv_c, k_pe, positions, cos_sin, False, w_kvb)
+    q_rot, rotated = torch_ref.rotary(positions, q[..., nope:], k_pe.unsqueeze(1), cos_sin, False)
+    all_up = torch_ref.mla_prefill_attention(torch.cat([q[..., :nope], q_rot], -1), stored, meta,
+                                             w_kvb, nope, layer.scale, 1.0)
+    assert rel_err(mixed, all_up.reshape(t, -1)) < 2e-5
     flat, flat_before = stored.view(-1, lora + rope), before.view(-1, lora + rope)
     torch.testing.assert_close(flat[meta.slot_mapping], torch.cat([kv_c, rotated[:, 0]], -1))
     untouched = torch.ones(flat.shape[0], dtype=torch.bool)

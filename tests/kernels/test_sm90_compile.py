@@ -1,4 +1,4 @@
-"""The sampler's and the decode attention's kernels compile for sm_90 on this GPU-less machine.
+"""The sampler's, the decode attention's and the MLA kernels compile for sm_90 on this GPU-less machine.
 
 Why: TRITON_INTERPRET runs a kernel as numpy and skips the compiler's checks, so a kernel can
 pass every CPU test and fail to compile on the H200 (a loop-carried variable that changed type
@@ -48,6 +48,66 @@ for split in (False, True):  # the kernel's two variants: every split count > 1 
         GROUP=2, G_PAD=16, PAGE=16, BLOCK_N=64 if split else 128, HEAD_DIM=128, SPLIT=split,
         SPLIT_PAD=A.MAX_SPLITS, HAS_WINDOW=False, DOT=tl.bfloat16, PREC="tf32", PDL=False,
         E4M3_PAIRS=False), 4)
+
+from atom.kernels.triton import fused_moe as M
+moe = {"sorted_ptr": "*i32", "block_expert_ptr": "*i32", "weight_ptr": "*fp32",
+       "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32"}
+moe |= {n: "i32" for n in ("pairs", "n_out", "k_dim", "a_stride", "b_stride_e", "b_stride_n",
+                           "c_stride", "as_stride", "bs_stride_e", "bs_stride_n")}
+# bf16, then fp8 per-channel (1) and block-scaled (2): mma.sync at 16-row blocks, wgmma at 64;
+# gate|up with SiLU-and-mul, and down with the router weight.
+for quant in (0, 1, 2):
+    ab = "*bf16" if quant == 0 else "*fp8e4nv"
+    for cfg in (M.DECODE, M.PREFILL):
+        for gated in (True, False):
+            compile_sm90(M._moe_gemm_kernel, moe | {"a_ptr": ab, "b_ptr": ab, "c_ptr": "*bf16"},
+                         dict(ROW_DIV=8 if gated else 1, GATED=gated, ROUTED=not gated,
+                              QUANT=quant, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                              BLOCK_K=M.SCALE_BLOCK if quant == 2 else cfg.block_k,
+                              GROUP=M.GROUP_M, PREC="tf32", PDL=False,
+                              DOT=tl.bfloat16 if quant == 0 else tl.float8e4nv), cfg.num_warps)
+
+from atom.kernels.triton import moe_align as MA
+align = {"experts_ptr": "*i64", "sorted_ptr": "*i32", "block_expert_ptr": "*i32",
+         "base_ptr": "*i32", "pairs": "i32", "num_experts": "i32", "cap": "i32",
+         "num_blocks": "i32"}
+for chunk, warps in ((256, 4), (1024, 8)):  # decode and prefill sizes, R1's 256 experts
+    compile_sm90(MA._align_kernel, align, dict(BLOCK_M=16, CHUNK=chunk, TILE=32, BINS=512), warps)
+from atom.kernels.triton import mla_decode as MD, mla_prefill as MP, mla_rope_store as MR
+i32 = lambda *names: {n: "i32" for n in names}
+mla = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_ptr", "bt_ptr")
+           else "*bf16") for n in ("q_ptr", "c_ptr", "o_ptr", "mid_o_ptr", "mid_lse_ptr",
+                                   "cu_q_ptr", "ctx_ptr", "bt_ptr")}
+mla |= i32("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride", "c_blk_stride",
+           "c_tok_stride", "bt_stride", "n_heads", "n_splits")
+mla |= {"qk_scale": "fp32", "kv_scale": "fp32"}
+for fp8, rows, split, dot in ((False, 16, False, tl.bfloat16), (False, 64, True, tl.bfloat16),
+                              (True, 16, True, tl.float16), (True, 64, False, tl.float16),
+                              (True, 16, False, tl.float32)):  # the last: an fp32 model
+    compile_sm90(MD._mla_decode_kernel, mla | ({"c_ptr": "*fp8e4nv"} if fp8 else {}), dict(
+        L=512, R=64, HEADS=rows, M=rows, PAGE=64, BLOCK_N=16 if rows == 64 else 32, LORA=512,
+        ROPE=64, SPLIT=split, DOT=dot, PREC="ieee" if dot == tl.float32 else "tf32", PDL=False,
+        E4M3_PAIRS=fp8), 8)
+compile_sm90(MD._mla_merge_kernel, {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": "*bf16",
+             "kv_scale": "fp32"} | i32("o_tok_stride", "o_head_stride", "n_heads", "n_splits"),
+             dict(L=512, HEADS=8, SPLIT_PAD=MD.MAX_SPLITS, LORA=512, PDL=False), 4)
+compile_sm90(MR._mla_rope_store_kernel, {"pos_ptr": "*i64", "slot_ptr": "*i64", "q_ptr": "*bf16",
+             "k_ptr": "*bf16", "kv_ptr": "*bf16", "qo_ptr": "*bf16", "c_ptr": "*fp8e4nv",
+             "cs_ptr": "*bf16", "kv_scale": "fp32"} | i32("q_tok_stride", "q_head_stride",
+             "k_tok_stride", "kv_tok_stride", "c_slot_stride", "cs_stride", "n_heads", "half", "lora"),
+             dict(IS_NEOX=False, QUANT=True, HEADS=128, HALF=32, LORA=512, PDL=False), 4)
+compile_sm90(MP._gather_latents_kernel, {"c_ptr": "*fp8e4nv", "out_ptr": "*bf16", "ctx_ptr": "*i32",
+             "cu_ctx_ptr": "*i32", "bt_ptr": "*i32", "kv_scale": "fp32"} | i32(
+             "c_blk_stride", "c_tok_stride", "bt_stride", "first_seq", "k0"),
+             dict(W=576, PAGE=64, BLOCK=32, CHUNK=64, DEQUANT=True), 4)
+for merge in (False, True):  # one pass, or several merged by log-sum-exp
+    compile_sm90(MP._mla_prefill_kernel, {"q_ptr": "*bf16", "kv_ptr": "*bf16", "lat_ptr": "*bf16",
+                 "o_ptr": "*fp32" if merge else "*bf16", "lse_ptr": "*fp32" if merge else "*bf16",
+                 "cu_q_ptr": "*i32", "ctx_ptr": "*i32", "cu_ctx_ptr": "*i32", "qk_scale": "fp32"}
+                 | i32("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride",
+                       "kv_tok_stride", "lat_tok_stride", "n_heads", "first_seq", "k0"),
+                 dict(N=128, R=64, V=128, L=512, NOPE=128, ROPE=64, V_DIM=128, BLOCK_M=64,
+                      BLOCK_N=64, MERGE=merge, DOT=tl.bfloat16, PREC="tf32"), 8)
 """
 
 
@@ -60,4 +120,6 @@ def test_kernels_compile_for_sm90():
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
-        "_decode_kernel", "_decode_kernel"])
+        "_decode_kernel", "_decode_kernel", *["_moe_gemm_kernel"] * 12, "_align_kernel",
+        "_align_kernel", *["_mla_decode_kernel"] * 5, "_mla_merge_kernel", "_mla_rope_store_kernel",
+        "_gather_latents_kernel", "_mla_prefill_kernel", "_mla_prefill_kernel"])

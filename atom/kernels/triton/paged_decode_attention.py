@@ -21,6 +21,7 @@ import triton.language as tl
 
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.triton.dot_dtype import dot_dtype, dot_precision, interpreted
+from atom.kernels.triton.e4m3 import load_e4m3_as_f16
 from atom.kernels.triton.paged_kv import paged_kv_offsets
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
@@ -52,23 +53,6 @@ def _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, seq64, heads_base, o_tok_stride
         out = tl.sum(part * w[:, None], 0) / total * v_scale
         tl.store(o_ptr + seq64 * o_tok_stride + head * o_head_stride + d,
                  out.to(o_ptr.dtype.element_ty), mask=d < head_dim)
-
-
-@triton.jit
-def _load_e4m3_as_f16(ptr, off, row_mask, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """[ROWS, HEAD_DIM] e4m3 values (row r at ptr + off[r]) as f16, converted in registers right
-    after a 16-byte load. V is the dot's second operand along its rows: given a plain e4m3 load
-    and `.to(f16)`, Triton converts after the shared-memory transpose, which for one-byte
-    elements is a byte-by-byte, bank-conflicted read (the fp8 kernel read its bytes at half bf16's
-    rate, the same elements per second). Two e4m3 at a time as one int16, one cvt each,
-    keeps that transpose in 16 bits (ldmatrix.trans): 2.28 → 2.86 TB/s at 416 × 1.5k."""
-    pairs = tl.load(ptr.to(tl.pointer_type(tl.int16)) + (off // 2)[:, None]
-                    + tl.arange(0, HEAD_DIM // 2)[None, :], mask=row_mask[:, None], other=0)
-    lo, hi = tl.inline_asm_elementwise(
-        asm="{ .reg .b32 r; cvt.rn.f16x2.e4m3x2 r, $2; mov.b32 {$0, $1}, r; }",
-        constraints="=h,=h,h", args=[pairs], dtype=(tl.float16, tl.float16), is_pure=True,
-        pack=1)
-    return tl.reshape(tl.join(lo, hi), [ROWS, HEAD_DIM])
 
 
 # The block table's row stride is the batch's widest table outside CUDA graphs: specialised on it,
@@ -119,7 +103,7 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
         kv_mask = n_mask[:, None] & d_mask[None, :]
         k = tl.load(kc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         if E4M3_PAIRS:
-            v = _load_e4m3_as_f16(vc_ptr, kv_off, n_mask, BLOCK_N, HEAD_DIM)
+            v = load_e4m3_as_f16(vc_ptr, kv_off, n_mask, BLOCK_N, HEAD_DIM)
         else:
             v = tl.load(vc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         qk = tl.dot(q, tl.trans(k.to(DOT)), input_precision=PREC) * qk_scale

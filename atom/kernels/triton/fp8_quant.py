@@ -1,0 +1,95 @@
+"""Activations to float8 e4m3 with float32 scales: one scale per row (per-token, for the
+per-channel-weight fp8 GEMM) or per row and group of columns (per-token-group of 128, as
+DeepSeek-V3's block-scaled weights expect).
+
+scale = max(amax / 448, EPS) and q = x / scale clamped to ±448, both divisions round to nearest
+(div_rn: Triton's plain `/` on fp32 is the approximate div.full, which can land an element one
+e4m3 step away from torch's x / scale), so a torch reference written the same way gets the same
+bytes on the GPU. EPS keeps an all-zero row finite (its q is zeros).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from atom.kernels.triton.pdl import pdl_args, pdl_wait
+
+E4M3_MAX = 448.0
+EPS = 1e-10
+
+
+@triton.jit
+def _quantize(x, scale):
+    q = tl.math.div_rn(x, scale)
+    return tl.minimum(tl.maximum(q, -448.0), 448.0)
+
+
+@triton.jit
+def _per_token_kernel(x_ptr, q_ptr, s_ptr, k_dim, x_stride, q_stride, eps,
+                      BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """One row per program: its amax over every block of K, then the quantised blocks (the
+    second read of the row finds it in L2)."""
+    pdl_wait(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_stride
+    amax = tl.zeros([BLOCK], tl.float32)
+    for k0 in range(0, k_dim, BLOCK):
+        cols = k0 + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < k_dim, other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.abs(x))
+    scale = tl.maximum(tl.math.div_rn(tl.max(amax, 0), 448.0), eps)
+    for k0 in range(0, k_dim, BLOCK):
+        cols = k0 + tl.arange(0, BLOCK)
+        mask = cols < k_dim
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(q_ptr + row * q_stride + cols, _quantize(x, scale).to(q_ptr.dtype.element_ty),
+                 mask=mask)
+    tl.store(s_ptr + row, scale)
+
+
+@triton.jit
+def _per_group_kernel(x_ptr, q_ptr, s_ptr, k_dim, n_groups, x_stride, q_stride, s_stride, eps,
+                      GROUP: tl.constexpr, GROUPS: tl.constexpr, PDL: tl.constexpr):
+    """GROUPS groups of one row per program, each a [GROUP] slice with its own scale."""
+    pdl_wait(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
+    cols = g[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
+    mask = (g[:, None] < n_groups) & (cols < k_dim)
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), 1), 448.0), eps)
+    q = _quantize(x, scale[:, None])
+    tl.store(q_ptr + row * q_stride + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
+    tl.store(s_ptr + row * s_stride + g, scale, mask=g < n_groups)
+
+
+def quant_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x: [M, K] (bf16, fp16 or fp32, last dim contiguous) → (q [M, K] e4m3, scale [M, 1] fp32)
+    with x ≈ q * scale row by row."""
+    assert x.dim() == 2 and x.stride(-1) == 1
+    m, k = x.shape
+    q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
+    scale = torch.empty((m, 1), dtype=torch.float32, device=x.device)
+    if m:
+        _per_token_kernel[(m,)](x, q, scale, k, x.stride(0), q.stride(0), EPS,
+                                BLOCK=min(4096, triton.next_power_of_2(k)),
+                                num_warps=8 if k >= 4096 else 4, **pdl_args(x.device))
+    return q, scale
+
+
+def quant_per_token_group(x: torch.Tensor, group: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """x: [M, K] → (q [M, K] e4m3, scale [M, ceil(K / group)] fp32) with x ≈ q * scale per row
+    and group of `group` columns (a power of two); the last group may be partial."""
+    assert x.dim() == 2 and x.stride(-1) == 1 and group & (group - 1) == 0
+    m, k = x.shape
+    n_groups = triton.cdiv(k, group)
+    q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
+    scale = torch.empty((m, n_groups), dtype=torch.float32, device=x.device)
+    # 8 groups (1024 columns at group 128) per program: a 16-byte load per thread at 4 warps.
+    groups = min(triton.next_power_of_2(n_groups), max(1, 1024 // group))
+    if m:
+        _per_group_kernel[(m, triton.cdiv(n_groups, groups))](
+            x, q, scale, k, n_groups, x.stride(0), q.stride(0), scale.stride(0), EPS,
+            GROUP=group, GROUPS=groups, num_warps=4, **pdl_args(x.device))
+    return q, scale

@@ -1,0 +1,227 @@
+"""MLA decode attention over the paged latent cache: the absorbed form, multi-query attention of
+q [T, H, L + R] (W_UK folded in) over one shared latent "head" [L + R] per token → [T, H, L].
+
+Every query head reads the same latent vector, so one program owns a tile of heads (and, for
+q_len > 1, every query of its sequence: rows are (query, head) pairs) and reads each latent page
+once for the whole tile; both products are tensor-core dots (scores against the whole latent,
+values against its first L dims: the rope part only scores). R1's 128 heads at tp1 are two
+64-head tiles, 16 heads per rank at tp8 one.
+
+Split-KV (flash-decoding) as in paged_decode_attention.py: the context is cut into n_splits
+slices, a count that depends only on the batch shape (sequences × head tiles, num_splits), and
+the partial results are merged by log-sum-exp in a second small launch. Every length is read on
+the device: no host sync and a grid from the batch shape only, so a captured CUDA graph replays
+for any contexts. A sequence's q_len queries (speculative verify: k + 1) sit at positions
+[ctx − q_len, ctx) and are causal among themselves, as the metadata describes every row.
+
+An fp8 e4m3 cache (per-tensor scale) is read as pairs of bytes converted in registers
+(paged_decode_attention's trick) and both dots run in fp16; the scale folds into the score scale
+and the output.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from atom.kernels.metadata import AttentionMetadata
+from atom.kernels.triton.dot_dtype import dot_dtype, dot_precision, interpreted
+from atom.kernels.triton.e4m3 import load_e4m3_as_f16
+from atom.kernels.triton.paged_decode_attention import LOG2E, MAX_SPLITS
+from atom.kernels.triton.pdl import pdl_args, pdl_wait
+
+
+@triton.jit
+def _load_latent(c_ptr, off, n_mask, BLOCK_N: tl.constexpr, L: tl.constexpr, R: tl.constexpr,
+                 LORA: tl.constexpr, ROPE: tl.constexpr, DOT: tl.constexpr,
+                 E4M3_PAIRS: tl.constexpr):
+    """The [BLOCK_N, LORA] compressed KV and [BLOCK_N, ROPE] rope key of tokens at `off`, in
+    the dot dtype (padding columns past L and R zero)."""
+    if E4M3_PAIRS:
+        kv = load_e4m3_as_f16(c_ptr, off, n_mask, BLOCK_N, LORA).to(DOT)  # DOT: f32 on fp32 models
+        pe = load_e4m3_as_f16(c_ptr, off + LORA, n_mask, BLOCK_N, ROPE).to(DOT)
+    else:
+        col = tl.arange(0, LORA)
+        kv = tl.load(c_ptr + off[:, None] + col[None, :],
+                     mask=n_mask[:, None] & (col < L)[None, :], other=0.0).to(DOT)
+        e = tl.arange(0, ROPE)
+        pe = tl.load(c_ptr + off[:, None] + L + e[None, :],
+                     mask=n_mask[:, None] & (e < R)[None, :], other=0.0).to(DOT)
+    return kv, pe
+
+
+# bt_stride: the batch's widest block table outside graphs; n_splits: a runtime value, so split
+# counts share one variant (paged_decode_attention.py says what specialising them cost).
+@triton.jit(do_not_specialize=["bt_stride", "n_splits"])
+def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ctx_ptr, bt_ptr,
+                       q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
+                       c_blk_stride, c_tok_stride, bt_stride, qk_scale, kv_scale,
+                       n_heads, n_splits, L: tl.constexpr, R: tl.constexpr,
+                       HEADS: tl.constexpr, M: tl.constexpr, PAGE: tl.constexpr,
+                       BLOCK_N: tl.constexpr, LORA: tl.constexpr, ROPE: tl.constexpr,
+                       SPLIT: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
+                       PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr):
+    tile = tl.program_id(0)  # fastest in launch order: a sequence's tiles share its pages in L2
+    seq = tl.program_id(1)
+    split = tl.program_id(2)
+    # Context lengths are staged before the step's first kernel: safe to read before the wait.
+    ctx = tl.load(ctx_ptr + seq)
+    pdl_wait(PDL)
+    q_start = tl.load(cu_q_ptr + seq)
+    q_len = tl.load(cu_q_ptr + seq + 1) - q_start
+    r = tl.arange(0, M)
+    qi = r // HEADS
+    head = tile * HEADS + r % HEADS
+    r_mask = (qi < q_len) & (head < n_heads)
+    tok = (q_start + qi).to(tl.int64)
+    q_row = q_ptr + tok * q_tok_stride + head * q_head_stride
+    col = tl.arange(0, LORA)
+    e = tl.arange(0, ROPE)
+    q_nope = tl.load(q_row[:, None] + col[None, :],
+                     mask=r_mask[:, None] & (col < L)[None, :], other=0.0).to(DOT)
+    q_pe = tl.load(q_row[:, None] + L + e[None, :],
+                   mask=r_mask[:, None] & (e < R)[None, :], other=0.0).to(DOT)
+    q_pos = ctx - q_len + qi
+
+    per_split = tl.cdiv(tl.cdiv(ctx, n_splits), BLOCK_N) * BLOCK_N
+    lo = split * per_split
+    hi = tl.minimum(lo + per_split, ctx)
+    m_i = tl.full([M], float("-inf"), tl.float32)
+    l_i = tl.zeros([M], tl.float32)
+    acc = tl.zeros([M, LORA], tl.float32)
+    bt_row = bt_ptr + seq.to(tl.int64) * bt_stride
+    for start in range(lo, hi, BLOCK_N):
+        n = start + tl.arange(0, BLOCK_N)
+        n_mask = n < hi
+        blk = tl.load(bt_row + n // PAGE, mask=n_mask, other=0).to(tl.int64)
+        off = blk * c_blk_stride + (n % PAGE) * c_tok_stride
+        kv, pe = _load_latent(c_ptr, off, n_mask, BLOCK_N, L, R, LORA, ROPE, DOT, E4M3_PAIRS)
+        qk = tl.dot(q_nope, tl.trans(kv), input_precision=PREC)
+        qk = tl.dot(q_pe, tl.trans(pe), qk, input_precision=PREC) * qk_scale
+        qk = tl.where(n_mask[None, :] & (n[None, :] <= q_pos[:, None]), qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(qk - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(DOT), kv, input_precision=PREC)
+        m_i = m_new
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    out_mask = r_mask[:, None] & (col < L)[None, :]
+    if not SPLIT:
+        tl.store(o_ptr + tok[:, None] * o_tok_stride + head[:, None] * o_head_stride + col[None, :],
+                 (out * kv_scale).to(o_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        # mid layout: [T, H, n_splits, LORA] and [T, H, n_splits]
+        mid_row = (tok * n_heads + head) * n_splits + split
+        tl.store(mid_o_ptr + mid_row[:, None] * LORA + col[None, :], out, mask=out_mask)
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
+        tl.store(mid_lse_ptr + mid_row, lse, mask=r_mask)
+
+
+@triton.jit(do_not_specialize=["n_splits"])
+def _mla_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, o_tok_stride, o_head_stride, n_heads,
+                      n_splits, kv_scale, L: tl.constexpr, HEADS: tl.constexpr,
+                      SPLIT_PAD: tl.constexpr, LORA: tl.constexpr, PDL: tl.constexpr):
+    """out = Σ_s exp2(lse_s − m) · o_s / Σ_s exp2(lse_s − m) over one token's split partials,
+    HEADS heads per program. The partials are summed one split at a time: a [splits, 512] fp32
+    tile per head would take 128 registers a thread."""
+    pdl_wait(PDL)
+    tok = tl.program_id(0).to(tl.int64)
+    s = tl.arange(0, SPLIT_PAD)
+    col = tl.arange(0, LORA)
+    for g in tl.static_range(HEADS):
+        head = tl.program_id(1) * HEADS + g
+        if head < n_heads:
+            row = (tok * n_heads + head) * n_splits
+            lse = tl.load(mid_lse_ptr + row + s, mask=s < n_splits, other=float("-inf"))
+            m = tl.max(lse, 0)
+            m = tl.where(m == float("-inf"), 0.0, m)
+            total = tl.sum(tl.exp2(lse - m), 0)
+            acc = tl.zeros([LORA], tl.float32)
+            for i in range(n_splits):
+                w = tl.exp2(tl.load(mid_lse_ptr + row + i) - m)
+                acc += w * tl.load(mid_o_ptr + (row + i) * LORA + col)
+            total = tl.where(total == 0.0, 1.0, total)
+            tl.store(o_ptr + tok * o_tok_stride + head * o_head_stride + col,
+                     (acc / total * kv_scale).to(o_ptr.dtype.element_ty), mask=col < L)
+
+
+def num_splits(batch: int, tiles: int, device: torch.device) -> int:
+    """About one program per SM, never more (a function of the batch shape only, as a captured
+    graph needs). Fewer than the GQA kernel's two per SM: a split's partial is 2 KB of fp32 a
+    query head (written, then read by the merge) against 1,152 bytes per cached latent, so at
+    64 sequences × 128 heads × 1k tokens four splits would move more partial bytes than cache."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count \
+        if device.type == "cuda" else 8
+    want = max(1, sms // max(batch * tiles, 1))
+    return min(MAX_SPLITS, 1 << (want.bit_length() - 1))
+
+
+def head_tile(n_heads: int, q_pad: int) -> int:
+    """Heads per program: up to 64 rows of (query, head) pairs (FlashMLA's tile): the smallest
+    M of Hopper's wgmma, so R1's 128 heads read each latent page twice. At 64 rows × 16 tokens
+    the [64, 512] fp32 accumulator is 128 registers a thread: bf16 fits (245), fp8 spills ~150
+    bytes; 16 and 32 rows run on mma.sync and do not spill."""
+    return max(1, min(triton.next_power_of_2(n_heads), 64 // q_pad))
+
+
+def tile_defaults(rows: int, fp8: bool) -> tuple[int, int, int]:
+    """(block_n, num_warps, num_stages), from the sm_90 PTX (research/probes/mla_decode_ptx.py)
+    until gpu_bench mla_decode_sweep settles them: 8 warps (at 4, 16 rows × 32 tokens take 221
+    registers a thread); bf16 pipelined (cp.async, 2 stages); fp8 unpipelined with 64-token
+    tiles, since with stages the e4m3 pairs go through shared memory and come back as 2-byte
+    reads; 16 tokens at 64 rows, where the accumulator leaves no registers for more."""
+    if rows >= 64:
+        return 16, 8, 1 if fp8 else 2
+    return (64, 8, 1) if fp8 else (32, 8, 2)
+
+
+def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: AttentionMetadata,
+                         kv_lora_rank: int, scale: float, kv_scale: float = 1.0,
+                         splits: int | None = None, block_n: int | None = None,
+                         heads_per_tile: int | None = None, num_warps: int | None = None,
+                         num_stages: int | None = None,
+                         out: torch.Tensor | None = None) -> torch.Tensor:
+    """q: [T, H, L + R] (every sequence of meta, any q_len ≤ meta.max_q_len, its tokens already
+    stored); latent_cache [num_blocks, block_size, L + R] → [T, H, L]."""
+    n_tok, n_heads, width = q.shape
+    lora, rope = kv_lora_rank, width - kv_lora_rank
+    out = q.new_empty(n_tok, n_heads, lora) if out is None else out
+    batch = meta.num_seqs
+    if n_tok == 0 or batch == 0:
+        return out
+    q_pad = triton.next_power_of_2(meta.max_q_len)
+    heads = heads_per_tile or head_tile(n_heads, q_pad)
+    rows = max(16, q_pad * heads)
+    tiles = triton.cdiv(n_heads, heads)
+    n_split = splits or num_splits(batch, tiles, q.device)
+    lora_pad, rope_pad = (max(16, triton.next_power_of_2(n)) for n in (lora, rope))
+    if n_split > 1:
+        f32 = dict(dtype=torch.float32, device=q.device)
+        mid_o = torch.empty((n_tok, n_heads, n_split, lora_pad), **f32)
+        mid_lse = torch.empty((n_tok, n_heads, n_split), **f32)
+    else:
+        mid_o = mid_lse = out
+    fp8 = latent_cache.dtype == torch.float8_e4m3fn
+    pairs = fp8 and lora == lora_pad and rope == rope_pad and not interpreted()
+    bn, warps, stages = tile_defaults(rows, fp8)
+    pdl = pdl_args(q.device)
+    _mla_decode_kernel[(tiles, batch, n_split)](
+        q, latent_cache, out, mid_o, mid_lse, meta.cu_seqlens_q, meta.context_lens,
+        meta.block_tables, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        latent_cache.stride(0), latent_cache.stride(1), meta.block_tables.stride(0),
+        scale * kv_scale * LOG2E, float(kv_scale), n_heads, n_split, L=lora, R=rope, HEADS=heads,
+        M=rows, PAGE=latent_cache.shape[1],
+        BLOCK_N=block_n or bn, LORA=lora_pad, ROPE=rope_pad, SPLIT=n_split > 1,
+        DOT=dot_dtype(q.dtype, latent_cache.dtype), PREC=dot_precision(q.dtype),
+        E4M3_PAIRS=pairs, num_warps=num_warps or warps, num_stages=num_stages or stages, **pdl)
+    if n_split > 1:
+        merge_heads = min(8, triton.next_power_of_2(n_heads))
+        _mla_merge_kernel[(n_tok, triton.cdiv(n_heads, merge_heads))](
+            mid_o, mid_lse, out, out.stride(0), out.stride(1), n_heads, n_split,
+            float(kv_scale), L=lora, HEADS=merge_heads,
+            SPLIT_PAD=max(MAX_SPLITS, triton.next_power_of_2(n_split)), LORA=lora_pad,
+            num_warps=4, **pdl)
+    return out

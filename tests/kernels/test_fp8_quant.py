@@ -1,0 +1,82 @@
+"""fp8 activation quantisation (per token, per token-group) against the same formula in torch."""
+import pytest
+import torch
+
+from atom.kernels.triton.fp8_quant import EPS, quant_per_token, quant_per_token_group
+from kernel_helpers import DEVICE, INTERPRETED, gpu_param
+
+
+def ref_quant(x: torch.Tensor, group: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """scale = max(amax / 448, EPS) over each row (group=None) or each row's group of columns;
+    q = x / scale clamped to ±448, in float32."""
+    m, k = x.shape
+    g = k if group is None else group
+    pad = -k % g
+    xf = torch.nn.functional.pad(x.float(), (0, pad)).view(m, -1, g)
+    scale = (xf.abs().amax(-1) / 448.0).clamp_min(EPS)
+    q = (xf / scale[..., None]).clamp(-448, 448).view(m, -1)[:, :k].to(torch.float8_e4m3fn)
+    return q, scale
+
+
+def assert_e4m3_equal(out: torch.Tensor, ref: torch.Tensor) -> None:
+    """Byte-equal on the GPU. Triton's interpreter converts f32 → e4m3 with ties away from zero
+    (10.5 → 11, not 10) and dropping a mantissa carry into the exponent (31.4 → 16, not 32), so
+    interpreted, an element may be one e4m3 step off or half the reference."""
+    o, r = out.float(), ref.float()
+    if not INTERPRETED:
+        assert torch.equal(o, r)
+        return
+    step = torch.exp2(torch.floor(torch.log2(r.abs().clamp_min(2 ** -6))) - 3)
+    assert ((o == r) | ((o - r).abs() <= step) | (2 * o == r)).all()
+
+
+SHAPES = [
+    pytest.param(1, 100, torch.bfloat16, id="one-row-odd-k"),
+    pytest.param(5, 300, torch.float32, id="fp32-odd-k"),
+    pytest.param(3, 4096 + 37, torch.float16, id="k-past-one-block"),
+    gpu_param(256, 7168, torch.bfloat16, id="deepseek-hidden"),
+    gpu_param(64, 18432, torch.bfloat16, id="deepseek-mlp"),
+]
+
+
+@pytest.mark.parametrize("m,k,dtype", SHAPES)
+def test_quant_per_token_matches_reference(m, k, dtype):
+    x = (3 * torch.randn(m, k, device=DEVICE)).to(dtype)
+    x[0, 7] = 40.0  # one outlier row: its scale is set by it
+    q, s = quant_per_token(x)
+    rq, rs = ref_quant(x, None)
+    assert q.dtype == torch.float8_e4m3fn and q.shape == (m, k)
+    assert s.dtype == torch.float32 and s.shape == (m, 1)
+    assert torch.equal(s, rs)
+    assert_e4m3_equal(q, rq)
+
+
+@pytest.mark.parametrize("group", [128, 64])
+@pytest.mark.parametrize("m,k,dtype", SHAPES)
+def test_quant_per_token_group_matches_reference(m, k, dtype, group):
+    x = (3 * torch.randn(m, k, device=DEVICE)).to(dtype)
+    q, s = quant_per_token_group(x, group)
+    rq, rs = ref_quant(x, group)
+    assert q.shape == (m, k) and s.shape == (m, -(-k // group))
+    assert torch.equal(s, rs)
+    assert_e4m3_equal(q, rq)
+
+
+def test_zero_rows_quantize_to_zero_with_finite_scales():
+    x = torch.zeros(2, 200, device=DEVICE, dtype=torch.bfloat16)
+    for q, s in (quant_per_token(x), quant_per_token_group(x)):
+        assert torch.isfinite(s).all() and (s > 0).all()
+        assert (q.float() == 0).all()
+
+
+def test_round_trip_error_is_within_half_an_e4m3_step():
+    """e4m3 keeps 3 mantissa bits: a normal value comes back within half a step (2^-4 of its
+    magnitude), a subnormal one (|x / scale| < 2^-6) within half the subnormal step, 2^-10 in
+    units of its scale; nothing saturates since |x / scale| ≤ 448. Interpreted, the carry slip
+    (see assert_e4m3_equal) can halve a value, so only 2^-1 holds there."""
+    x = torch.randn(4, 1000, device=DEVICE, dtype=torch.float32)
+    q, s = quant_per_token_group(x)
+    s_el = s.repeat_interleave(128, 1)[:, :1000]
+    rel = 2.0 ** -1 if INTERPRETED else 2.0 ** -4
+    err = (q.float() * s_el - x).abs()
+    assert (err <= rel * x.abs() + 2.0 ** -10 * s_el).all()
