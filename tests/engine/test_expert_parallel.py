@@ -2,7 +2,8 @@
 experts split whole between the ranks (parallel.enable_expert_parallel with tp=2).
 
 The oracle is the one-process engine: ep=2 must give its greedy tokens for every MoE family
-(Qwen3-MoE from per-expert and from fused checkpoint tensors, DeepSeek-V3, GLM-4.5, MiniMax-M2).
+(Qwen3-MoE from per-expert and from fused checkpoint tensors, DeepSeek-V3, GLM-4.5, MiniMax-M2),
+on the torch experts loop and on the fused Triton kernel (interpreted).
 A rank built as the worker builds it must hold only its experts, equal to the checkpoint's, and
 spend no FLOP on a pair routed to the other rank's experts. Validation names the field before any
 weight is read.
@@ -89,6 +90,19 @@ def test_ep2_gives_the_one_process_tokens(ckpts, arch, capfd):
     for rank in (0, 1):
         held = f"experts {rank * e // 2}..{(rank + 1) * e // 2 - 1} of {e} (w13 [{e // 2}, 64, 64]"
         assert f"expert parallel rank {rank} of 2: {held}" in err
+
+
+def test_ep2_on_the_fused_triton_kernel_gives_the_one_process_tokens(ckpts, monkeypatch):
+    """The fused-MoE Triton path (interpreted on the CPU in both ranks) skips the pairs of the
+    other rank's experts and adds nothing for them: ep=2 on it gives the one-process tokens."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter runs CPU tensors; on a GPU tests/kernels checks the kernel")
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # read by each rank's process at its import
+    one = _tokens(ckpts["qwen3_moe"], 1)
+    ep = _tokens(ckpts["qwen3_moe"], 2, "parallel.enable_expert_parallel=true",
+                 "runtime.kernels=triton")
+    assert ep == one
 
 
 def _free_port() -> int:
