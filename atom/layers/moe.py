@@ -87,8 +87,13 @@ class FusedMoE(nn.Module):
         self.w13 = nn.Parameter(torch.empty(self.num_local, 2 * self.inter, hidden),
                                 requires_grad=False)
         self.w2 = nn.Parameter(torch.empty(self.num_local, hidden, self.inter), requires_grad=False)
-        self.w13.weight_loader = self.weight_loader  # type: ignore[attr-defined]
-        self.w2.weight_loader = self.weight_loader  # type: ignore[attr-defined]
+        for w in (self.w13, self.w2):
+            w.weight_loader = self.weight_loader  # type: ignore[attr-defined]
+            w.holds_expert = self.holds_expert  # type: ignore[attr-defined]
+
+    def holds_expert(self, expert: int) -> bool:
+        """Whether this rank keeps that expert: the loader does not read the others' tensors."""
+        return self.first_expert <= expert < self.first_expert + self.num_local
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id) -> None:
         """shard_id = (expert, 'gate'|'up'|'down'), or ('all', 'gate_up'|'down') for fused
@@ -104,9 +109,9 @@ class FusedMoE(nn.Module):
             else:
                 param.data.copy_(loaded[:, :, r:r + n])
             return
-        e = expert - self.first_expert
-        if not 0 <= e < self.num_local:
+        if not self.holds_expert(expert):
             return
+        e = expert - self.first_expert
         if which == "gate":
             param.data[e, :n].copy_(loaded[r:r + n])
         elif which == "up":

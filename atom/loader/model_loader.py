@@ -14,7 +14,7 @@ from atom.kernels.backend import KernelBackend
 from atom.layers.model_context import ModelContext
 from atom.loader.dummy import fill_dummy
 from atom.loader.weights import (check_complete, iter_with_progress, load_named_tensors,
-                                 process_after_loading)
+                                 process_after_loading, weight_skip)
 from atom.models.hf_config import architecture_of, is_gguf
 from atom.models.registry import model_class
 
@@ -54,9 +54,9 @@ def build_model(load: LoadConfig, src: Optional[Path], hf: Any, mc: ModelContext
         from atom.loader.safetensors_loader import checkpoint_files, count_tensors, iter_safetensors
 
         files = checkpoint_files(src)
-        skip = getattr(model, "skip_weight", None)
-        tensors = iter_with_progress(iter_safetensors(files, skip), count_tensors(files),
-                                     load.progress_bar, "loading safetensors")
+        tensors = iter_with_progress(iter_safetensors(files, weight_skip(model)),
+                                     count_tensors(files), load.progress_bar,
+                                     "loading safetensors")
     with torch.no_grad():
         loaded = load_named_tensors(model, tensors)
         check_complete(model, loaded)

@@ -113,14 +113,18 @@ def _free_port() -> int:
 
 def _rank(rank: int, port: int, path: str, out_dir: str) -> None:
     """One expert-parallel rank, built as an executor worker builds it: join the group, take
-    the ParallelState of the process, build the runner. Saves what it holds and the FLOPs of an
-    MoE layer whose pairs are all routed to rank 1's experts."""
+    the ParallelState of the process, build the runner. Saves what it holds, which expert
+    tensors of the checkpoint the loader reads, and the FLOPs of an MoE layer whose pairs are
+    all routed to rank 1's experts."""
     import torch.distributed as dist
     from torch.utils.flop_counter import FlopCounterMode
 
     import atom
+    from safetensors import safe_open
+
     from atom.layers.moe import FusedMoE
     from atom.layers.parallel_state import ParallelState
+    from atom.loader.weights import weight_skip
     from atom.models.hf_config import load_hf_config
     from atom.runner_builder import build_runner
 
@@ -133,6 +137,9 @@ def _rank(rank: int, port: int, path: str, out_dir: str) -> None:
                             "parallel.enable_expert_parallel=true"])
         runner = build_runner(cfg, load_hf_config(cfg),
                               ParallelState.of_process(cfg.parallel.enable_expert_parallel))
+        skip = weight_skip(runner.model)
+        with safe_open(f"{path}/model.safetensors", framework="pt") as f:
+            read = sorted(n for n in f.keys() if ".experts." in n and not skip(n))
         layers = {n: m for n, m in runner.model.named_modules() if isinstance(m, FusedMoE)}
         held = {n: (m.first_expert, m.w13.detach().clone(), m.w2.detach().clone())
                 for n, m in layers.items()}
@@ -142,7 +149,7 @@ def _rank(rank: int, port: int, path: str, out_dir: str) -> None:
         theirs = torch.arange(moe.num_experts // 2, moe.num_experts).repeat(t, 1)[:, :k]
         with FlopCounterMode(display=False) as flops:
             moe(x, torch.full((t, k), 0.5), theirs)
-        torch.save({"held": held, "flops": flops.get_total_flops()},
+        torch.save({"held": held, "flops": flops.get_total_flops(), "read": read},
                    f"{out_dir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -165,8 +172,8 @@ def _run_two_ranks(path: Path, out_dir: Path, timeout_s: float = 180.0) -> list[
 
 
 @pytest.mark.parametrize("layout", ["qwen3_moe", "qwen3_moe_fused"])
-def test_each_rank_holds_only_its_experts_and_computes_only_their_pairs(ckpts, layout,
-                                                                       tmp_path):
+def test_each_rank_reads_and_holds_only_its_experts_and_computes_only_their_pairs(
+        ckpts, layout, tmp_path):
     from safetensors.torch import load_file
 
     ranks = _run_two_ranks(ckpts[layout], tmp_path)
@@ -176,6 +183,13 @@ def test_each_rank_holds_only_its_experts_and_computes_only_their_pairs(ckpts, l
         cfg["moe_intermediate_size"]
     for rank, got in enumerate(ranks):
         assert got["held"], "no MoE layer built"
+        if layout == "qwen3_moe":  # per-expert tensors: another rank's are never read
+            assert got["read"] == sorted(
+                f"{name}.{first + j}.{p}.weight" for name, (first, _, _) in got["held"].items()
+                for j in range(e // 2) for p in ("gate_proj", "up_proj", "down_proj"))
+        else:  # one tensor holds every expert: read whole, the rank's slice kept
+            assert got["read"] == sorted(f"{name}.{p}" for name in got["held"]
+                                         for p in ("gate_up_proj", "down_proj"))
         for name, (first, w13, w2) in got["held"].items():
             assert first == rank * e // 2
             assert w13.shape == (e // 2, 2 * inter, hidden)  # half the experts, each whole
