@@ -105,6 +105,30 @@ def test_ep2_on_the_fused_triton_kernel_gives_the_one_process_tokens(ckpts, monk
     assert ep == one
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_ep2_on_two_gpus_gives_the_one_gpu_tokens(ckpts):
+    """NCCL and the fused kernel on the GPU, fp32 so that no bf16 rounding of the two partial
+    sums can flip a greedy tie."""
+    import atom
+
+    def tokens(*extra: str) -> list[list[int]]:
+        engine = atom.build_engine(atom.compose([
+            "model=local", f"model.path={ckpts['qwen3_moe']}", "model.dtype=float32",
+            "runtime.kernels=triton", "load.progress_bar=false", "kv_cache.num_blocks=64",
+            *extra]))
+        try:
+            g = torch.Generator().manual_seed(5)
+            prompts = [torch.randint(3, 256, (k,), generator=g).tolist() for k in (6, 8, 13)]
+            outs = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=7,
+                                                           ignore_eos=True))
+        finally:
+            engine.shutdown()
+        return [o["token_ids"] for o in outs]
+    assert tokens("parallel.tensor_parallel_size=2", "parallel.enable_expert_parallel=true") \
+        == tokens()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
