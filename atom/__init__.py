@@ -1,4 +1,7 @@
-"""atom: an LLM inference engine and OpenAI-compatible server; one validated Config per run."""
+"""atom: an LLM inference engine and OpenAI-compatible server; one validated Config per run.
+
+Every `import atom.<module>` runs this file first, so it imports nothing heavy: Hydra (compose),
+the builder and torch (LLMEngine) are imported when first called for."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

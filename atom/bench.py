@@ -19,16 +19,25 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+import hydra
 from omegaconf import DictConfig, OmegaConf
+
+from atom.benchmarks import server_launcher
+from atom.benchmarks.benchmark_serving import default_args
+from atom.benchmarks.benchmark_serving import main as run_benchmark
+from atom.benchmarks.server_launcher import server_overrides
+from atom.config.compose import CONF_DIR, to_config
+from atom.config.errors import ConfigError
+from atom.config.help import help_asked, run_help
+from atom.config.report import config_errors_exit
+from atom.config.store import register_schema
+from atom.log_setup import configure_logging
 
 logger = logging.getLogger(__name__)
 
 
 def _typed(node: DictConfig) -> Any:
     """Config object for `node`: validated when possible, else as typed by the schema."""
-    from atom.config.compose import to_config
-    from atom.config.errors import ConfigError
-
     try:
         return to_config(node)
     except ConfigError as err:
@@ -63,8 +72,6 @@ def _num_prompts(b: dict[str, Any]) -> int:
 
 def bench_args(cfg: Any, output_dir: Optional[Path]) -> argparse.Namespace:
     """`cfg.bench` as benchmark_serving's argparse namespace (same names, lists joined)."""
-    from atom.benchmarks.benchmark_serving import default_args
-
     b = OmegaConf.to_container(OmegaConf.structured(cfg.bench), resolve=True)
     for key in ("launch_server", "reuse_server", "server_startup_timeout_s"):  # atom.bench's only
         b.pop(key)
@@ -83,22 +90,16 @@ def bench_args(cfg: Any, output_dir: Optional[Path]) -> argparse.Namespace:
 def default_label(args: argparse.Namespace, overrides: list[str]) -> str:
     """backend:model plus the point's server-side overrides, so a sweep over engine configs
     (`kv_cache=bf16,fp8`) draws one line per config rather than one zig-zag line."""
-    from atom.benchmarks.server_launcher import server_overrides
-
     server = " ".join(server_overrides(overrides))
     return f"{args.backend}:{args.served_model_name or args.model}" + (f" {server}" if server else "")
 
 
 def _run(cfg: Any, output_dir: Optional[Path], overrides: list[str]) -> dict[str, Any]:
-    from atom.benchmarks.benchmark_serving import main as run_benchmark
-
     args = bench_args(cfg, output_dir)
     args.label = args.label or default_label(args, overrides)
     args.metadata = (args.metadata or []) + [f"override.{i}={o}" for i, o in enumerate(overrides)]
     if not cfg.bench.launch_server:
         return run_benchmark(args)
-    from atom.benchmarks import server_launcher
-
     log_path = (output_dir or Path(".")) / "server.log"
     if not cfg.bench.reuse_server:
         with server_launcher.launched_server(overrides, log_path, cfg.bench.server_startup_timeout_s) as url:
@@ -140,15 +141,6 @@ def _job(node: DictConfig) -> Optional[float]:
 
 
 def main() -> None:
-    import hydra
-
-    from atom.config.compose import CONF_DIR
-    from atom.config.store import register_schema
-
-    from atom.config.help import help_asked, run_help
-    from atom.config.report import config_errors_exit
-    from atom.log_setup import configure_logging
-
     overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
     if help_asked(sys.argv[1:]):
         with config_errors_exit(overrides):

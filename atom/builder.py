@@ -1,7 +1,7 @@
 """The only place that turns a Config into objects: tokenizer, engine core, engine, app."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from atom.config.schema import Config
 
@@ -33,7 +33,7 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
     from atom.config.errors import ConfigError
     from atom.model_engine.engine_core import EngineCore
     from atom.model_engine.scheduler import Scheduler
-    from atom.models.hf_config import load_hf_config
+    from atom.loader.hf_config import load_hf_config
 
     _refuse_what_cannot_run(cfg)
     if cfg.parallel.data_parallel_size > 1:
@@ -96,7 +96,8 @@ def _tokenizer_eos(cfg: Config, tokenizer: Any) -> Any:
 
 
 def _is_gguf_model(cfg: Config) -> bool:
-    from atom.models.hf_config import is_gguf, model_source
+    from atom.config.model_facts import is_gguf
+    from atom.loader.hf_config import model_source
 
     src = model_source(cfg) if cfg.load.dummy is None else None
     return src is not None and is_gguf(src)
@@ -120,24 +121,23 @@ def build_engine(cfg: Config) -> "LLMEngine":
     return LLMEngine.from_config(cfg)
 
 
-def build_app(cfg: Config) -> Any:
-    """The OpenAI server's Litestar app: engine core started in its own process, tokenizer loaded
-    here meanwhile, then (once the model is loaded) the app over both. The app closes the core on
-    shutdown."""
-    from atom.entrypoints.openai.app import create_app
+def build_app(cfg: Config, core_main: Callable[..., None]) -> Any:
+    """The OpenAI server's Litestar app: engine core started in its own process (`core_main`,
+    atom.core_process.run_core, handed in by the launcher: that module builds its core here),
+    tokenizer loaded here meanwhile, then (once the model is loaded) the app over both. The app
+    closes the core on shutdown."""
+    from atom.serving.app import create_app
     from atom.model_engine.engine_client import EngineClient
 
     if cfg.server.engine_source == "model":
         _refuse_what_cannot_run(cfg)  # here too, so no core process is needed to report it
-    from atom.core_process import run_core
-
     dp = cfg.parallel.data_parallel_size
     if dp > 1:
         from atom.model_engine.dp_engine_client import DataParallelEngineClient
 
-        client: Any = DataParallelEngineClient(cfg, dp, run_core)
+        client: Any = DataParallelEngineClient(cfg, dp, core_main)
     else:
-        client = EngineClient(cfg, core_main=run_core)
+        client = EngineClient(cfg, core_main=core_main)
     client.launch()  # the core loads the model while this process loads the tokenizer
     try:
         from atom.model_engine.fast_codec import fast_codec

@@ -14,10 +14,13 @@ from typing import Any
 import msgspec
 import zmq
 
+from atom.builder import build_core
 from atom.config.errors import ConfigError
 from atom.config.schema import Config
+from atom.log_setup import configure_logging
 from atom.model_engine.core_ipc import CoreFailed, CoreReady, StepBatch
 from atom.model_engine.core_loop import CoreLoop
+from atom.runner.cpu_threads import cpu_threads
 
 log = logging.getLogger("atom.core")
 
@@ -31,8 +34,6 @@ def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
     process group (timeout, systemd, a terminal) exits through the `finally` below and Python's
     own shutdown, like the API's shutdown call: killed outright, the core leaked the semaphore
     tqdm's lock holds, which the resource tracker then reported at exit."""
-    from atom.log_setup import configure_logging
-
     configure_logging()
     signal.signal(signal.SIGTERM, _exit_quietly)
     ctx = zmq.Context()
@@ -45,9 +46,6 @@ def run_core(cfg: Config, in_addr: str, out_addr: str, parent_pid: int) -> None:
     encode = msgspec.msgpack.Encoder().encode
     core = None
     try:
-        from atom.builder import build_core
-        from atom.runner.cpu_threads import cpu_threads
-
         cfg.runtime.cpu_threads = cpu_threads(cfg.runtime.cpu_threads, serving=True)
         core = build_core(cfg)  # a model core loads its tokenizer only for an EOS id it lacks
         max_len = int(getattr(core, "max_model_len", None) or cfg.model.max_model_len or 0)

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from atom.builder import build_engine
 from atom.config.flags import ENGINE_FLAGS, add_cli_args, config_from_args
 
 if TYPE_CHECKING:
@@ -34,6 +35,4 @@ class EngineArgs:
         return config_from_args(self.args, ENGINE_FLAGS, self.overrides, launching=True)
 
     def create_engine(self) -> "LLMEngine":
-        from atom.builder import build_engine
-
         return build_engine(self.create_config())

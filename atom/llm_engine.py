@@ -8,11 +8,14 @@ from typing import Any, Callable, Optional, Union
 
 from tqdm import tqdm
 
+from atom.builder import build_core, build_tokenizer
+from atom.config.flags import config_from_kwargs
 from atom.config.schema import Config
 from atom.model_engine.core_protocol import EngineCoreProtocol
 from atom.model_engine.messages import EngineRequest
 from atom.model_engine.output_processor import OutputProcessor, RequestOutput
 from atom.sampling_params import SamplingParams
+from atom.spec_decode.stats import mtp_statistics_text
 
 log = logging.getLogger("atom.engine")
 
@@ -24,8 +27,6 @@ class LLMEngine:
     def __init__(self, model: Optional[str] = None, **kwargs: Any) -> None:
         """`LLMEngine(model=..., kv_cache_dtype="fp8", max_num_seqs=64)`: flat engine-arg
         names (the spec's Config field names) mapped onto the same Config tree as everything else."""
-        from atom.config.flags import config_from_kwargs
-
         cfg = kwargs.pop("config", None) or config_from_kwargs(model=model, **kwargs)
         self._init(cfg)
 
@@ -36,8 +37,6 @@ class LLMEngine:
         return self
 
     def _init(self, cfg: Config) -> None:
-        from atom.builder import build_core, build_tokenizer
-
         self.config = cfg
         self.tokenizer = build_tokenizer(cfg)
         self.core: EngineCoreProtocol = build_core(cfg, self.tokenizer)
@@ -140,8 +139,6 @@ class LLMEngine:
 
     def print_mtp_statistics(self) -> None:
         """The spec's acceptance block (atom/spec_decode/stats.py), from the core's counters."""
-        from atom.spec_decode.stats import mtp_statistics_text
-
         print(mtp_statistics_text(self.core.stats()))
 
     def shutdown(self) -> None:

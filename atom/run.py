@@ -15,9 +15,11 @@ from omegaconf import DictConfig
 
 from atom.config.compose import CONF_DIR, to_config, to_yaml
 from atom.config.errors import ConfigError
+from atom.config.help import help_asked, run_help
 from atom.config.report import config_errors_exit
 from atom.config.schema import Config
 from atom.config.store import register_schema
+from atom.log_setup import configure_logging
 
 
 def _sweep_dir() -> Optional[Path]:
@@ -30,8 +32,11 @@ def _sweep_dir() -> Optional[Path]:
 
 
 def run_job(cfg: Config) -> object:
+    # Each job's module is imported when that job runs: the server pulls in uvicorn, Litestar and
+    # ZMQ, generate and throughput torch and transformers, bench the HTTP client; `--help` and
+    # `--cfg job` need none of them.
     if cfg.job == "serve":
-        from atom.entrypoints.openai.api_server import serve
+        from atom.entrypoints.api_server import serve
 
         return serve(cfg)
     if cfg.job == "generate":
@@ -65,9 +70,6 @@ def _overrides(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    from atom.config.help import help_asked, run_help
-    from atom.log_setup import configure_logging
-
     argv = sys.argv[1:]
     if help_asked(argv):
         with config_errors_exit(_overrides(argv)):

@@ -20,7 +20,7 @@ from atom.layers.model_context import ModelContext
 from atom.layers.moe import held_experts
 from atom.layers.parallel_state import ParallelState
 from atom.loader.model_loader import build_model
-from atom.models.hf_config import model_source
+from atom.loader.hf_config import model_source
 from atom.runner.compile import ForwardFn, compile_forward, describe_level
 from atom.runner.cpu_threads import cpu_threads
 from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled

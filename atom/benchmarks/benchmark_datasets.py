@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
+from atom.benchmarks.hf_records import load_hf_records, record_pair
 
 logger = logging.getLogger(__name__)
 
@@ -206,8 +207,6 @@ def sample_hf_requests(
 ) -> list[SampleRequest]:
     """A local Hugging Face dataset: a `save_to_disk` directory (needs the `datasets` package)
     or a JSON / JSONL file or a directory of them."""
-    from atom.benchmarks.hf_records import load_hf_records, record_pair
-
     records = load_hf_records(_require_file(dataset_path, "hf"), split)
     pairs = (p for p in map(record_pair, _shuffled(records, seed)) if p is not None)
     return _pairs_to_requests(pairs, tokenizer, num_requests, fixed_output_len, prune=False)

@@ -32,8 +32,10 @@ from atom.benchmarks.benchmark_utils import (
 from atom.benchmarks.metrics import (  # noqa: F401  (BenchmarkMetrics is part of this module's API)
     LATENCY_METRICS, BenchmarkMetrics, calculate_metrics, parse_goodput,
 )
+from atom.benchmarks.cli_args import add_dataset_args, add_run_args, add_server_args
 from atom.benchmarks.report import format_report, metrics_dict, per_request_dict, spec_decode_dict
 from atom.benchmarks.spec_decode_stats import fetch_mtp_stats, spec_decode_delta
+from atom.benchmarks.tokenizer_source import get_tokenizer
 
 SPEC_DEFAULT_ENDPOINT = "/v1/completions"
 # Below the server's default keep-alive (5 s), so an idle pooled socket is dropped by the client
@@ -195,8 +197,6 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     unknown = set(m.strip() for m in args.percentile_metrics.split(",")) - set(LATENCY_METRICS)
     if unknown:
         raise ValueError(f"--percentile-metrics: unknown {sorted(unknown)}; choose from {LATENCY_METRICS}")
-    from atom.benchmarks.tokenizer_source import get_tokenizer
-
     tokenizer = get_tokenizer(args.tokenizer or args.model, args.trust_remote_code)
     requests = get_samples(args, tokenizer)
     if not requests:
@@ -211,8 +211,6 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
 def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Every flag of the spec's "Key CLI arguments" table with its default, plus the dataset
     options; shared with `atom.bench`, which fills the same names from `cfg.bench`."""
-    from atom.benchmarks.cli_args import add_dataset_args, add_run_args, add_server_args
-
     add_server_args(parser, sorted(ASYNC_REQUEST_FUNCS))
     add_dataset_args(parser, DATASET_NAMES)
     add_run_args(parser)

@@ -18,6 +18,9 @@ import statistics
 import subprocess
 import time
 from typing import Any
+import atom
+from atom import SamplingParams
+from atom.loader.hf_config import model_source
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, there was a",
            "The three primary colors are", "Water boils at a temperature of",
@@ -31,8 +34,6 @@ def prompts_for(n: int) -> list[str]:
 
 # -- atom ---------------------------------------------------------------------------------------
 def atom_engine(threads: int, extra: list[str]) -> Any:
-    import atom
-
     return atom.build_engine(atom.compose(["load.progress_bar=false", "runtime.device=cpu",
                                            f"runtime.cpu_threads={threads}",
                                            "runtime.enable_log_stats=false", *extra]))
@@ -40,8 +41,6 @@ def atom_engine(threads: int, extra: list[str]) -> Any:
 
 def atom_decode_rate(engine: Any, n: int, max_tokens: int) -> float:
     """Decode tokens per second of n streams after every stream has its first token."""
-    from atom import SamplingParams
-
     counts: dict[str, int] = {}
     marks: list[float] = []
 
@@ -151,9 +150,6 @@ def main() -> None:
     p.add_argument("--out", default=None, help="write the results as JSON here")
     p.add_argument("overrides", nargs="*", default=[], help="Hydra overrides for atom")
     args = p.parse_args()
-
-    import atom
-    from atom.models.hf_config import model_source
 
     path = str(model_source(atom.compose([f"model={args.model}"])))
     info = machine()

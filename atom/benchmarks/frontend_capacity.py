@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+from atom.serving.common.sse import data_frame
+from atom.serving.openai.protocol import CompletionChoice, CompletionResponse
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -111,9 +113,6 @@ async def run_level(base_url: str, streams: int, tokens: int) -> dict:
 
 def frame_cost(n: int = 200_000) -> dict:
     """Per-frame encode cost of one streaming chunk: the shared msgspec encoder vs json.dumps."""
-    from atom.entrypoints.openai.protocol import CompletionChoice, CompletionResponse
-    from atom.entrypoints.openai.sse import data_frame
-
     def via_msgspec() -> bytes:
         return data_frame(CompletionResponse("cmpl-0123456789abcdef", 1796000000, "model-name",
                                              [CompletionChoice(0, " token", None, None)]))

@@ -18,7 +18,13 @@ from typing import Any, Optional
 
 import torch
 
+from atom.builder import build_engine
+from atom.config.model_facts import is_gguf
+from atom.config.report import config_errors_exit
 from atom.config.schema import Config
+from atom.engine_args import EngineArgs
+from atom.loader.hf_config import load_hf_config, model_source
+from atom.runner.device import resolve_device, resolve_dtype
 from atom.sampling_params import SamplingParams
 
 
@@ -38,8 +44,6 @@ class Workload:
 
 
 def run_atom(cfg: Config, prompts: list[list[int]], out_lens: list[int]) -> dict[str, Any]:
-    from atom.builder import build_engine
-
     engine = build_engine(cfg)
     engine.generate([prompts[0][:16]], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
     params = [SamplingParams(temperature=0.6, max_tokens=n, ignore_eos=True) for n in out_lens]
@@ -54,9 +58,6 @@ def run_transformers(cfg: Config, prompts: list[list[int]], out_lens: list[int])
     """transformers' continuous batching (`generate_batch`) on the same model and prompts; one
     max_new_tokens for all, the mean of the workload's, since generate_batch takes one."""
     from transformers import AutoModelForCausalLM, GenerationConfig
-
-    from atom.models.hf_config import is_gguf, load_hf_config, model_source
-    from atom.runner.device import resolve_device, resolve_dtype
 
     device = resolve_device(cfg)
     dtype = resolve_dtype(cfg, device)
@@ -89,8 +90,6 @@ def _commit() -> str:
 
 
 def run(cfg: Config, workload: Optional[Workload] = None, with_transformers: bool = True) -> dict:
-    from atom.models.hf_config import load_hf_config
-
     workload = workload or Workload()
     vocab = int(load_hf_config(cfg).vocab_size)
     prompts, out_lens = workload.make(vocab)
@@ -110,8 +109,6 @@ def run(cfg: Config, workload: Optional[Workload] = None, with_transformers: boo
 
 
 def main() -> None:
-    from atom.engine_args import EngineArgs
-
     logging.basicConfig(level=logging.WARNING)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     EngineArgs.add_cli_args(p)
@@ -121,8 +118,6 @@ def main() -> None:
     p.add_argument("--no-transformers", action="store_true")
     p.add_argument("--output-json", default=None)
     args = p.parse_args()
-    from atom.config.report import config_errors_exit
-
     with config_errors_exit():
         cfg = EngineArgs.from_cli_args(args).create_config()
     report = run(cfg, Workload(args.num_seqs, args.min_len, args.max_len), not args.no_transformers)

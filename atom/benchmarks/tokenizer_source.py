@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Optional
+from atom.benchmarks.byte_tokenizer import ByteLevelTokenizer
+from atom.config.compose import CONF_DIR
+from atom.config.compose import compose
+from atom.config.errors import ConfigError
+from atom.config.flags import model_overrides
+from atom.loader.tokenizer import ByteTokenizer, load_tokenizer
 
 BYTES_TOKENIZER = "bytes"
 
@@ -17,8 +23,6 @@ BYTES_TOKENIZER = "bytes"
 def conf_model_entry(name: str) -> Optional[str]:
     """The conf/model entry whose file name, `name` or `served_model_name` is `name`."""
     from omegaconf import OmegaConf
-
-    from atom.config.compose import CONF_DIR
 
     for yaml in sorted((CONF_DIR / "model").glob("*.yaml")):
         node = OmegaConf.load(yaml)
@@ -30,23 +34,15 @@ def conf_model_entry(name: str) -> Optional[str]:
 def _server_tokenizer(model_overrides: list[str]) -> Any:
     """The tokenizer atom's server loads for that model (load=dummy: only the tokenizer is
     wanted, so an hf_config-only entry needs no checkpoint)."""
-    from atom.benchmarks.byte_tokenizer import ByteLevelTokenizer
-    from atom.config.compose import compose
-    from atom.loader.tokenizer import ByteTokenizer, load_tokenizer
-
     tok = load_tokenizer(compose([*model_overrides, "load=dummy"]))
     return ByteLevelTokenizer() if isinstance(tok, ByteTokenizer) else tok
 
 
 def get_tokenizer(name: str, trust_remote_code: bool = False) -> Any:
     if name == BYTES_TOKENIZER:
-        from atom.benchmarks.byte_tokenizer import ByteLevelTokenizer
-
         return ByteLevelTokenizer()
     local = Path(name).expanduser()
     if local.is_file() and local.suffix == ".gguf":
-        from atom.config.flags import model_overrides
-
         return _server_tokenizer(model_overrides(str(local)))
     if local.exists():
         from transformers import AutoTokenizer  # heavy import, only when a tokenizer is needed
@@ -56,8 +52,6 @@ def get_tokenizer(name: str, trust_remote_code: bool = False) -> Any:
     entry = conf_model_entry(name)
     why = "is neither a local directory or .gguf file nor a conf/model entry or served name"
     if entry is not None:
-        from atom.config.errors import ConfigError
-
         try:
             return _server_tokenizer([f"model={entry}"])
         except ConfigError as err:  # an entry this machine cannot build (not implemented, say)

@@ -9,6 +9,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
+from atom.config.compose import CONF_DIR, compose
+from atom.config.help import group_doc, help_of
 from atom.config.schema import Config
 
 
@@ -104,8 +106,6 @@ def _spellings(name: str) -> list[str]:
 def add_cli_args(parser: argparse.ArgumentParser, flags: Iterable[Flag] = ENGINE_FLAGS) -> None:
     """Register flags with defaults of None (= "use the Config default"), so an unset flag
     never shadows the tree's default or an override."""
-    from atom.config.help import group_doc, help_of
-
     defaults = Config()
     groups: dict[str, Any] = {}
     for f in flags:
@@ -149,8 +149,6 @@ def _fmt(value: Any) -> str:
 
 def model_overrides(model: Optional[str]) -> list[str]:
     """`--model X`: a conf/model entry name selects that group; anything else is a path."""
-    from atom.config.compose import CONF_DIR
-
     if model is None:
         return []
     if (CONF_DIR / "model" / f"{model}.yaml").exists():
@@ -178,15 +176,11 @@ def overrides_from_args(args: argparse.Namespace, flags: Iterable[Flag]) -> list
 def config_from_args(args: argparse.Namespace, flags: Iterable[Flag] = ENGINE_FLAGS,
                      extra: Iterable[str] = (), launching: bool = False) -> Config:
     """`launching`: the config is about to run (validate.problems)."""
-    from atom.config.compose import compose
-
     return compose(overrides_from_args(args, flags) + list(extra), launching=launching)
 
 
 def config_from_kwargs(model: Optional[str] = None, **kwargs: Any) -> Config:
     """`LLMEngine(model=..., kv_cache_dtype="fp8", ...)`: Config field names or flag dests."""
-    from atom.config.compose import compose
-
     by_dest = {f.dest: f.path for f in ENGINE_FLAGS + SERVER_FLAGS}
     by_dest.update(KWARG_ALIASES)
     overrides = model_overrides(model)

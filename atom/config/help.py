@@ -16,6 +16,7 @@ import textwrap
 import tokenize
 from typing import Any, Iterable, Iterator
 
+from atom.config.compose import CONF_DIR, compose
 from atom.config.schema import Config
 
 
@@ -90,8 +91,6 @@ def missing_help() -> list[str]:
 def _group_options() -> dict[str, list[str]]:
     """conf/ group → its options; a group that is no field of the tree (experiment) is added
     with `+`, as it must be written."""
-    from atom.config.compose import CONF_DIR
-
     tree = {f.name for f in dataclasses.fields(Config)}
     return {(d.name if d.name in tree else "+" + d.name): sorted(p.stem for p in d.glob("*.yaml"))
             for d in sorted(CONF_DIR.iterdir()) if d.is_dir()}
@@ -130,8 +129,6 @@ RUN_ABOUT = ("Serve (job=serve, the default), generate, run the offline throughp
 def run_help(overrides: list[str], prog: str = "python -m atom.run", about: str = RUN_ABOUT) -> str:
     """`python -m atom.run [overrides] --help` (and atom.bench's): the groups, then every field
     at its value under these overrides (the defaults when there are none)."""
-    from atom.config.compose import compose
-
     cfg = compose(overrides)
     groups = "\n".join(f"  {g}: {', '.join(opts)}" for g, opts in _group_options().items())
     intro = textwrap.fill(about + " A group option picks a conf/ file; field=value sets one "

@@ -14,6 +14,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException, Ove
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
 from atom.config.errors import NO_VALUE, ConfigError
+from atom.config.schema import Config
 
 
 class _Text(str):
@@ -70,8 +71,6 @@ def from_hydra(exc: Exception, overrides: Iterable[str] = ()) -> Optional[Config
 
 
 def _unknown(cause: ConfigAttributeError | ConfigKeyError, overrides: list[str]) -> ConfigError:
-    from atom.config.schema import Config
-
     full_key = str(cause.full_key)
     value = _override_value(full_key, overrides)
     known = _fields_of(getattr(cause, "object_type", None))

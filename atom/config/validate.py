@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 from atom.config.errors import ConfigError
+from atom.config.format import TOOL_CALL_PARSERS, REASONING_DIALECTS
+from atom.config.model_facts import ArchitectureShape, check_architecture, read_architecture_shape
 from atom.config.schema import Config
-
-if TYPE_CHECKING:
-    from atom.models.hf_config import ArchitectureShape
 
 KV_DTYPES = ("bf16", "fp8")
 KERNEL_BACKENDS = ("auto", "torch", "cpu", "triton", "aiter")
@@ -105,7 +104,7 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
     return rules.errors
 
 
-def _validate_model(cfg: Config, rules: _Rules) -> Optional["ArchitectureShape"]:
+def _validate_model(cfg: Config, rules: _Rules) -> Optional[ArchitectureShape]:
     """The model first: whether it exists and is implemented decides whether anything else
     matters. Returns its shape (heads) when a config.json, GGUF header or hf_config gives one."""
     m = cfg.model
@@ -114,12 +113,8 @@ def _validate_model(cfg: Config, rules: _Rules) -> Optional["ArchitectureShape"]
     rules.check(m.path is not None or bool(m.hf_config) or m.pypi_wheel is not None,
                 "model.path", None,
                 "a model needs a path, an hf_config (with load.dummy) or an embedded source")
-    from atom.models.hf_config import read_architecture_shape  # config.json / GGUF header only
-
     shape = read_architecture_shape(cfg)
     if shape is not None:
-        from atom.models.registry import check_architecture
-
         rules.run(lambda: check_architecture(shape.architecture))
     rules.check(m.max_model_len is None or m.max_model_len > 0, "model.max_model_len",
                 m.max_model_len, "must be > 0 when set")
@@ -137,7 +132,7 @@ def _validate_load(cfg: Config, rules: _Rules) -> None:
 
 
 def _validate_parallel(cfg: Config, rules: _Rules,
-                       shape: Optional["ArchitectureShape"]) -> None:
+                       shape: Optional[ArchitectureShape]) -> None:
     p = cfg.parallel
     tp = p.tensor_parallel_size
     rules.check(tp >= 1, "parallel.tensor_parallel_size", tp, "must be >= 1")
@@ -156,7 +151,7 @@ def _validate_parallel(cfg: Config, rules: _Rules,
     _validate_expert_parallel(cfg, rules, shape)
 
 
-def _validate_expert_parallel(cfg: Config, rules: _Rules, shape: "ArchitectureShape") -> None:
+def _validate_expert_parallel(cfg: Config, rules: _Rules, shape: ArchitectureShape) -> None:
     """Experts split whole over the tensor-parallel ranks (ep size = tp size); the vocabulary
     needs no rule, as embedding and LM head pad it to a multiple of the ranks."""
     p = cfg.parallel
@@ -167,7 +162,7 @@ def _validate_expert_parallel(cfg: Config, rules: _Rules, shape: "ArchitectureSh
                    f"{shape.architecture} has no routed experts to split"):
         rules.check(experts % tp == 0, "parallel.enable_expert_parallel", True,
                     f"the {experts} routed experts split over tensor_parallel_size={tp} ranks: "
-                    f"it must divide them")
+                    "it must divide them")
 
 
 def _validate_kv(cfg: Config, rules: _Rules) -> None:
@@ -246,8 +241,6 @@ def _validate_server(cfg: Config, rules: _Rules) -> None:
 
 
 def _validate_format(cfg: Config, rules: _Rules) -> None:
-    from atom.config.format import TOOL_CALL_PARSERS, REASONING_DIALECTS
-
     rules.one_of("format.tool_call_parser", cfg.format.tool_call_parser, TOOL_CALL_PARSERS)
     rules.one_of("format.reasoning_dialect", cfg.format.reasoning_dialect, REASONING_DIALECTS)
     if cfg.format.chat_template is not None:

@@ -1,1 +1,1 @@
-"""Network entry points: the OpenAI-compatible server and its flag-compatible launcher."""
+"""The launchers of the network server: above the builder, which they call."""

@@ -11,7 +11,9 @@ import argparse
 from typing import Optional, Sequence
 
 from atom.config.flags import ENGINE_FLAGS, SERVER_FLAGS, add_cli_args, config_from_args
+from atom.config.report import config_errors_exit
 from atom.config.schema import Config
+from atom.entrypoints.api_server import serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,9 +35,6 @@ def config_from_argv(argv: Optional[Sequence[str]] = None) -> Config:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    from atom.config.report import config_errors_exit
-    from atom.entrypoints.openai.api_server import serve
-
     with config_errors_exit():
         cfg = config_from_argv(argv)
         serve(cfg)

@@ -11,7 +11,9 @@ import argparse
 import random
 import time
 
+from atom.config.report import config_errors_exit
 from atom.engine_args import EngineArgs
+from atom.log_setup import configure_logging
 from atom.sampling_params import SamplingParams
 
 DEFAULT_DIR = "./profiler_traces"
@@ -45,9 +47,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> dict:
-    from atom.config.report import config_errors_exit
-    from atom.log_setup import configure_logging
-
     configure_logging()
     args = parse_args(argv)
     with config_errors_exit():

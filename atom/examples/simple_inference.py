@@ -6,8 +6,11 @@ import argparse
 import time
 from typing import Any
 
+from atom.builder import build_engine
+from atom.config.report import config_errors_exit
 from atom.config.schema import Config
 from atom.engine_args import EngineArgs
+from atom.log_setup import configure_logging
 from atom.sampling_params import SamplingParams
 
 PROMPTS = [
@@ -46,15 +49,10 @@ def generate(engine: Any, temperature: float, max_tokens: int = 256) -> list[dic
 
 def run(cfg: Config, temperature: float = 0.6) -> list[dict]:
     """`python -m atom.run job=generate`: the same example from a composed config."""
-    from atom.builder import build_engine
-
     return generate(build_engine(cfg), temperature)
 
 
 def main() -> None:
-    from atom.config.report import config_errors_exit
-    from atom.log_setup import configure_logging
-
     configure_logging()
     parser = argparse.ArgumentParser(description=__doc__)
     EngineArgs.add_cli_args(parser)

@@ -14,24 +14,13 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from atom.config.model_facts import cache_dir, cached_member_path, wheel_filename_prefix
+
 log = logging.getLogger("atom.loader")
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("ATOM_CACHE_DIR") or Path.home() / ".cache" / "atom")
-
-
-def _wheel_filename_prefix(requirement: str) -> str:
-    name, _, version = requirement.partition("==")
-    return f"{name.replace('-', '_')}-{version}" if version else name.replace("-", "_")
-
-
-def cached_member_path(requirement: str, member: str) -> Path:
-    return cache_dir() / "models" / _wheel_filename_prefix(requirement) / Path(member).name
-
-
 def _find_wheel(requirement: str, folder: Path) -> Path | None:
-    prefix = _wheel_filename_prefix(requirement)
+    prefix = wheel_filename_prefix(requirement)
     found = sorted(folder.glob(f"{prefix}*.whl")) if folder.exists() else []
     return found[0] if found else None
 

@@ -16,6 +16,7 @@ import torch
 
 from atom.kernels.quantized_weight import QuantizedWeight
 from atom.loader.gguf_blocks import decode, keeps_quantized
+from atom.loader.gguf_file import architecture, reader
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
@@ -64,12 +65,10 @@ def _read(t: Any) -> Weight:
 
 
 def iter_gguf(path: Path, hf_config: Any) -> Iterator[tuple[str, Weight]]:
-    from atom.loader.gguf_file import architecture, reader as open_reader
-
-    reader = open_reader(str(path))
-    arch = architecture(reader)
+    r = reader(str(path))
+    arch = architecture(r)
     permuted = arch in _PERMUTED_ARCHS
-    for t in reader.tensors:
+    for t in r.tensors:
         name = hf_name(t.name)
         w = _read(t)
         if permuted and name.endswith("q_proj.weight"):
@@ -80,6 +79,4 @@ def iter_gguf(path: Path, hf_config: Any) -> Iterator[tuple[str, Weight]]:
 
 
 def count_gguf_tensors(path: Path) -> int:
-    from atom.loader.gguf_file import reader
-
     return len(reader(str(path)).tensors)

@@ -9,13 +9,14 @@ from typing import Any, Iterator, Optional
 import torch
 from torch import nn
 
+from atom.config.model_facts import is_gguf
 from atom.config.schema import LoadConfig
 from atom.kernels.backend import KernelBackend
 from atom.layers.model_context import ModelContext
 from atom.loader.dummy import fill_dummy
+from atom.loader.hf_config import architecture_of
 from atom.loader.weights import (check_complete, iter_with_progress, load_named_tensors,
                                  process_after_loading, weight_skip)
-from atom.models.hf_config import architecture_of, is_gguf
 from atom.models.registry import model_class
 
 log = logging.getLogger("atom.loader")

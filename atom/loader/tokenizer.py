@@ -6,8 +6,9 @@ import logging
 from pathlib import Path
 from typing import Any, Optional
 
+from atom.config.model_facts import is_gguf
 from atom.config.schema import Config
-from atom.models.hf_config import is_gguf, model_source
+from atom.loader.hf_config import model_source
 
 log = logging.getLogger("atom.loader")
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 import msgspec
 import zmq
 
+from atom.config.errors import ConfigError
 from atom.config.schema import Config
 from atom.model_engine.core_ipc import (AbortRequests, AddRequests, ControlCall, ControlReply,
                                         CoreFailed, CoreReady, Heartbeat, StepBatch,
@@ -54,8 +55,6 @@ class RequestFailed(EngineError):
 
 
 def _config_error(field: str, shown: str, rule: str) -> Exception:
-    from atom.config.errors import ConfigError
-
     err = ConfigError(field, None, rule)
     err.line = f"invalid config: {field}={shown}: {rule}"
     return err

@@ -12,7 +12,7 @@ from atom.kernels.metadata import AttentionMetadata
 from atom.layers.attention_op import model_attention_op
 from atom.layers.model_context import ModelContext
 from atom.loader.model_loader import build_model
-from atom.models.hf_config import load_hf_config, model_source
+from atom.loader.hf_config import load_hf_config, model_source
 from atom.runner.compile import CompiledForward, compile_forward, compiles
 from tests.engine.checkpoints import make_checkpoint
 from tests.engine.stepping import BLOCK, BLOCKS_PER_SEQ, SteppedBatch

@@ -1,4 +1,4 @@
-"""Config snapshots (atom/models/config_snapshot.py) give the models what the transformers class
+"""Config snapshots (atom/loader/config_snapshot.py) give the models what the transformers class
 gives: every attribute atom reads, for every architecture, and they spare later starts the
 transformers import."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from atom.config.compose import compose
-from atom.models import config_snapshot
-from atom.models.hf_config import load_hf_config
+from atom.loader import config_snapshot
+from atom.loader.hf_config import load_hf_config
 from tests.engine.checkpoints import ALL_ARCHS, make_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ def test_a_changed_config_json_or_transformers_release_is_a_new_entry(tmp_path, 
 
 def test_a_later_start_does_not_import_transformers(tmp_path):
     code = ("import sys, json; from atom.config.compose import compose;"
-            "from atom.models.hf_config import load_hf_config;"
+            "from atom.loader.hf_config import load_hf_config;"
             "h = load_hf_config(compose(['model=llama3_8b', 'load=dummy']));"
             "print(json.dumps([h.head_dim, h.rope_parameters, 'transformers' in sys.modules]))")
     env = {"ATOM_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}

@@ -149,7 +149,7 @@ def _rank(rank: int, port: int, path: str, out_dir: str) -> None:
     from atom.layers.moe import FusedMoE
     from atom.layers.parallel_state import ParallelState
     from atom.loader.weights import weight_skip
-    from atom.models.hf_config import load_hf_config
+    from atom.loader.hf_config import load_hf_config
     from atom.runner_builder import build_runner
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -290,7 +290,7 @@ def test_a_gguf_header_gives_its_expert_count(tmp_path):
     """Validation reads a GGUF's experts from its header alone (no tensor in the file)."""
     import gguf
 
-    from atom.models.hf_config import _shape_from_gguf
+    from atom.config.model_facts import _shape_from_gguf
 
     path = tmp_path / "moe.gguf"
     w = gguf.GGUFWriter(str(path), "qwen3moe")

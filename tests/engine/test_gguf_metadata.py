@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 import atom
-from atom.models.gguf_metadata import read_metadata
-from atom.models.hf_config import model_source, read_architecture_shape
+from atom.config.gguf_metadata import read_metadata
+from atom.config.model_facts import read_architecture_shape
+from atom.loader.hf_config import model_source
 
 
 def test_every_key_matches_ggufreader_and_the_shape_reads_fast():

@@ -221,7 +221,7 @@ def test_r1_config_builds_r1s_shapes():
     671B parameters (685B with the MTP module, which is not built), a 576-wide latent per token
     and layer, and one rotary table for all 61 layers."""
     from atom.models.deepseek_v3 import DeepseekV3ForCausalLM, DeepseekV3MoE
-    from atom.models.hf_config import load_hf_config
+    from atom.loader.hf_config import load_hf_config
     from atom.models.llama import LlamaMLP
     from atom.kernels.backend import get_backend
     from atom.layers.model_context import ModelContext

@@ -28,7 +28,7 @@ def engine():
 def reference(engine):
     from transformers import AutoModelForCausalLM
 
-    from atom.models.hf_config import model_source
+    from atom.loader.hf_config import model_source
 
     path = model_source(engine.config)
     return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,

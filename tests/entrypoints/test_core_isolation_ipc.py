@@ -13,11 +13,11 @@ import time
 import pytest
 
 from atom.config.compose import compose
-from atom.entrypoints.openai.errors import engine_error
-from atom.entrypoints.openai.streaming_dispatch import StreamBatchDispatcher, StreamOutputCollector
 from atom.core_process import run_core
 from atom.model_engine.engine_client import EngineClient, RequestFailed
 from atom.sampling_params import SamplingParams
+from atom.serving.common.errors import engine_error
+from atom.serving.common.streaming_dispatch import StreamBatchDispatcher, StreamOutputCollector
 
 PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13], [40, 41]]
 

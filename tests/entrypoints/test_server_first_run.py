@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from atom.loader.embedded import cache_dir, ensure_member
+from atom.config.model_facts import cache_dir
+from atom.loader.embedded import ensure_member
 from srv_process import ServerProcess
 
 ONE_FORMAT = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} "

@@ -9,12 +9,12 @@ import threading
 
 import pytest
 
-from atom.entrypoints.openai.protocol import ChatChunkChoice, ChatCompletionChunk, DeltaMessage
-from atom.entrypoints.openai.sse import DONE_FRAME, data_frame, event_frame
-from atom.entrypoints.openai.streaming_dispatch import (SilenceWatchdog, StreamBatchDispatcher,
-                                                        StreamOutputCollector, client_stream)
 from atom.model_engine.messages import TokenLogprob
 from atom.model_engine.output_processor import RequestOutput
+from atom.serving.common.sse import DONE_FRAME, data_frame, event_frame
+from atom.serving.common.streaming_dispatch import (SilenceWatchdog, StreamBatchDispatcher,
+                                                    StreamOutputCollector, client_stream)
+from atom.serving.openai.protocol import ChatChunkChoice, ChatCompletionChunk, DeltaMessage
 
 
 def out(rid: str, text: str, tokens: list[int], finished: bool = False, n_out: int = 0) -> RequestOutput:

@@ -24,6 +24,7 @@ def _case(tokens, heads, nope, rope, lora, kv_dtype, blocks=8, page=16, seed=0):
     g = torch.Generator().manual_seed(seed)
     q = (2 * torch.randn(tokens, heads, nope + rope, generator=g)).to(BF16).to(DEVICE)
     kv_a = (2 * torch.randn(tokens, lora + rope, generator=g)).to(BF16).to(DEVICE)
+    blocks = max(blocks, 2 * -(-tokens // page))  # a distinct slot for every token
     cache = torch.randn(blocks, page, lora + rope, generator=g).to(kv_dtype).to(DEVICE)
     slots = torch.randperm(blocks * page, generator=g)[:tokens].to(DEVICE)
     slots[::3] = -1

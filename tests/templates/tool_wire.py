@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Union
 
-from atom.entrypoints.openai import kimi_k3_tokens as k3
+from atom.chat import kimi_k3_tokens as k3
 
 Call = tuple[str, dict[str, Any]]
 Piece = Union[str, list[Call]]
@@ -106,5 +106,5 @@ def _framed(fmt: str, text: str) -> str:
 
 
 def start_markers(fmt: str) -> tuple[str, ...]:
-    from atom.entrypoints.openai.tool_parser.registry import FORMATS
+    from atom.chat.tool_parser.registry import FORMATS
     return FORMATS[fmt].START_MARKERS

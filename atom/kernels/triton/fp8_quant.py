@@ -2,10 +2,18 @@
 per-channel-weight fp8 GEMM) or per row and group of columns (per-token-group of 128, as
 DeepSeek-V3's block-scaled weights expect).
 
-scale = max(amax / 448, EPS) and q = x / scale clamped to ±448, both divisions round to nearest
-(div_rn: Triton's plain `/` on fp32 is the approximate div.full, which can land an element one
-e4m3 step away from torch's x / scale), so a torch reference written the same way gets the same
-bytes on the GPU. EPS keeps an all-zero row finite (its q is zeros).
+scale = max(amax / 448, EPS) and q = x * (1 / scale) clamped to ±448, both divisions rounded to
+nearest (div_rn: Triton's plain `/` on fp32 is the approximate div.full, which can land an
+element one e4m3 step away from torch's), so a torch reference written the same way gets the
+same bytes on the GPU. A reciprocal per scale and a multiply per element is what the block
+GEMM can afford inside its K loop (fp8_block_gemm quantises x there at decode), and the
+kernels here share its arithmetic so both give the same bytes. EPS keeps an all-zero row
+finite (its q is zeros).
+
+rms_norm_quant fuses the (residual-add +) RMSNorm in front of a W8A8 projection into the
+quantisation: one launch and one read of the row instead of two launches and a bf16 round trip.
+The normalised row is rounded to the activation dtype before it is quantised, as the unfused
+norm's output is, so both give the same bytes.
 """
 from __future__ import annotations
 
@@ -14,14 +22,21 @@ import triton
 import triton.language as tl
 
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
+from atom.kernels.triton.rms_norm import norm_row, norm_warps
 
-E4M3_MAX = 448.0
 EPS = 1e-10
 
 
 @triton.jit
-def _quantize(x, scale):
-    q = tl.math.div_rn(x, scale)
+def scale_of(amax, eps):
+    """The dequantisation scale for a group whose largest magnitude is amax."""
+    return tl.maximum(tl.math.div_rn(amax, 448.0), eps)
+
+
+@triton.jit
+def quantize(x, scale):
+    """x / scale as fp32 e4m3 values (clamped; the caller converts)."""
+    q = x * tl.math.div_rn(1.0, scale)
     return tl.minimum(tl.maximum(q, -448.0), 448.0)
 
 
@@ -38,12 +53,12 @@ def _per_token_kernel(x_ptr, q_ptr, s_ptr, k_dim, x_stride, q_stride, eps,
         cols = k0 + tl.arange(0, BLOCK)
         x = tl.load(x_row + cols, mask=cols < k_dim, other=0.0).to(tl.float32)
         amax = tl.maximum(amax, tl.abs(x))
-    scale = tl.maximum(tl.math.div_rn(tl.max(amax, 0), 448.0), eps)
+    scale = scale_of(tl.max(amax, 0), eps)
     for k0 in range(0, k_dim, BLOCK):
         cols = k0 + tl.arange(0, BLOCK)
         mask = cols < k_dim
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(q_ptr + row * q_stride + cols, _quantize(x, scale).to(q_ptr.dtype.element_ty),
+        tl.store(q_ptr + row * q_stride + cols, quantize(x, scale).to(q_ptr.dtype.element_ty),
                  mask=mask)
     tl.store(s_ptr + row, scale)
 
@@ -58,10 +73,30 @@ def _per_group_kernel(x_ptr, q_ptr, s_ptr, k_dim, n_groups, x_stride, q_stride, 
     cols = g[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
     mask = (g[:, None] < n_groups) & (cols < k_dim)
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), 1), 448.0), eps)
-    q = _quantize(x, scale[:, None])
+    scale = scale_of(tl.max(tl.abs(x), 1), eps)
+    q = quantize(x, scale[:, None])
     tl.store(q_ptr + row * q_stride + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(s_ptr + row * s_stride + g, scale, mask=g < n_groups)
+
+
+@triton.jit
+def _rms_norm_quant_kernel(x_ptr, res_ptr, w_ptr, q_ptr, s_ptr, res_out_ptr, x_stride, res_stride,
+                           q_stride, s_stride, res_out_stride, n_cols, eps, q_eps,
+                           GROUP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+                           PDL: tl.constexpr):
+    """One row per program, whole in registers (hidden sizes to 16k, as rms_norm.py); GROUP ==
+    BLOCK is one scale for the row."""
+    pdl_wait(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    y, cols, mask = norm_row(x_ptr, res_ptr, w_ptr, res_out_ptr, row, x_stride, res_stride,
+                             res_out_stride, n_cols, eps, HAS_RESIDUAL, BLOCK)
+    y = tl.reshape(y.to(x_ptr.dtype.element_ty).to(tl.float32), [BLOCK // GROUP, GROUP])
+    scale = scale_of(tl.max(tl.abs(y), 1), q_eps)
+    q = quantize(y, scale[:, None])
+    tl.store(q_ptr + row * q_stride + tl.reshape(cols, [BLOCK // GROUP, GROUP]),
+             q.to(q_ptr.dtype.element_ty), mask=tl.reshape(mask, [BLOCK // GROUP, GROUP]))
+    g = tl.arange(0, BLOCK // GROUP)
+    tl.store(s_ptr + row * s_stride + g, scale, mask=g * GROUP < n_cols)
 
 
 def quant_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,3 +128,26 @@ def quant_per_token_group(x: torch.Tensor, group: int = 128) -> tuple[torch.Tens
             x, q, scale, k, n_groups, x.stride(0), q.stride(0), scale.stride(0), EPS,
             GROUP=group, GROUPS=groups, num_warps=4, **pdl_args(x.device))
     return q, scale
+
+
+def rms_norm_quant(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
+                   eps: float, group: int | None = 128
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, scale, h): rms_norm(h) * weight quantised to e4m3 per row (group=None: scale
+    [M, 1]) or per row and group of `group` columns (scale [M, ceil(K / group)]), where h =
+    x + residual (x itself without one), in x's dtype: the next layer's residual."""
+    assert x.dim() == 2 and x.stride(-1) == 1 and (group is None or group & (group - 1) == 0)
+    m, k = x.shape
+    block = triton.next_power_of_2(k)
+    g = block if group is None else min(group, block)
+    q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
+    scale = torch.empty((m, 1 if group is None else triton.cdiv(k, group)), dtype=torch.float32,
+                        device=x.device)
+    h = torch.empty_like(x) if residual is not None else x
+    res = residual if residual is not None else x
+    if m:
+        _rms_norm_quant_kernel[(m,)](
+            x, res, weight, q, scale, h, x.stride(0), res.stride(0), q.stride(0), scale.stride(0),
+            h.stride(0), k, eps, EPS, GROUP=g, HAS_RESIDUAL=residual is not None, BLOCK=block,
+            num_warps=norm_warps(block), **pdl_args(x.device))
+    return q, scale, h

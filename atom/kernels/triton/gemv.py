@@ -14,6 +14,10 @@ The projection that follows a decoder layer's (residual-add +) RMSNorm can take 
 and scales its dot products by 1/rms(h) at the end, so the norm costs no launch and no pass of
 its own. Program 0 writes h = x + residual, the next layer's residual. The normalised row is
 never rounded to bf16 here (the unfused kernel rounds it), a difference within bf16 noise.
+
+An fp8 e4m3 weight with one fp32 scale per row (HAS_SCALE, `w_scale`) streams the same way at
+half the bytes: its elements go to fp32 as they arrive and the scale multiplies the finished
+dot, so every fusion above serves fp8 weights too (fp8_gemv.py is the entry for them).
 """
 from __future__ import annotations
 
@@ -38,8 +42,9 @@ def _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE: tl.constexpr):
 
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
-                 res_ptr, norm_w_ptr, res_out_ptr, eps,
+                 res_ptr, norm_w_ptr, res_out_ptr, eps, s_ptr,
                  HAS_BIAS: tl.constexpr, SILU_GATE: tl.constexpr, RMS_NORM: tl.constexpr,
+                 HAS_SCALE: tl.constexpr,
                  HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  PDL: tl.constexpr):
     pdl_wait(PDL)
@@ -71,6 +76,8 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
     y = tl.sum(acc, 1)
     if RMS_NORM:
         y = y / tl.sqrt(tl.sum(sq, 0) / k_dim + eps)
+    if HAS_SCALE:
+        y *= tl.load(s_ptr + rows, mask=r_mask, other=0.0)
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=r_mask, other=0.0).to(tl.float32)
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=r_mask)
@@ -102,31 +109,32 @@ def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
          silu_gate: bool = False, block_n: int | None = None, block_k: int | None = None,
-         num_warps: int | None = None) -> torch.Tensor:
+         num_warps: int | None = None, w_scale: torch.Tensor | None = None) -> torch.Tensor:
     """x: [1, K] or [K] ([1, 2K] = [gate | up] with silu_gate); weight: [N, K] (nn.Linear
-    layout, last dim contiguous) → [1, N]."""
+    layout, last dim contiguous; e4m3 with w_scale [N] fp32) → [1, N]."""
     assert weight.stride(-1) == 1
     n_rows, k_dim = weight.shape
     xv = x.reshape(-1)
     assert xv.numel() == (2 if silu_gate else 1) * k_dim and xv.stride(0) == 1
     y = torch.empty((1, n_rows), dtype=x.dtype, device=x.device)
     _launch(xv, weight, bias, y, silu_gate=silu_gate, block_n=block_n, block_k=block_k,
-            num_warps=num_warps)
+            num_warps=num_warps, w_scale=w_scale)
     return y
 
 
 def add_rms_norm_gemv(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
                       eps: float, weight: torch.Tensor, bias: torch.Tensor | None = None,
                       block_n: int | None = None, block_k: int | None = None,
-                      num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      num_warps: int | None = None,
+                      w_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(linear(rms_norm(x + residual)), x + residual) for one row x: [1, K], in one launch;
-    without a residual, h is x itself."""
+    without a residual, h is x itself. An e4m3 weight comes with w_scale [N] fp32."""
     assert weight.stride(-1) == 1 and x.stride(-1) == 1
     n_rows, k_dim = weight.shape
     y = torch.empty((1, n_rows), dtype=x.dtype, device=x.device)
     h = torch.empty_like(x) if residual is not None else x
     _launch(x.reshape(-1), weight, bias, y, residual=residual, norm_weight=norm_weight, eps=eps,
-            res_out=h, block_n=block_n, block_k=block_k, num_warps=num_warps)
+            res_out=h, block_n=block_n, block_k=block_k, num_warps=num_warps, w_scale=w_scale)
     return y, h
 
 
@@ -134,14 +142,17 @@ def _launch(xv: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y
             silu_gate: bool = False, residual: torch.Tensor | None = None,
             norm_weight: torch.Tensor | None = None, eps: float = 0.0,
             res_out: torch.Tensor | None = None, block_n: int | None = None,
-            block_k: int | None = None, num_warps: int | None = None) -> None:
+            block_k: int | None = None, num_warps: int | None = None,
+            w_scale: torch.Tensor | None = None) -> None:
     n_rows, k_dim = weight.shape
+    assert (w_scale is not None) == (weight.dtype == torch.float8_e4m3fn)
     bn, bk, nw = _config(n_rows, k_dim, norm_weight is not None)
     bn, bk, nw = block_n or bn, block_k or bk, num_warps or nw
     _gemv_kernel[(triton.cdiv(n_rows, bn),)](
         xv, weight, bias if bias is not None else weight, y, n_rows, k_dim, weight.stride(0),
         residual if residual is not None else xv, norm_weight if norm_weight is not None else xv,
-        res_out if res_out is not None else xv, eps,
+        res_out if res_out is not None else xv, eps, w_scale if w_scale is not None else xv,
         HAS_BIAS=bias is not None, SILU_GATE=silu_gate, RMS_NORM=norm_weight is not None,
+        HAS_SCALE=w_scale is not None,
         HAS_RESIDUAL=residual is not None, BLOCK_N=bn,
         BLOCK_K=min(bk, triton.next_power_of_2(k_dim)), num_warps=nw, **pdl_args(y.device))

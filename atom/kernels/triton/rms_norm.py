@@ -13,11 +13,10 @@ from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, x_stride, res_stride, out_stride,
-                     res_out_stride, n_cols, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
-                     PDL: tl.constexpr):
-    pdl_wait(PDL)
-    row = tl.program_id(0).to(tl.int64)
+def norm_row(x_ptr, res_ptr, w_ptr, res_out_ptr, row, x_stride, res_stride, res_out_stride,
+             n_cols, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+    """(y, cols, mask): one row's RMSNorm in fp32, zero past n_cols (with a residual, x +
+    residual is stored on the way); fp8_quant's fused norm + quantisation shares it."""
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
@@ -31,8 +30,23 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, x_stride, res_
     var = tl.sum(xf * xf, axis=0) / n_cols
     rstd = 1.0 / tl.sqrt(var + eps)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    y = xf * rstd * w
+    return xf * rstd * w, cols, mask
+
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, x_stride, res_stride, out_stride,
+                     res_out_stride, n_cols, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+                     PDL: tl.constexpr):
+    pdl_wait(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    y, cols, mask = norm_row(x_ptr, res_ptr, w_ptr, res_out_ptr, row, x_stride, res_stride,
+                             res_out_stride, n_cols, eps, HAS_RESIDUAL, BLOCK)
     tl.store(out_ptr + row * out_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def norm_warps(block: int) -> int:
+    """256 columns a warp (8 per thread), at most 16 warps."""
+    return min(max(block // 256, 1), 16)
 
 
 def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float):
@@ -43,7 +57,7 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
     res_out = torch.empty_like(x2) if residual is not None else out
     res2 = residual.reshape(-1, n_cols) if residual is not None else x2
     block = triton.next_power_of_2(n_cols)
-    num_warps = min(max(block // 256, 1), 16)
+    num_warps = norm_warps(block)
     if n_rows > 0:
         _rms_norm_kernel[(n_rows,)](x2, res2, weight, out, res_out, x2.stride(0), res2.stride(0),
                                     out.stride(0), res_out.stride(0), n_cols, eps,

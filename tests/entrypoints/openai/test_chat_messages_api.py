@@ -5,17 +5,16 @@ import json
 
 import msgspec
 
-from atom.entrypoints.openai.chat_reader import merge_deltas
-from atom.entrypoints.openai.reasoning import ReasoningChannel
-from atom.entrypoints.openai.reasoning_dialects import THINK
-from atom.entrypoints.openai.serving_messages import (
-    BlockWriter, MessagesRequest, chat_messages, openai_tools, thinking_disabled)
-from atom.entrypoints.openai.tool_parser.chat_io import OpenAIChatReader
-from atom.entrypoints.openai.tool_parser.events import (
+from atom.chat.reader import ResponseReader
+from atom.chat.reasoning import ReasoningChannel
+from atom.chat.reasoning_dialects import THINK
+from atom.chat.tool_parser.events import (
     ContentDelta, ReasoningDelta, ToolCallArgs, ToolCallStart)
-from atom.entrypoints.openai.tool_parser.policy import ToolPolicy
-from atom.entrypoints.openai.tool_parser.qwen import QwenFormat
-from atom.entrypoints.openai.tool_parser.response import ResponseReader
+from atom.chat.tool_parser.policy import ToolPolicy
+from atom.chat.tool_parser.qwen import QwenFormat
+from atom.serving.anthropic.serving_messages import (
+    BlockWriter, MessagesRequest, chat_messages, template_tools, thinking_disabled)
+from atom.serving.openai.chat_reader import DeltaReader, merge_deltas
 
 CALL_TEXT = ("<think>hmm</think>Checking.\n<tool_call>\n<function=get_weather>\n"
              "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>")
@@ -43,11 +42,11 @@ def test_anthropic_turns_become_template_messages():
         {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny"}]}]})
     msgs = chat_messages(req)
-    assert [m.role for m in msgs] == ["system", "user", "assistant", "tool"]
-    assert msgs[2].reasoning_content == "use the tool" and msgs[2].content == "Checking."
-    assert json.loads(msgs[2].tool_calls[0]["function"]["arguments"]) == {"city": "Paris"}
-    assert msgs[3].tool_call_id == "toolu_1" and msgs[3].content == "Sunny"
-    tools = openai_tools(_request({"tools": [{"name": "get_weather",
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool"]
+    assert msgs[2]["reasoning_content"] == "use the tool" and msgs[2]["content"] == "Checking."
+    assert json.loads(msgs[2]["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
+    assert msgs[3]["tool_call_id"] == "toolu_1" and msgs[3]["content"] == "Sunny"
+    tools = template_tools(_request({"tools": [{"name": "get_weather",
                                               "input_schema": {"type": "object"}}]}).tools)
     assert tools[0]["function"]["parameters"] == {"type": "object"}
 
@@ -89,7 +88,7 @@ LONG_CALL = CALL_TEXT.replace("Paris", LONG_CITY)
 def test_openai_deltas_merge_into_whole_calls():
     """The name goes out early (once the region's head is whole), the arguments later; the
     non-streaming message holds one call."""
-    reader = OpenAIChatReader(_reader())
+    reader = DeltaReader(_reader())
     head = LONG_CALL[:LONG_CALL.rindex(", France")]
     first = reader.feed(head)
     assert first.tool_calls[0].function.name == "get_weather"
@@ -104,7 +103,7 @@ def test_openai_deltas_merge_into_whole_calls():
 
 
 def test_events_for_one_delta_coalesce():
-    reader = OpenAIChatReader(_reader())
+    reader = DeltaReader(_reader())
     delta = reader._delta([ContentDelta("a"), ToolCallStart(0, "c0", "f"),
                            ToolCallArgs(0, "{}"), ContentDelta("b")])
     assert delta.content == "ab" and len(delta.tool_calls) == 1

@@ -74,10 +74,11 @@ class LoopbackServer:
 
     def __init__(self, cfg) -> None:
         from atom.builder import build_app
+        from atom.core_process import run_core
 
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        app = build_app(cfg)
+        app = build_app(cfg, run_core)
         self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
                                                      log_level="warning", access_log=False))
         self._thread = threading.Thread(target=self._server.run, daemon=True)

@@ -15,13 +15,13 @@ import pytest
 
 from atom.builder import build_tokenizer
 from atom.config.compose import compose
-from atom.entrypoints.openai.context import ServerContext
-from atom.entrypoints.openai.generation import Generation
-from atom.entrypoints.openai.metrics import AtomMetricsExporter
-from atom.entrypoints.openai.streaming_dispatch import SilenceWatchdog, StreamBatchDispatcher
 from atom.core_process import run_core
 from atom.model_engine.engine_client import EngineClient
 from atom.sampling_params import SamplingParams
+from atom.serving.common.context import ServerContext
+from atom.serving.common.generation import Generation
+from atom.serving.common.metrics import AtomMetricsExporter
+from atom.serving.common.streaming_dispatch import SilenceWatchdog, StreamBatchDispatcher
 
 from srv_process import HELLO_IDS
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from atom.chat.encoders import (JinjaChatEncoder, TemplateRenderError,
+                                load_chat_encoder, render_budget)
 from atom.config.schema import Config
-from atom.entrypoints.openai.chat_encoders import (JinjaChatEncoder, TemplateRenderError,
-                                                   load_chat_encoder, render_budget)
-from atom.entrypoints.openai.context import model_aliases, served_model_name
-from atom.entrypoints.openai.errors import public_reason
+from atom.serving.common.context import model_aliases, served_model_name
+from atom.serving.common.errors import public_reason
 from srv_process import API_KEY
 
 USER = [{"role": "user", "content": "hi"}]

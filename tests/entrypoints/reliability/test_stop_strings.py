@@ -10,8 +10,8 @@ import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atom.entrypoints.openai.protocol import MAX_STOP_CHARS, MAX_STOP_STRINGS
 from atom.model_engine.stop_strings import StopStringMatcher
+from atom.serving.common.bounds import MAX_STOP_CHARS, MAX_STOP_STRINGS
 
 
 def reference(text: str, stops: list[str], include: bool) -> tuple[str, bool]:

@@ -1,1 +1,0 @@
-"""The OpenAI-compatible HTTP layer (Litestar app, protocol, SSE delivery, metrics)."""

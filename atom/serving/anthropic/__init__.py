@@ -1,0 +1,1 @@
+"""The Anthropic wire: /v1/messages and its protocol."""
