@@ -66,10 +66,15 @@ def ckpts(tmp_path_factory) -> dict[str, Path]:
 
 
 def _tokens(path: Path, tp: int, *extra: str) -> list[list[int]]:
+    return _greedy(local_engine(path, "kv_cache.num_blocks=32",
+                                "scheduler.max_num_batched_tokens=32",
+                                f"parallel.tensor_parallel_size={tp}", *extra))
+
+
+def _greedy(engine) -> list[list[int]]:
+    """The engine's greedy tokens for three short prompts, then the engine shut down."""
     g = torch.Generator().manual_seed(5)
     prompts = [torch.randint(3, 256, (k,), generator=g).tolist() for k in (6, 8, 13)]
-    engine = local_engine(path, "kv_cache.num_blocks=32", "scheduler.max_num_batched_tokens=32",
-                          f"parallel.tensor_parallel_size={tp}", *extra)
     try:
         outs = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=7,
                                                        ignore_eos=True))
@@ -87,8 +92,11 @@ def test_ep2_gives_the_one_process_tokens(ckpts, arch, capfd):
     # The ranks' start-up lines: the engine's ranks did split the experts, whole.
     err = capfd.readouterr().err
     e = _num_experts(path)
+    c = json.loads((path / "config.json").read_text())
+    whole = [e // 2, 2 * (c.get("moe_intermediate_size") or c["intermediate_size"]),
+             c["hidden_size"]]
     for rank in (0, 1):
-        held = f"experts {rank * e // 2}..{(rank + 1) * e // 2 - 1} of {e} (w13 [{e // 2}, 64, 64]"
+        held = f"experts {rank * e // 2}..{(rank + 1) * e // 2 - 1} of {e} (w13 {whole}"
         assert f"expert parallel rank {rank} of 2: {held}" in err
 
 
@@ -113,18 +121,10 @@ def test_ep2_on_two_gpus_gives_the_one_gpu_tokens(ckpts):
     import atom
 
     def tokens(*extra: str) -> list[list[int]]:
-        engine = atom.build_engine(atom.compose([
+        return _greedy(atom.build_engine(atom.compose([
             "model=local", f"model.path={ckpts['qwen3_moe']}", "model.dtype=float32",
             "runtime.kernels=triton", "load.progress_bar=false", "kv_cache.num_blocks=64",
-            *extra]))
-        try:
-            g = torch.Generator().manual_seed(5)
-            prompts = [torch.randint(3, 256, (k,), generator=g).tolist() for k in (6, 8, 13)]
-            outs = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=7,
-                                                           ignore_eos=True))
-        finally:
-            engine.shutdown()
-        return [o["token_ids"] for o in outs]
+            *extra])))
     assert tokens("parallel.tensor_parallel_size=2", "parallel.enable_expert_parallel=true") \
         == tokens()
 
