@@ -121,9 +121,10 @@ class FusedMoE(nn.Module):
 
     def local_experts(self, experts: torch.Tensor) -> torch.Tensor:
         """Global expert ids → this rank's (indices into w13/w2); a pair routed to another
-        rank's expert gets num_local, one past the last held expert, which the expert loop (and
-        a fused kernel's block layout) skips: it costs no compute and adds nothing here. Its
-        router weight is left as it is, so the backend call keeps one signature."""
+        rank's expert gets num_local, one past the last held expert, which the expert loop and
+        the fused kernel's block layout skip: it costs no compute and adds nothing here. An id
+        rather than a zeroed router weight, which would still be computed (on some held
+        expert), and rather than an expert offset, which every backend would have to take."""
         if self.num_local == self.num_experts:
             return experts
         local = experts - self.first_expert
