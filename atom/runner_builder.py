@@ -48,7 +48,7 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
     torch.manual_seed(cfg.runtime.seed)
     mc = ModelContext(get_backend(backend_name), parallel)
     src = model_source(cfg) if cfg.load.dummy is None else None
-    model = build_model(cfg.load, src, hf, mc, device, dtype)
+    model = build_model(cfg.load, src, hf, mc, device, dtype, cfg.quant.method)
     if parallel.ep_size > 1:
         log.info("expert parallel rank %d of %d: %s", parallel.ep_rank, parallel.ep_size,
                  held_experts(model))

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import os
 import platform
 import random
@@ -75,8 +76,23 @@ def bytes_per_decode_step(eng, ctx: int) -> tuple[float, float]:
             w += p.shape[1] * p.element_size()
         else:
             w += p.numel() * p.element_size()
+    w += fp8_weight_bytes(model)
     kv = ctx * runner.kv.spec.bytes_per_block / runner.kv.spec.block_size
     return float(w), float(kv)
+
+
+def fp8_weight_bytes(model) -> int:
+    """Bytes of the fp8 weights (codes and scales), which replace their layers' parameters."""
+    from atom.kernels.fp8_weight import Fp8Weight
+
+    total = 0
+    for m in model.modules():
+        w = getattr(m, "weight", None)
+        w = getattr(w, "fp8", w)  # the torch kernels' EmulatedFp8Linear
+        if isinstance(w, Fp8Weight):
+            total += sum(t.numel() * t.element_size() for t in
+                         (w.qweight, w.weight_scale, w.block_scale, w.input_scale) if t is not None)
+    return total
 
 
 def _sp(**kw):
@@ -573,6 +589,19 @@ def bench_hf_decode(model: str, ctx: int, gen: int) -> dict[str, Any]:
             "decode_tok_s": round(tps, 1)}
 
 
+def bench_startup_pair(model: str, extra: tuple[str, ...]) -> dict[str, Any]:
+    """bench_startup without and then with `extra` (e.g. quant=fp8: the time online
+    quantization adds to ready), both warm, and the difference."""
+    base = bench_startup(model)
+    RUN_EXTRA.extend(extra)
+    try:
+        other = bench_startup(model)
+    finally:
+        del RUN_EXTRA[len(RUN_EXTRA) - len(extra):]
+    delta = (other["warm_s"] - base["warm_s"]) if other["warm_s"] and base["warm_s"] else None
+    return {"base": base, "with": other, "extra": list(extra), "warm_delta_s": delta}
+
+
 def bench_startup(model: str) -> dict[str, Any]:
     """Process start to ready (engine built, graphs captured: the child prints READY), in a
     fresh interpreter, three times: `first_start` with every cache empty (Python's bytecode,
@@ -877,6 +906,60 @@ def bench_greedy_equal(models: tuple[tuple[str, tuple[str, ...]], ...] = (
     return res
 
 
+QUALITY_TEXT = (
+    "The river had been rising for three days before anyone in the village thought to move the "
+    "grain. By then the lower fields were already under a hand's depth of brown water, and the "
+    "old miller, who had seen two floods in his life and remembered both, said that this one "
+    "would be worse. He was not a man given to alarm, so people listened. They carried sacks up "
+    "the hill to the church, where the floor was dry and the roof was sound, and they stacked "
+    "them against the north wall in rows as neat as books on a shelf. The children were given "
+    "the job of counting, which kept them busy and out of the way. In the evening the rain "
+    "eased, and for a while it seemed the miller had been wrong. Then, a little after midnight, "
+    "the bridge upstream gave way, and the water came down the valley all at once. By morning "
+    "the mill wheel was turning backwards, driven by a current it had never been built to "
+    "meet, and the road to the market town had become a second river running beside the first.")
+
+
+def _text_nll(eng, ids: list[int]) -> float:
+    """Mean negative log-likelihood of ids[1:] under one prefill of ids."""
+    from atom.model_engine.messages import EngineRequest
+
+    core = eng.core
+    core.add_request(EngineRequest(request_id="nll", prompt_token_ids=ids,
+                                   sampling_params=_sp(temperature=0, max_tokens=1)))
+    runner = core.executor.runner
+    inputs = runner.prepare(core.scheduler.schedule().output([]))
+    every = torch.arange(len(ids), device=inputs.input_ids.device)
+    with torch.no_grad():
+        logits = runner.forward(inputs.input_ids, inputs.positions, inputs.meta, every).float()
+    target = torch.tensor(ids[1:], device=logits.device)
+    return float(torch.nn.functional.cross_entropy(logits[:-1], target))
+
+
+def bench_fp8_quality(model: str, overrides: tuple[str, ...]) -> dict[str, Any]:
+    """A real checkpoint with quant=fp8 against its float run: perplexity of a fixed English
+    passage (goal: within 2%) and greedy agreement (tokens before the first divergence, of 32,
+    over 8 prompts)."""
+    prompts = ["The capital of France is", "def fibonacci(n):", "Once upon a time,",
+               "The three primary colors are", "Water boils at", "To make a cup of tea, first",
+               "The largest planet in the solar system is", "In 1969, astronauts"]
+    res: dict[str, Any] = {}
+    toks = {}
+    for q in ("auto", "fp8"):
+        eng = engine(model, f"quant={q}", *overrides)
+        ids = eng.tokenizer.encode(QUALITY_TEXT)
+        res[f"ppl_{q}"] = round(math.exp(_text_nll(eng, ids)), 4)
+        outs = eng.generate(prompts, _sp(max_tokens=32, temperature=0, ignore_eos=True))
+        toks[q] = [o["token_ids"] for o in outs]
+        free(eng)
+    same = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), len(x))
+            for x, y in zip(toks["auto"], toks["fp8"])]
+    res.update(text_tokens=len(ids), ppl_ratio=round(res["ppl_fp8"] / res["ppl_auto"], 4),
+               ppl_within_2pct=res["ppl_fp8"] <= 1.02 * res["ppl_auto"],
+               greedy_common_prefix=same, greedy_prompts_equal=sum(n == 32 for n in same))
+    return res
+
+
 # Up to max_num_seqs (512), so the 8B runs' large decode batches replay graphs too.
 CAPTURE_512 = "runtime.cudagraph_capture_sizes=[{}]".format(
     ",".join(map(str, [1, 2, 4, *range(8, 257, 8), *range(272, 513, 16)])))
@@ -928,6 +1011,19 @@ BENCHES: dict[str, Callable[[], Any]] = {
                                                        prefill=True),
     "throughput_8b_fp8": lambda: bench_throughput("llama3_8b", 1000, ("kv_cache=fp8", CAPTURE_512),
                                                   (1024, 1024)),
+    # fp8 weights (dummy e4m3 codes at the filled values' per-channel scales) and fp8 KV: the
+    # issue's goals are >= 18,000 tok/s with throughput_8b in the same command, and batch-1
+    # decode >= 85% of the fp8 bytes' limit (bandwidth_util >= 0.85, ~440 tok/s).
+    "decode_8b_fp8w": lambda: bench_decode("llama3_8b", 1024, 256, ("quant=fp8", "kv_cache=fp8")),
+    "throughput_8b_fp8w": lambda: bench_throughput("llama3_8b", 1000,
+                                                   ("quant=fp8", "kv_cache=fp8", CAPTURE_512),
+                                                   (1024, 1024)),
+    # What online quantization adds to time-to-ready (goal: <= 20 s over bf16's).
+    "startup_8b_fp8": lambda: bench_startup_pair("llama3_8b", ("quant=fp8",)),
+    # SmolLM2's real weights (SMOLLM2_GGUF, as greedy_equal_smollm2) with quant=fp8 against the
+    # float run: perplexity within 2%, greedy agreement.
+    "fp8_quality_smollm2": lambda: bench_fp8_quality(
+        "smollm2_135m", ("load=checkpoint", f"model.path={os.environ['SMOLLM2_GGUF']}")),
 }
 
 

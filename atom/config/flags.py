@@ -31,6 +31,7 @@ ENGINE_FLAGS: tuple[Flag, ...] = (
     Flag(("--tokenizer",), "model.tokenizer"),
     Flag(("--served-model-name",), "model.served_model_name"),
     Flag(("--dtype",), "model.dtype"),
+    Flag(("--quantization", "-q"), "quant.method"),
     Flag(("--trust-remote-code",), "model.trust_remote_code", "bool"),
     Flag(("--tensor-parallel-size", "-tp"), "parallel.tensor_parallel_size"),
     Flag(("--data-parallel-size", "-dp"), "parallel.data_parallel_size"),

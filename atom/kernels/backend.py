@@ -14,7 +14,7 @@ from typing import Any, Optional, Protocol
 import torch
 
 from atom.kernels.metadata import AttentionMetadata
-from atom.kernels.quantized_weight import QuantizedWeight
+from atom.kernels.quantized_weight import Quantized
 
 
 class KernelBackend(Protocol):
@@ -37,9 +37,10 @@ class KernelBackend(Protocol):
                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x @ weight.T + bias; a backend may take the single-row (batch-1 decode) case itself."""
 
-    def prepare_weight(self, qw: QuantizedWeight) -> Optional[Any]:
+    def prepare_weight(self, qw: Quantized) -> Optional[Any]:
         """qw in the form this backend's linear takes in place of a weight tensor, or None: no
-        kernel for it here, so the layer runs on qw dequantized (the float oracle)."""
+        kernel for it here, so the layer runs on qw dequantized (the float oracle). An
+        Fp8Weight is taken by every backend (the torch ones emulate its GEMM)."""
 
     def weights_prepared(self) -> None:
         """Every weight of the model has been through prepare_weight: a backend that picks

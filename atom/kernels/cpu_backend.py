@@ -17,7 +17,9 @@ import torch.nn.functional as F
 from atom.kernels import cpu_woq, torch_ref
 from atom.kernels.backend import register, rope_store_kv_unfused
 from atom.kernels.metadata import AttentionMetadata
-from atom.kernels.quantized_weight import QuantizedWeight
+from atom.kernels.fp8_reference import EmulatedFp8Linear
+from atom.kernels.fp8_weight import Fp8Weight
+from atom.kernels.quantized_weight import Quantized
 
 
 class DecodeGather:
@@ -144,7 +146,9 @@ class CpuBackend(torch_ref.TorchBackend):
         self.store_kv(rotated[:, hq:], v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
         return rotated[:, :hq]
 
-    def prepare_weight(self, qw: QuantizedWeight) -> Optional[Any]:
+    def prepare_weight(self, qw: Quantized) -> Optional[Any]:
+        if isinstance(qw, Fp8Weight):
+            return EmulatedFp8Linear.of(qw)  # the reference's: the CPU has no fp8 matmul
         if qw.codes.is_floating_point():
             return None
         lin = cpu_woq.prepare(qw)

@@ -1,8 +1,9 @@
 """A weight that stays quantized: integer (or low-precision) codes with per-group scales.
 
-The seam between checkpoint formats and kernels. A loader describes what it read (GGUF blocks
-today, fp8 checkpoints later) as `codes * scale + zero` over groups of `group_size` input
-features; a linear layer keeps that description; the kernel backend turns it into whatever its
+The seam between checkpoint formats and kernels. A loader describes what it read (GGUF blocks)
+as `codes * scale + zero` over groups of `group_size` input features, or an fp8 checkpoint's
+codes and scales as an Fp8Weight (fp8_weight.py: its scales are per channel or per 2-D block,
+and it carries how its activations are scaled); a linear layer keeps that description; the kernel backend turns it into whatever its
 kernels take (`KernelBackend.prepare_weight`), or dequantizes it when it has no kernel for it.
 `dequantize` is the oracle: bit-for-bit what the checkpoint format's reference decoder gives.
 """
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import torch
+
+from atom.kernels.fp8_weight import Fp8Weight, cat_fp8_rows
 
 
 @dataclass
@@ -62,12 +65,18 @@ class QuantizedWeight:
                                self.code_min, self.code_max)
 
 
-def cat_rows(parts: list[QuantizedWeight]) -> QuantizedWeight:
+Quantized = Union[QuantizedWeight, Fp8Weight]
+QUANTIZED = (QuantizedWeight, Fp8Weight)  # for isinstance: what a linear layer keeps as loaded
+
+
+def cat_rows(parts: list) -> Quantized:
     """Stack weights along output features (q | k | v, gate | up) even when the parts come in
     different formats (a Q4_K_M file stores v as Q6_K): groups become the finest group among
     them (a scale repeated per sub-group is exact) and codes widen to a common type."""
     if len(parts) == 1:
         return parts[0]
+    if isinstance(parts[0], Fp8Weight):
+        return cat_fp8_rows(parts)
     g = math.gcd(*(p.group_size for p in parts))
     same = all(p.method == parts[0].method for p in parts)
     dtype = parts[0].codes.dtype if same else torch.int16

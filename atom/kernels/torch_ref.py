@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from atom.kernels.backend import add_rms_norm_linear_unfused, register, rope_store_kv_unfused
+from atom.kernels.fp8_reference import EmulatedFp8Linear
+from atom.kernels.fp8_weight import Fp8Weight
 from atom.kernels.metadata import AttentionMetadata
 
 
@@ -206,16 +208,20 @@ class TorchBackend:
         return silu_and_mul(x)
 
     def linear(self, x, weight, bias=None):
-        return F.linear(x, weight, bias)
+        if isinstance(weight, torch.Tensor):
+            return F.linear(x, weight, bias)
+        return weight(x, bias)  # EmulatedFp8Linear
 
     def prepare_weight(self, qw):
-        return None  # the oracle runs on the dequantized float weight
+        """fp8 weights run as an fp8 GEMM computes (fp8_reference.py); other quantized weights
+        run dequantized: the oracle is the float weight."""
+        return EmulatedFp8Linear.of(qw) if isinstance(qw, Fp8Weight) else None
 
     def weights_prepared(self):
         pass
 
     def silu_and_mul_linear(self, x, weight, bias=None):
-        return F.linear(silu_and_mul(x), weight, bias)
+        return self.linear(silu_and_mul(x), weight, bias)
 
     def add_rms_norm_linear(self, x, residual, norm_weight, eps, weight, bias=None):
         return add_rms_norm_linear_unfused(self, x, residual, norm_weight, eps, weight, bias)

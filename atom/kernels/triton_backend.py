@@ -12,6 +12,9 @@ import torch.nn.functional as F
 
 from atom.kernels import torch_ref
 from atom.kernels.backend import add_rms_norm_linear_unfused, register, rope_store_kv_unfused
+from atom.kernels import fp8_choice
+from atom.kernels.fp8_linear import Fp8Kernels
+from atom.kernels.fp8_weight import Fp8Weight
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.triton import (activation, blas_table, gemv, kv_store, mla_decode, mla_prefill,
                                  mla_rope_store, rms_norm, rope_kv_store, rotary)
@@ -30,12 +33,31 @@ class TritonBackend:
 
     def __init__(self) -> None:
         self._blas: Optional[blas_table.BlasTable] = None  # this GPU's, read at the first GEMM
+        self._fp8 = Fp8Kernels.load()
+        # Per-channel fp8 weight shapes prepared since the last weights_prepared, and then
+        # (N, K) → the row buckets where the Triton GEMM beat cuBLASLt (fp8_choice.py).
+        self._fp8_unchosen: dict[tuple[int, int], torch.device] = {}
+        self._fp8_triton: dict[tuple[int, int], frozenset[int]] = {}
 
     def prepare_weight(self, qw):
-        return None  # no quantized GEMM kernels yet: the model dtype's dequantized weight
+        """fp8 weights run as they are (fp8_linear.py); GGUF blocks have no CUDA kernel yet:
+        the model dtype's dequantized weight."""
+        if not isinstance(qw, Fp8Weight):
+            return None
+        if qw.weight_scale is not None and qw.qweight.is_cuda:
+            self._fp8_unchosen[tuple(qw.shape)] = qw.qweight.device
+        return qw.contiguous()
 
     def weights_prepared(self):
-        pass
+        """The multi-row fp8 GEMM of each new weight shape, timed (fp8_choice.py)."""
+        shapes, self._fp8_unchosen = self._fp8_unchosen, {}
+        if shapes and self._fp8.scaled_gemm is not None:
+            self._fp8_triton.update(fp8_choice.choose(set(shapes), self._fp8.gemm,
+                                                      next(iter(shapes.values()))))
+
+    def _fp8_takes_triton(self, x: torch.Tensor, w: Fp8Weight) -> bool:
+        rows = x.numel() // x.shape[-1]
+        return fp8_choice.bucket_of(rows) in self._fp8_triton.get(tuple(w.shape), ())
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return rms_norm.rms_norm(x, weight, eps)
@@ -52,7 +74,9 @@ class TritonBackend:
                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Single-row (batch-1 decode) linears through the Triton GEMV, +7% 8B and +16%
         Qwen3-0.6B single-request decode on the H200; F.linear otherwise, through the BLAS library
-        this GPU's table names for the shape (blas_table.py)."""
+        this GPU's table names for the shape (blas_table.py). fp8 weights: fp8_linear.py."""
+        if isinstance(weight, Fp8Weight):
+            return self._fp8.linear(x, weight, bias, self._fp8_takes_triton(x, weight))
         if gemv.takes(x, weight):
             return gemv.gemv(x, weight, bias)
         if not x.is_cuda or torch.compiler.is_compiling():  # compile picks its own GEMMs
@@ -70,8 +94,14 @@ class TritonBackend:
         linear (batch-1 decode) and K is short; the two kernels otherwise. Measured on the H200
         (decode_kernels, run D): Qwen3-0.6B down (K 3072) 4.73 µs fused vs 5.61 µs as two
         kernels, but Llama-3-8B down (K 14336) 40.4 vs 36.2 µs: there every program recomputing
-        SiLU over the long row costs more than the launch it saves."""
-        if gemv.takes(x, weight) and weight.shape[1] <= FUSED_SILU_MAX_K:
+        SiLU over the long row costs more than the launch it saves. fp8 weights alike, through
+        the GEMV's per-channel scales (the thresholds are bf16's measurements)."""
+        if isinstance(weight, Fp8Weight):
+            if (self._fp8.gemv_takes(x, weight) and gemv.takes(x, weight.qweight)
+                    and weight.shape[1] <= FUSED_SILU_MAX_K):
+                return gemv.gemv(x, weight.qweight, bias, silu_gate=True,
+                                 w_scale=weight.weight_scale)
+        elif gemv.takes(x, weight) and weight.shape[1] <= FUSED_SILU_MAX_K:
             return gemv.gemv(x, weight, bias, silu_gate=True)
         return self.linear(activation.silu_and_mul(x), weight, bias)
 
@@ -84,8 +114,19 @@ class TritonBackend:
         weight, so the L2 traffic grows with the output rows. On the H200 (gpu_bench
         fused_gemv, µs fused vs two kernels): Qwen3-0.6B qkv 4.48 vs 4.93, gate_up 5.73 vs
         6.05 (16-row blocks), Llama-3-8B qkv 16.78 vs 17.5 (16-row blocks), but 8B gate_up
-        (28,672 rows) 65.5 vs 63.7. The norm kernel and the GEMV otherwise."""
-        if gemv.takes(x, weight) and weight.shape[0] <= FUSED_NORM_MAX_N:
+        (28,672 rows) 65.5 vs 63.7. The norm kernel and the GEMV otherwise. fp8 weights: the
+        norm quantizes its output for the fp8 GEMM where that applies (Fp8Kernels), else the
+        unfused ops."""
+        if isinstance(weight, Fp8Weight):
+            if (self._fp8.gemv_takes(x, weight) and gemv.takes(x, weight.qweight)
+                    and weight.shape[0] <= FUSED_NORM_MAX_N):
+                return gemv.add_rms_norm_gemv(x, residual, norm_weight, eps, weight.qweight, bias,
+                                              w_scale=weight.weight_scale)
+            fused = self._fp8.add_rms_norm_linear(x, residual, norm_weight, eps, weight, bias,
+                                                  self._fp8_takes_triton(x, weight))
+            if fused is not None:
+                return fused
+        elif gemv.takes(x, weight) and weight.shape[0] <= FUSED_NORM_MAX_N:
             return gemv.add_rms_norm_gemv(x, residual, norm_weight, eps, weight, bias)
         return add_rms_norm_linear_unfused(self, x, residual, norm_weight, eps, weight, bias)
 

@@ -1,7 +1,7 @@
 """Tensor-parallel linear layers. Each parameter carries a `weight_loader` that takes the full
 checkpoint tensor and keeps this rank's shard, so the loader never needs to know the TP layout.
 
-A weight may arrive quantized (QuantizedWeight, in shards for the packed q|k|v and gate|up):
+A weight may arrive quantized (QuantizedWeight or Fp8Weight, in shards for the packed q|k|v and gate|up):
 the layer keeps the pieces and, once loading is done, `prepare_weights` hands the whole matrix
 to the kernel backend, whose prepared form replaces the float parameter. The float parameter
 was allocated with torch.empty and never written, so it cost no memory."""
@@ -13,11 +13,11 @@ import torch
 from torch import nn
 
 from atom.kernels.backend import KernelBackend
-from atom.kernels.quantized_weight import QuantizedWeight, cat_rows
+from atom.kernels.quantized_weight import QUANTIZED, Quantized, cat_rows
 from atom.layers.model_context import ModelContext
 from atom.layers.parallel_state import ParallelState
 
-Loaded = Union[torch.Tensor, QuantizedWeight]
+Loaded = Union[torch.Tensor, Quantized]
 
 
 def _shard(t: Loaded, dim: int, parallel: ParallelState) -> Loaded:
@@ -26,12 +26,17 @@ def _shard(t: Loaded, dim: int, parallel: ParallelState) -> Loaded:
         return t
     size = t.shape[dim] // n
     start = parallel.tp_rank * size
-    if isinstance(t, QuantizedWeight):
+    if isinstance(t, QUANTIZED):
         return t.rows(start, size) if dim == 0 else t.columns(start, size)
     return t.narrow(dim, start, size)
 
 
 class LinearBase(nn.Module):
+    # A weight read as a matrix outside forward (MLA's absorbed kv_b_proj) or kept exact (a
+    # router) stays a float tensor: quantized pieces are dequantized into it, and online
+    # quantization passes it by.
+    keep_float: bool = False
+
     def __init__(self, mc: ModelContext, in_features: int, out_features: int, bias: bool) -> None:
         super().__init__()
         self.backend, self.parallel = mc.backend, mc.parallel
@@ -43,17 +48,21 @@ class LinearBase(nn.Module):
             self.bias.weight_loader = self.weight_loader  # type: ignore[attr-defined]
         else:
             self.register_parameter("bias", None)
-        self._quantized: list[tuple[int, QuantizedWeight]] = []  # (first row, rows) as loaded
+        self._quantized: list[tuple[int, Quantized]] = []  # (first row, rows) as loaded
 
     def weight_loader(self, param: nn.Parameter, loaded: Loaded, shard_id=None) -> None:
         self._put(param, 0, loaded)
 
     def _put(self, param: nn.Parameter, row: int, loaded: Loaded) -> None:
         """Rows [row, row + len(loaded)) of param: copied, or kept quantized for prepare_weights."""
-        if isinstance(loaded, QuantizedWeight):
+        if isinstance(loaded, QUANTIZED):
             self._quantized.append((row, loaded))
         else:
             param.data.narrow(0, row, loaded.shape[0]).copy_(loaded)
+
+    def put_quantized(self, qw: Quantized) -> None:
+        """This rank's whole weight, already sharded (dummy weights quantized in place)."""
+        self._put(self.weight, 0, qw)
 
     def prepare_weights(self, be: KernelBackend) -> None:
         """The weight in the backend's form when every row came quantized and the backend has
@@ -63,7 +72,7 @@ class LinearBase(nn.Module):
             return
         w = self.weight
         prepared: Any = None
-        if sum(p.shape[0] for _, p in parts) == w.shape[0]:
+        if sum(p.shape[0] for _, p in parts) == w.shape[0] and not self.keep_float:
             prepared = be.prepare_weight(cat_rows([p for _, p in parts]))
         if prepared is None:
             for row, p in parts:
@@ -122,7 +131,7 @@ class QKVParallelLinear(ColumnParallelLinear):
         offset = {"q": 0, "k": q, "v": q + kv}[shard_id]
         if shard_id != "q" and self.num_kv_heads < n:  # this rank's replica of one KV head
             start = self.parallel.tp_rank * self.num_kv_heads // n * self.head_dim
-            loaded = (loaded.rows(start, self.head_dim) if isinstance(loaded, QuantizedWeight)
+            loaded = (loaded.rows(start, self.head_dim) if isinstance(loaded, QUANTIZED)
                       else loaded.narrow(0, start, self.head_dim))
         else:
             loaded = _shard(loaded, 0, self.parallel)

@@ -1,6 +1,7 @@
 """Build a model and fill its weights (checkpoint, GGUF or dummy)."""
 from __future__ import annotations
 
+import functools
 import logging
 from contextlib import contextmanager
 from pathlib import Path
@@ -10,11 +11,14 @@ import torch
 from torch import nn
 
 from atom.config.model_facts import is_gguf
+from atom.config.quant import Fp8Scheme, fp8_capability_problem, resolve_scheme
 from atom.config.schema import LoadConfig
 from atom.kernels.backend import KernelBackend
+from atom.kernels.fp8_weight import quantize as quantize_fp8
 from atom.layers.model_context import ModelContext
 from atom.loader.dummy import fill_dummy
 from atom.loader.hf_config import architecture_of
+from atom.loader.fp8_online import quantize_dummy
 from atom.loader.weights import (check_complete, iter_with_progress, load_named_tensors,
                                  process_after_loading, weight_skip)
 from atom.models.registry import model_class
@@ -32,20 +36,43 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(prev)
 
 
+def fp8_scheme(method: str, load: LoadConfig, src: Optional[Path], hf: Any, device: torch.device,
+               kernels: str) -> Optional[Fp8Scheme]:
+    """The run's fp8 scheme (validation checked the config; this also knows the GPU), raised
+    as a ConfigError before any weight is read."""
+    gguf = src is not None and (is_gguf(src) or load.format == "gguf")
+    scheme = resolve_scheme(method, getattr(hf, "quantization_config", None), gguf,
+                            load.dummy is not None)
+    if scheme is not None and device.type == "cuda":
+        problem = fp8_capability_problem(torch.cuda.get_device_capability(device), kernels)
+        if problem is not None:
+            raise problem
+    return scheme
+
+
 def build_model(load: LoadConfig, src: Optional[Path], hf: Any, mc: ModelContext,
-                device: torch.device, dtype: torch.dtype) -> nn.Module:
+                device: torch.device, dtype: torch.dtype, quant_method: str = "auto") -> nn.Module:
     """The model of `hf`'s architecture, its layers built with `mc`, its weights from `src`
-    (the checkpoint directory or GGUF file; unread with load.dummy)."""
+    (the checkpoint directory or GGUF file; unread with load.dummy), quantized as
+    `quant_method` (quant.method) says."""
     cls = model_class(architecture_of(hf))
+    scheme = fp8_scheme(quant_method, load, src, hf, device, mc.backend.name)
     with _default_dtype(dtype), torch.device(device):
         model = cls(hf, mc)
     model.eval()
     if load.dummy is not None:
         fill_dummy(model, load.dummy, load.seed)
-        process_after_loading(model)
+        with torch.no_grad():
+            if scheme is not None:
+                quantize_dummy(model, block=scheme.block is not None)
+                prepare_weights(model, mc.backend)
+            process_after_loading(model)
         return model
     if src is None:
         raise ValueError("a model without load.dummy needs a checkpoint to load")
+    quantize = None
+    if scheme is not None and scheme.online:
+        quantize = functools.partial(quantize_fp8, block=scheme.block is not None)
     if is_gguf(src) or load.format == "gguf":
         from atom.loader.gguf_loader import count_gguf_tensors, iter_gguf
 
@@ -55,11 +82,16 @@ def build_model(load: LoadConfig, src: Optional[Path], hf: Any, mc: ModelContext
         from atom.loader.safetensors_loader import checkpoint_files, count_tensors, iter_safetensors
 
         files = checkpoint_files(src)
-        tensors = iter_with_progress(iter_safetensors(files, weight_skip(model)),
-                                     count_tensors(files), load.progress_bar,
-                                     "loading safetensors")
+        skip = weight_skip(model)
+        if scheme is not None and not scheme.online:
+            from atom.loader.fp8_checkpoint import count_fp8_tensors, iter_fp8_safetensors
+
+            items, total = iter_fp8_safetensors(files, scheme, skip), count_fp8_tensors(files)
+        else:
+            items, total = iter_safetensors(files, skip), count_tensors(files)
+        tensors = iter_with_progress(items, total, load.progress_bar, "loading safetensors")
     with torch.no_grad():
-        loaded = load_named_tensors(model, tensors)
+        loaded = load_named_tensors(model, tensors, quantize)
         check_complete(model, loaded)
         prepare_weights(model, mc.backend)
         process_after_loading(model)

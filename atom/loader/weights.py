@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 from torch import nn
 
-from atom.kernels.quantized_weight import QuantizedWeight
+from atom.kernels.fp8_weight import Fp8Weight
+from atom.kernels.quantized_weight import QUANTIZED, Quantized
 
 log = logging.getLogger("atom.loader")
 
@@ -56,12 +57,19 @@ def weight_skip(model: nn.Module) -> Callable[[str], bool]:
     return skip
 
 
-def load_named_tensors(model: nn.Module,
-                       tensors: Iterable[tuple[str, torch.Tensor | QuantizedWeight]]) -> set[str]:
-    """Load every tensor; return the names of parameters that received data. A QuantizedWeight
+def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tensor | Quantized]],
+                       quantize: Optional[Callable[[torch.Tensor], Fp8Weight]] = None
+                       ) -> set[str]:
+    """Load every tensor; return the names of parameters that received data. A quantized weight
     goes to the parameter's weight_loader as it is (the layer keeps it for the backend) or,
-    where the parameter has no loader that takes one, in float."""
+    where the parameter has no loader that takes one, in float. An Fp8Weight is taken by linear
+    layers only (fp8_linear_weights) and moves to the parameter's device first. `quantize`
+    (online fp8) turns the float weights of those layers into Fp8Weights, on the device (a
+    GGUF's blocks dequantized first)."""
+    from atom.loader.fp8_online import fp8_linear_weights
+
     params = dict(model.named_parameters())
+    fp8_params = fp8_linear_weights(model)
     mapping = getattr(model, "packed_modules_mapping", {})
     tied = bool(getattr(getattr(model, "hf_config", None), "tie_word_embeddings", False))
     loaded: set[str] = set()
@@ -75,7 +83,13 @@ def load_named_tensors(model: nn.Module,
         if param is None:
             raise KeyError(f"checkpoint tensor {name!r} has no place in the model (looked for {pname!r})")
         loader = getattr(param, "weight_loader", None)
-        if isinstance(tensor, QuantizedWeight):
+        if isinstance(tensor, Fp8Weight):
+            tensor = (tensor.to(param.device) if pname in fp8_params
+                      else tensor.dequantize(param.dtype))
+        elif quantize is not None and pname in fp8_params:  # GGUF blocks: their float values
+            dense = tensor.dequantize(param.dtype) if isinstance(tensor, QUANTIZED) else tensor
+            tensor = quantize(dense.to(param.device, param.dtype))
+        elif isinstance(tensor, QUANTIZED):
             if not getattr(param, "takes_quantized", False):
                 tensor = tensor.dequantize(param.dtype)
         else:

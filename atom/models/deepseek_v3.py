@@ -68,6 +68,7 @@ class DeepseekV3Attention(nn.Module):
         self.kv_a_layernorm = RMSNorm(mc, self.kv_lora_rank, _LATENT_NORM_EPS)
         self.kv_b_proj = ColumnParallelLinear(mc, self.kv_lora_rank,
                                               heads * (self.nope + self.v_dim))
+        self.kv_b_proj.keep_float = True  # MLA reads it as a matrix (absorption, prefill)
         self.o_proj = RowParallelLinear(mc, heads * self.v_dim, hf.hidden_size, bias=bias)
         self.rotary_emb = rotary
         self.attn = MLAAttention(mc, self.num_heads, self.nope, self.rope, self.v_dim,
@@ -162,15 +163,9 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
 
 
 def refuse_what_cannot_run(hf: Any) -> None:
-    """Block-fp8 checkpoints (R1's own: `weight_scale_inv` per 128×128 block) and routers other
-    than V3's stop here, before any weight is read, instead of failing inside the load or
-    computing something else."""
-    quant = getattr(hf, "quantization_config", None)
-    if quant:
-        method = quant.get("quant_method") if isinstance(quant, dict) else quant.quant_method
-        raise ConfigError("model.hf_config.quantization_config", method,
-                          "quantized DeepseekV3 weights (fp8 blocks with weight_scale_inv) are "
-                          "not implemented yet: use a bf16 checkpoint or load=dummy")
+    """Routers other than V3's and kernel backends without MLA stop here, before any weight is
+    read, instead of failing inside the load or computing something else. (Block-fp8
+    checkpoints load: atom.config.quant checks their quantization_config.)"""
     for key, supported in (("scoring_func", "sigmoid"), ("topk_method", "noaux_tc")):
         value = getattr(hf, key, supported)
         if value != supported:

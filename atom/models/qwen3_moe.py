@@ -18,6 +18,7 @@ class Qwen3MoeSparseBlock(nn.Module):
     def __init__(self, mc: ModelContext, hf: Any) -> None:
         super().__init__()
         self.gate = ReplicatedLinear(mc, hf.hidden_size, hf.num_experts, bias=False)
+        self.gate.keep_float = True  # the router: fp8 logits would move expert choices
         self.experts = FusedMoE(mc, hf.num_experts, hf.hidden_size, hf.moe_intermediate_size)
         self.top_k = hf.num_experts_per_tok
         self.renormalize = bool(getattr(hf, "norm_topk_prob", True))

@@ -12,7 +12,8 @@ from atom.config.compose import CONF_DIR
 from atom.config.errors import ConfigError
 
 # Options that need more than their own YAML to validate: what they need is added here.
-NEEDS = {("specdecode", "eagle3"): ["specdecode.draft_model=/tmp"]}
+NEEDS = {("specdecode", "eagle3"): ["specdecode.draft_model=/tmp"],
+         ("quant", "fp8_block"): ["model=tiny_llama", "load=dummy"]}  # the default is a GGUF
 OWN_TESTS = {("model", "local")}  # each has a test below
 HF_ONLY_MODELS = {"qwen3_0_6b", "llama3_8b", "tiny_llama", "tiny_qwen3", "deepseek_r1",
                   "tiny_deepseek_v3", "glm4_5_air", "minimax_m2", "deepseek_v3", "kimi_k2"}

@@ -50,12 +50,13 @@ DEEPSEEK_ARCHS = {
 ALL_ARCHS = {**ARCHS, **DEEPSEEK_ARCHS}
 
 
-def make_checkpoint(arch: str, root: Path, seed: int = 0) -> Path:
+def make_checkpoint(arch: str, root: Path, seed: int = 0, **overrides) -> Path:
+    """`overrides`: config fields over the architecture's tiny ones."""
     import transformers
     from transformers import AutoModelForCausalLM
 
     cls_name, extra = ALL_ARCHS[arch]
-    cfg = getattr(transformers, cls_name)(**{**COMMON, **extra})
+    cfg = getattr(transformers, cls_name)(**{**COMMON, **extra, **overrides})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     with torch.no_grad():  # random-init norms are ones; perturb so a wrong norm shows

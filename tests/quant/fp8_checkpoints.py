@@ -1,0 +1,160 @@
+"""Tiny random fp8 checkpoints in the formats users download, and their dequantized twins.
+
+Each format is written the way its producer writes it: float8_e4m3fn weights under the
+module's own name, the scales beside them under theirs (dtype and shape included), and
+config.json's `quantization_config` as published:
+- `ct_tensor_static`: compressed-tensors per-tensor weights with static per-tensor activations
+  (RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8): bf16 `weight_scale` [1], `input_scale` [1]
+  calibrated on a few prompts;
+- `ct_channel_dynamic`: compressed-tensors per-channel weights, dynamic per-token activations
+  (the FP8-dynamic checkpoints): bf16 `weight_scale` [N, 1];
+- `fbgemm`: FBGEMM fp8 (Meta's Llama-3.1-405B-FP8): float32 `weight_scale` [N, 1];
+- `fp8_block`: DeepSeek-V3's block fp8: float32 `weight_scale_inv` [ceil(N/128), ceil(K/128)];
+- `fp8_tensor_static`: AutoFP8's / vLLM's serialized fp8 (`quant_method: fp8` without blocks,
+  static activations): float32 scalar `weight_scale` and `input_scale`.
+The quantization here is written from the formats' definitions, not with atom's code. The
+twin is a plain float checkpoint of exactly the dequantized weights, which transformers loads.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from tests.engine.checkpoints import make_checkpoint
+
+E4M3 = torch.float8_e4m3fn
+FORMATS = ("ct_tensor_static", "ct_channel_dynamic", "fbgemm", "fp8_block", "fp8_tensor_static")
+STATIC = ("ct_tensor_static", "fp8_tensor_static")
+# The linears a producer quantizes: every projection inside the decoder layers. The LM head,
+# embeddings, norms and routers stay float (compressed-tensors' `ignore: [lm_head]`), and so do
+# DeepSeek's routed experts here (atom's FusedMoE runs them in float either way).
+_QUANTIZED = re.compile(r"^model\.layers\.\d+\.(self_attn|mlp|mlp\.shared_experts)\."
+                        r"[a-z_]+_proj(_with_mqa)?\.weight$")
+# The ones atom runs as fp8 GEMMs: all of them but MLA's kv_b_proj, which it dequantizes (MLA
+# reads it as a matrix).
+_FLOAT_IN_ATOM = re.compile(r"\.kv_b_proj\.weight$")
+
+
+def _ct_group(weights: str, dynamic: bool) -> dict:
+    def args(strategy: str, dyn: bool) -> dict:
+        return {"actorder": None, "block_structure": None, "dynamic": dyn, "group_size": None,
+                "num_bits": 8, "observer": None if dyn else "minmax", "observer_kwargs": {},
+                "strategy": strategy, "symmetric": True, "type": "float"}
+
+    return {"quant_method": "compressed-tensors", "format": "float-quantized",
+            "quantization_status": "compressed", "ignore": ["lm_head"], "kv_cache_scheme": None,
+            "config_groups": {"group_0": {
+                "targets": ["Linear"], "output_activations": None,
+                "weights": args(weights, False),
+                "input_activations": args("token" if dynamic else "tensor", dynamic)}}}
+
+
+QUANTIZATION_CONFIGS = {
+    "ct_tensor_static": _ct_group("tensor", dynamic=False),
+    "ct_channel_dynamic": _ct_group("channel", dynamic=True),
+    "fbgemm": {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0,
+               "modules_to_not_convert": ["lm_head"]},
+    "fp8_block": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                  "weight_block_size": [128, 128]},
+    "fp8_tensor_static": {"quant_method": "fp8", "activation_scheme": "static"},
+}
+
+
+@dataclass
+class Fp8Checkpoint:
+    path: Path  # the fp8 checkpoint
+    dequantized: Path  # the same weights dequantized: a plain float checkpoint
+    fmt: str
+    fp8_modules: set[str] = field(default_factory=set)  # module names atom runs in fp8
+    input_scales: dict[str, float] = field(default_factory=dict)  # module → static scale
+
+
+def _to_e4m3(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return (w / scale).clamp(-448.0, 448.0).to(E4M3)
+
+
+def _quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(codes, scale as stored, the dequantized weight) for one [N, K] float32 weight."""
+    if fmt == "fp8_block":
+        n, k = w.shape
+        nb, kb = -(-n // 128), -(-k // 128)
+        scale = torch.empty(nb, kb)
+        for i in range(nb):
+            for j in range(kb):
+                scale[i, j] = w[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128].abs().max() / 448
+        full = scale.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+        codes = _to_e4m3(w, full)
+        return codes, scale, codes.float() * full
+    if fmt == "ct_tensor_static":
+        stored = (w.abs().max() / 448).reshape(1).to(torch.bfloat16)
+    elif fmt == "fp8_tensor_static":
+        stored = (w.abs().max() / 448).reshape(())
+    else:
+        stored = (w.abs().amax(dim=1, keepdim=True) / 448)
+        stored = stored.to(torch.bfloat16) if fmt.startswith("ct_") else stored
+    codes = _to_e4m3(w, stored.float())
+    return codes, stored, codes.float() * stored.float()
+
+
+@torch.no_grad()
+def _calibrate(path: Path, modules: set[str]) -> dict[str, float]:
+    """Static input scales as a calibration pass sets them: each module's largest input
+    magnitude over a few prompts, / 448."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    amax: dict[str, float] = {}
+    hooks = []
+    for name, m in model.named_modules():
+        if name in modules:
+            def hook(_m, args, name=name):
+                amax[name] = max(amax.get(name, 0.0), float(args[0].abs().max()))
+            hooks.append(m.register_forward_pre_hook(hook))
+    g = torch.Generator().manual_seed(7)
+    for n in (5, 30, 60):
+        model(torch.randint(3, 256, (1, n), generator=g))
+    for h in hooks:
+        h.remove()
+    return {k: v / 448 for k, v in amax.items()}
+
+
+def write_fp8_checkpoint(arch: str, fmt: str, root: Path, seed: int = 0,
+                         **overrides) -> Fp8Checkpoint:
+    """The `fmt` checkpoint of a tiny random `arch` model (tests/engine/checkpoints.py) and
+    its dequantized twin, under root."""
+    base = make_checkpoint(arch, root / "float", seed, **overrides)
+    state = load_file(str(base / "model.safetensors"))
+    names = sorted(n for n in state if _QUANTIZED.match(n))
+    modules = {n[:-len(".weight")] for n in names}
+    out = Fp8Checkpoint(root / f"{arch}-{fmt}", root / f"{arch}-{fmt}-dequantized", fmt,
+                        {n[:-len(".weight")] for n in names if not _FLOAT_IN_ATOM.search(n)})
+    if fmt in STATIC:
+        out.input_scales = _calibrate(base, modules)
+    fp8, plain = dict(state), dict(state)
+    for n in names:
+        codes, scale, deq = _quantize(state[n], fmt)
+        stem = n[:-len(".weight")]
+        fp8[n] = codes
+        fp8[stem + (".weight_scale_inv" if fmt == "fp8_block" else ".weight_scale")] = scale
+        if fmt in STATIC:
+            scale = torch.tensor([out.input_scales[stem]])
+            fp8[stem + ".input_scale"] = (scale.to(torch.bfloat16) if fmt.startswith("ct_")
+                                          else scale.reshape(()))
+            out.input_scales[stem] = float(fp8[stem + ".input_scale"].float())
+        plain[n] = deq
+    for target, tensors, qc in ((out.path, fp8, QUANTIZATION_CONFIGS[fmt]),
+                                (out.dequantized, plain, None)):
+        shutil.copytree(base, target)
+        save_file({k: v.contiguous() for k, v in tensors.items()},
+                  str(target / "model.safetensors"), metadata={"format": "pt"})
+        if qc is not None:
+            cfg = json.loads((target / "config.json").read_text())
+            cfg["quantization_config"] = qc
+            (target / "config.json").write_text(json.dumps(cfg, indent=2))
+    return out
