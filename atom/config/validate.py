@@ -87,16 +87,19 @@ def validate(cfg: Config, launching: bool = False) -> Config:
 def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
     model engine does not implement or this host cannot hold: the Ray executor, replicas over
-    several hosts, more ranks than GPUs, expert parallelism and DP attention, and speculative
-    decoding methods without a proposer (eagle3, draft_model)."""
+    several hosts, more ranks than GPUs, DP attention (so experts over several replicas), and
+    speculative decoding methods without a proposer (eagle3, draft_model)."""
     rules = _Rules()
     p = cfg.parallel
     _refuse_unbuilt_executors(cfg, rules)
     _devices_fit(cfg, rules)
-    for field, on in (("parallel.enable_expert_parallel", p.enable_expert_parallel),
-                      ("parallel.enable_dp_attention", p.enable_dp_attention)):
-        rules.check(not on, field, on, "not implemented yet: experts and attention shard with "
-                    "tensor parallelism (set false)")
+    rules.check(not p.enable_dp_attention, "parallel.enable_dp_attention", True,
+                "not implemented yet: attention shards with tensor parallelism (set false)")
+    rules.check(not p.enable_expert_parallel or p.data_parallel_size == 1,
+                "parallel.enable_expert_parallel", True,
+                "experts split over one replica's tensor-parallel ranks; over "
+                f"data_parallel_size={p.data_parallel_size} replicas they need "
+                "enable_dp_attention, not implemented yet")
     rules.check(cfg.specdecode.method in RUNNABLE_SPEC_METHODS, "specdecode.method",
                 cfg.specdecode.method,
                 "not implemented yet: this method has no proposer (specdecode=ngram, mtp or none)")
@@ -262,15 +265,27 @@ def _validate_shards(cfg: Config, rules: _Rules, shape: ArchitectureShape) -> No
     rules.check(kv % tp == 0 or tp % kv == 0, "parallel.tensor_parallel_size", tp,
                 f"must divide the number of KV heads ({kv}) or be a multiple of it (each KV "
                 f"head then replicated on tp / {kv} ranks)")
-    for what, width in (("the MLP's intermediate size", shape.intermediate_size),
-                        ("each expert's intermediate size", shape.moe_intermediate_size)):
+    widths = [("the MLP's intermediate size", shape.intermediate_size)]
+    if not p.enable_expert_parallel:  # expert parallelism keeps each expert whole
+        widths.append(("each expert's intermediate size", shape.moe_intermediate_size))
+    for what, width in widths:
         rules.check(width % tp == 0, "parallel.tensor_parallel_size", tp,
                     f"must divide {what} ({width})")
-    ep = tp * p.data_parallel_size
-    if p.enable_expert_parallel and shape.num_experts:
-        rules.check(shape.num_experts % ep == 0, "parallel.enable_expert_parallel", True,
-                    f"expert parallelism splits the {shape.num_experts} experts over "
-                    f"tensor_parallel_size x data_parallel_size = {ep} ranks: it must divide them")
+    _validate_expert_parallel(cfg, rules, shape)
+
+
+def _validate_expert_parallel(cfg: Config, rules: _Rules, shape: ArchitectureShape) -> None:
+    """Experts split whole over the tensor-parallel ranks (ep size = tp size); the vocabulary
+    needs no rule, as embedding and LM head pad it to a multiple of the ranks."""
+    p = cfg.parallel
+    if not p.enable_expert_parallel:
+        return
+    tp, experts = p.tensor_parallel_size, shape.num_experts
+    if rules.check(experts > 0, "parallel.enable_expert_parallel", True,
+                   f"{shape.architecture} has no routed experts to split"):
+        rules.check(experts % tp == 0, "parallel.enable_expert_parallel", True,
+                    f"the {experts} routed experts split over tensor_parallel_size={tp} ranks: "
+                    "it must divide them")
 
 
 def _validate_kv(cfg: Config, rules: _Rules) -> None:

@@ -94,7 +94,8 @@ def serve(spec: WorkerSpec, rank: int) -> None:
     decode = msgspec.msgpack.Decoder(ToWorker).decode
     try:
         spec, backend = _join_group(spec, rank)
-        runner = spec.build_runner(spec.cfg, spec.hf, ParallelState.of_process())
+        parallel = ParallelState.of_process(spec.cfg.parallel.enable_expert_parallel)
+        runner = spec.build_runner(spec.cfg, spec.hf, parallel)
         blocks = _min_blocks(runner.num_blocks, backend)
         push.send(encode(WorkerReady(rank, blocks, runner.max_model_len, runner.vocab_size,
                                      runner.device.type)))
