@@ -115,18 +115,18 @@ def test_a_wrong_group_option_lists_the_choices():
 
 
 def test_every_broken_rule_is_reported_at_once_the_most_fundamental_first():
-    """The architecture before load.dummy, then what the engine cannot run (EP, eagle3), which
+    """The architecture before load.dummy, then what the engine cannot run (DP attention, eagle3), which
     a launcher checks with the rest; plain composition accepts what a benchmark config may name."""
     from atom.config.compose import compose
 
     v2 = "model.hf_config.architectures=[DeepseekV2ForCausalLM]"  # not implemented yet
     with pytest.raises(ConfigError) as e:
-        compose(["model=deepseek_r1", v2, "parallel=tp8", "parallel.enable_expert_parallel=true",
+        compose(["model=deepseek_r1", v2, "parallel=tp8", "parallel.enable_dp_attention=true",
                  "specdecode=mtp", "specdecode.method=eagle3", "specdecode.draft_model=/tmp",
                  "kv_cache.dtype=fp16"], launching=True)
     assert [(x.field, x.value) for x in e.value.errors] == [
         ("model", "DeepseekV2ForCausalLM"), ("load.dummy", None),
-        ("parallel.enable_expert_parallel", True), ("specdecode.method", "eagle3"),
+        ("parallel.enable_dp_attention", True), ("specdecode.method", "eagle3"),
         ("kv_cache.dtype", "fp16")]
     assert len(str(e.value).splitlines()) == 5
     with pytest.raises(ConfigError) as e:

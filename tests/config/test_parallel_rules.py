@@ -119,16 +119,16 @@ def test_every_architecture_checks_what_tp_splits(arch):
                 f"({widths['moe_intermediate_size']})") in rules
 
 
-@pytest.mark.parametrize("arch,experts", [("qwen3_moe", 4), ("deepseek_v3_q_lora", 8)])
-def test_expert_parallelism_needs_experts_that_divide_over_its_ranks(arch, experts):
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3_q_lora"])
+def test_expert_parallelism_splits_over_one_replicas_ranks(arch):
+    """Experts split whole over the tensor-parallel ranks of one replica; over dp replicas they
+    would need DP attention, which is refused by name when launching."""
     base = ["model=local", "load=dummy", "model.path=null", *_arch_overrides(arch),
             "parallel.enable_expert_parallel=true"]
-    compose([*base, "parallel=tp2"])
+    compose([*base, "parallel=tp2"], launching=True)
     with pytest.raises(ConfigError) as e:
-        compose([*base, "parallel=tp2", "parallel.data_parallel_size=3"])
-    assert [x.rule for x in e.value.errors if x.field == "parallel.enable_expert_parallel"] == [
-        f"expert parallelism splits the {experts} experts over tensor_parallel_size x "
-        "data_parallel_size = 6 ranks: it must divide them"]
+        compose([*base, "parallel=tp2", "parallel.data_parallel_size=2"], launching=True)
+    assert "parallel.enable_expert_parallel" in [x.field for x in e.value.errors]
 
 
 @pytest.mark.gpu
