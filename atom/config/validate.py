@@ -7,13 +7,14 @@ the one to fix first and no fix reveals a rule the previous launch did not menti
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from typing import Callable, Optional
 
 from atom.config.errors import ConfigError
 from atom.config.format import TOOL_CALL_PARSERS, REASONING_DIALECTS
-from atom.config.model_facts import (ArchitectureShape, check_architecture, read_architecture_shape,
-                                     remote_code_tokenizer)
+from atom.config.model_facts import (ArchitectureShape, check_architecture, local_source,
+                                     read_architecture_shape, remote_code_tokenizer)
 from atom.config.schema import Config
 
 KV_DTYPES = ("bf16", "fp8")
@@ -22,7 +23,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DUMMY_KINDS = (None, "empty", "zero", "xavier")
 LOAD_FORMATS = ("auto", "safetensors", "gguf")
 SPEC_METHODS = (None, "ngram", "mtp", "eagle3", "draft_model")
-RUNNABLE_SPEC_METHODS = (None, "ngram", "mtp")
+RUNNABLE_SPEC_METHODS = (None, "ngram", "mtp", "draft_model")
 MTP_ARCHITECTURES = ("DeepseekV3ForCausalLM",)  # those whose next-n layer atom builds
 JOBS = ("serve", "generate", "throughput", "bench")
 ENGINE_SOURCES = ("model", "synthetic", "scripted")
@@ -87,8 +88,8 @@ def validate(cfg: Config, launching: bool = False) -> Config:
 def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
     model engine does not implement: data parallelism over tensor-parallel replicas, expert
-    parallelism and DP attention, and speculative decoding methods without a proposer (eagle3,
-    draft_model)."""
+    parallelism and DP attention, and speculative decoding methods without a proposer (eagle3),
+    or whose draft the engine cannot run beside the target."""
     rules = _Rules()
     p = cfg.parallel
     rules.check(p.data_parallel_size <= 1 or p.tensor_parallel_size == 1,
@@ -100,7 +101,10 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
                     "tensor parallelism (set false)")
     rules.check(cfg.specdecode.method in RUNNABLE_SPEC_METHODS, "specdecode.method",
                 cfg.specdecode.method,
-                "not implemented yet: this method has no proposer (specdecode=ngram, mtp or none)")
+                "not implemented yet: this method has no proposer (specdecode=ngram, mtp, "
+                "draft_model or none)")
+    if cfg.specdecode.method == "draft_model" and cfg.specdecode.draft_model is not None:
+        _validate_draft_model(cfg, rules)
     if cfg.specdecode.method == "mtp":
         shape = read_architecture_shape(cfg)  # config.json / header only
         if rules.check(shape is not None and shape.num_nextn_predict_layers >= 1,
@@ -111,6 +115,51 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
                         f"next-n layers of {shape.architecture} are not implemented yet "
                         f"(mtp runs {', '.join(MTP_ARCHITECTURES)})")
     return rules.errors
+
+
+def _json(path: str) -> Optional[dict]:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _tokenizer_vocab(folder: str) -> Optional[dict]:
+    """tokenizer.json's token → id map; None where the folder has none."""
+    tok = _json(os.path.join(folder, "tokenizer.json"))
+    vocab = (tok or {}).get("model", {}).get("vocab")
+    return vocab if isinstance(vocab, dict) else None
+
+
+def _validate_draft_model(cfg: Config, rules: _Rules) -> None:
+    """The draft checkpoint (config.json and tokenizer files only): one atom runs, with the
+    target's vocabulary, since its drafts are token ids the target verifies and its q is
+    compared with the target's p id by id."""
+    field, draft = "specdecode.draft_model", cfg.specdecode.draft_model
+    if not rules.check(os.path.isdir(draft), field, draft, "not a checkpoint directory"):
+        return
+    dcfg = _json(os.path.join(draft, "config.json"))
+    if not rules.check(dcfg is not None, field, draft, "has no readable config.json"):
+        return
+    arch = (dcfg.get("architectures") or ["?"])[0]
+    try:
+        check_architecture(arch)
+    except ConfigError as e:
+        rules.check(False, field, draft, f"the draft's {e.errors[0].rule}")
+    src = local_source(cfg)
+    target = (cfg.model.hf_config if src is None and cfg.model.hf_config else
+              _json(os.path.join(str(src), "config.json")) if src is not None and src.is_dir()
+              else None)
+    if target is not None and "vocab_size" in target:
+        rules.check(dcfg.get("vocab_size") == target["vocab_size"], field, draft,
+                    f"the draft's vocab_size {dcfg.get('vocab_size')} is not the target's "
+                    f"{target['vocab_size']}")
+    tok_dir = cfg.model.tokenizer or (str(src) if src is not None and src.is_dir() else None)
+    mine, theirs = _tokenizer_vocab(draft), tok_dir and _tokenizer_vocab(tok_dir)
+    if mine is not None and theirs is not None:
+        rules.check(mine == theirs, field, draft,
+                    "the draft's tokenizer vocabulary is not the target's")
 
 
 def _validate_model(cfg: Config, rules: _Rules) -> Optional[ArchitectureShape]:

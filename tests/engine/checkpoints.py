@@ -64,11 +64,11 @@ def make_checkpoint(arch: str, root: Path, seed: int = 0, name: Optional[str] = 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     with torch.no_grad():  # random-init norms are ones; perturb so a wrong norm shows
-        for name, p in model.named_parameters():
-            if "norm" in name:
+        for pname, p in model.named_parameters():
+            if "norm" in pname:
                 p.add_(torch.randn_like(p) * 0.1)
-        for name, b in model.named_buffers():  # zeros at init: it would steer no routing
-            if name.endswith("e_score_correction_bias"):
+        for bname, b in model.named_buffers():  # zeros at init: it would steer no routing
+            if bname.endswith("e_score_correction_bias"):
                 b.add_(torch.randn_like(b) * 0.05)
     out = root / (name or arch)
     model.save_pretrained(out, safe_serialization=True)
