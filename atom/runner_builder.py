@@ -19,6 +19,7 @@ from atom.layers.forward_context import ForwardSlot
 from atom.layers.model_context import ModelContext
 from atom.layers.parallel_state import ParallelState
 from atom.loader.model_loader import build_model
+from atom.models.eagle3 import Eagle3Draft
 from atom.loader.hf_config import load_hf_config, model_source
 from atom.runner.compile import ForwardFn, compile_forward, describe_level
 from atom.runner.cpu_threads import cpu_threads
@@ -33,6 +34,7 @@ from atom.runner.profiler import StepProfiler
 from atom.spec_decode.acceptance import build_verifier
 from atom.spec_decode.draft_model_drafter import DraftModelDrafter, draft_model_config
 from atom.spec_decode.drafter import Drafter
+from atom.spec_decode.eagle3_drafter import Eagle3Drafter
 from atom.spec_decode.mtp_drafter import MTPDrafter
 
 log = logging.getLogger("atom.runner")
@@ -57,8 +59,8 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
     log.info("%s", describe_level(cfg.runtime, device, backend_name, graphs_on))
     max_model_len = cfg.model.max_model_len or int(hf.max_position_embeddings)
     spec = model_kv_spec(model, kv_dtype(cfg.kv_cache, dtype), cfg.kv_cache.block_size)
-    draft = (_draft_model(cfg, mc, device, dtype) if cfg.specdecode.method == "draft_model"
-             else None)
+    draft = (_draft_model(cfg, mc, device, dtype)
+             if cfg.specdecode.method in ("draft_model", "eagle3") else None)
     draft_spec = (model_kv_spec(draft, spec.dtype, spec.block_size) if draft is not None
                   else None)
     # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
@@ -85,30 +87,33 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
 
 def _draft_model(cfg: Config, mc: ModelContext, device: torch.device,
                  dtype: torch.dtype) -> torch.nn.Module:
-    """specdecode=draft_model's model, with its own ModelContext (its forward slot) on the
-    target's backend and ranks; loaded before the KV cache is sized, so its weights count as
-    used memory there."""
+    """specdecode=draft_model's model or eagle3's head, with its own ModelContext (its forward
+    slot) on the target's backend and ranks; loaded before the KV cache is sized, so its
+    weights count as used memory there."""
     dcfg = draft_model_config(cfg)
     dmc = ModelContext(mc.backend, mc.parallel)
+    cls = Eagle3Draft if cfg.specdecode.method == "eagle3" else None
     return build_model(dcfg.load, model_source(dcfg), load_hf_config(dcfg), dmc, device, dtype,
-                       cfg.quant.method)
+                       cfg.quant.method, cls=cls)
 
 
 def _drafter(cfg: Config, model: torch.nn.Module, kv: KVCache, max_model_len: int,
              draft: Optional[torch.nn.Module], draft_spec: Optional[KVCacheSpec],
              device: torch.device) -> Optional[Drafter]:
     """The runner-side drafter a method needs; None for core-side proposers (n-gram) and none.
-    The draft model's pool: the target's block count over the draft's layers."""
+    A draft model's or EAGLE-3 head's pool: the target's block count over its layers."""
     k, bs = cfg.specdecode.num_speculative_tokens, cfg.kv_cache.block_size
     if cfg.specdecode.method == "mtp":
         return MTPDrafter(model, k, bs, max_model_len, kv.caches, kv.scales)
     if draft is None or draft_spec is None:
         return None
     _, caches, scales = allocate(draft_spec, kv.num_blocks, device)
-    log.info("draft model KV cache: %d blocks, %.2f GiB", kv.num_blocks,
+    log.info("draft KV cache: %d blocks, %.2f GiB", kv.num_blocks,
              kv.num_blocks * draft_spec.bytes_per_block / 2**30)
     split_counters = torch.zeros(cfg.scheduler.max_num_seqs * draft_spec.max_kv_heads(),
                                  dtype=torch.int32, device=device)
+    if cfg.specdecode.method == "eagle3":
+        return Eagle3Drafter(model, draft, k, bs, max_model_len, caches, scales, split_counters)
     return DraftModelDrafter(draft, k, bs, max_model_len, caches, scales, split_counters)
 
 

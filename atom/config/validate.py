@@ -23,7 +23,11 @@ DEVICES = ("auto", "cpu", "cuda")
 DUMMY_KINDS = (None, "empty", "zero", "xavier")
 LOAD_FORMATS = ("auto", "safetensors", "gguf")
 SPEC_METHODS = (None, "ngram", "mtp", "eagle3", "draft_model")
-RUNNABLE_SPEC_METHODS = (None, "ngram", "mtp", "draft_model")
+RUNNABLE_SPEC_METHODS = (None, "ngram", "mtp", "draft_model", "eagle3")
+EAGLE3_HEAD = "LlamaForCausalLMEagle3"
+# Targets whose decoder layers take (positions, x, residual): the head's capture hooks read them.
+EAGLE3_TARGETS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                  "Qwen3ForCausalLM")
 MTP_ARCHITECTURES = ("DeepseekV3ForCausalLM",)  # those whose next-n layer atom builds
 JOBS = ("serve", "generate", "throughput", "bench")
 ENGINE_SOURCES = ("model", "synthetic", "scripted")
@@ -88,8 +92,8 @@ def validate(cfg: Config, launching: bool = False) -> Config:
 def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
     model engine does not implement: data parallelism over tensor-parallel replicas, expert
-    parallelism and DP attention, and speculative decoding methods without a proposer (eagle3),
-    or whose draft the engine cannot run beside the target."""
+    parallelism and DP attention, and speculative decoding drafts the engine cannot run beside
+    the target."""
     rules = _Rules()
     p = cfg.parallel
     rules.check(p.data_parallel_size <= 1 or p.tensor_parallel_size == 1,
@@ -101,9 +105,9 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
                     "tensor parallelism (set false)")
     rules.check(cfg.specdecode.method in RUNNABLE_SPEC_METHODS, "specdecode.method",
                 cfg.specdecode.method,
-                "not implemented yet: this method has no proposer (specdecode=ngram, mtp, "
-                "draft_model or none)")
-    if cfg.specdecode.method == "draft_model" and cfg.specdecode.draft_model is not None:
+                "not implemented yet: this method has no proposer")
+    if (cfg.specdecode.method in ("draft_model", "eagle3")
+            and cfg.specdecode.draft_model is not None):
         _validate_draft_model(cfg, rules)
     if cfg.specdecode.method == "mtp":
         shape = read_architecture_shape(cfg)  # config.json / header only
@@ -133,9 +137,10 @@ def _tokenizer_vocab(folder: str) -> Optional[dict]:
 
 
 def _validate_draft_model(cfg: Config, rules: _Rules) -> None:
-    """The draft checkpoint (config.json and tokenizer files only): one atom runs, with the
-    target's vocabulary, since its drafts are token ids the target verifies and its q is
-    compared with the target's p id by id."""
+    """The draft checkpoint (config.json and tokenizer files only): one atom runs (an EAGLE-3
+    head over a Llama/Qwen target of its hidden size, for eagle3), with the target's
+    vocabulary, since its drafts are token ids the target verifies and its q is compared with
+    the target's p id by id."""
     field, draft = "specdecode.draft_model", cfg.specdecode.draft_model
     if not rules.check(os.path.isdir(draft), field, draft, "not a checkpoint directory"):
         return
@@ -143,14 +148,28 @@ def _validate_draft_model(cfg: Config, rules: _Rules) -> None:
     if not rules.check(dcfg is not None, field, draft, "has no readable config.json"):
         return
     arch = (dcfg.get("architectures") or ["?"])[0]
-    try:
-        check_architecture(arch)
-    except ConfigError as e:
-        rules.check(False, field, draft, f"the draft's {e.errors[0].rule}")
     src = local_source(cfg)
     target = (cfg.model.hf_config if src is None and cfg.model.hf_config else
               _json(os.path.join(str(src), "config.json")) if src is not None and src.is_dir()
               else None)
+    if cfg.specdecode.method == "eagle3":
+        rules.check(arch == EAGLE3_HEAD, field, draft,
+                    f"the draft's architecture {arch} is no EAGLE-3 head ({EAGLE3_HEAD})")
+        shape = read_architecture_shape(cfg)
+        if shape is not None:
+            rules.check(shape.architecture in EAGLE3_TARGETS, "specdecode.method", "eagle3",
+                        f"EAGLE-3 over {shape.architecture} is not implemented "
+                        f"(targets: {', '.join(EAGLE3_TARGETS)})")
+        if target is not None and "hidden_size" in target:
+            want = dcfg.get("target_hidden_size") or dcfg.get("hidden_size")
+            rules.check(dcfg.get("hidden_size") == target["hidden_size"] == want, field, draft,
+                        f"the head's hidden_size {dcfg.get('hidden_size')} is not the "
+                        f"target's {target['hidden_size']}")
+    else:
+        try:
+            check_architecture(arch)
+        except ConfigError as e:
+            rules.check(False, field, draft, f"the draft's {e.errors[0].rule}")
     if target is not None and "vocab_size" in target:
         rules.check(dcfg.get("vocab_size") == target["vocab_size"], field, draft,
                     f"the draft's vocab_size {dcfg.get('vocab_size')} is not the target's "

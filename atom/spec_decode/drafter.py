@@ -80,6 +80,30 @@ def last_kept(reqs: list[ScheduledRequest], step: DraftStep, kept: dict[int, lis
     return idx, pos
 
 
+def next_tokens(reqs: list[ScheduledRequest], step: DraftStep, kept: dict[int, list[int]]
+                 ) -> torch.Tensor:
+    """The token after each of the step's positions [T]: the next input inside a row, the
+    kept tokens at its sampled positions (the last kept one past a rejection), the prompt's
+    next token at the end of a chunk."""
+    q_lens = step.meta.q_lens_cpu or []
+    ends = list(itertools.accumulate(q_lens))
+    fix_idx, fix_tok = [], []
+    for row, m in zip(step.rows, step.counts):
+        toks, end = kept[row], ends[row]
+        for j in range(m):
+            fix_idx.append(end - m + j)
+            fix_tok.append(toks[min(j, len(toks) - 1)])
+    for row, req in enumerate(reqs):
+        if req.next_token is not None:
+            fix_idx.append(ends[row] - 1)
+            fix_tok.append(req.next_token)
+    dev = step.input_ids.device
+    ids = torch.roll(step.input_ids, -1)
+    if fix_idx:
+        ids[torch.tensor(fix_idx, device=dev)] = torch.tensor(fix_tok, device=dev)
+    return ids
+
+
 class Drafter:
     """The shared loop; a drafter supplies `_catch_up` and `_decode`."""
 

@@ -21,14 +21,14 @@ row's drafts early.
 """
 from __future__ import annotations
 
-import itertools
 from typing import Optional
 
 import torch
 
 from atom.kernels.metadata import AttentionMetadata
 from atom.layers.forward_context import ForwardContext
-from atom.spec_decode.drafter import CaughtUp, Drafter, DraftStep, ScheduledRequest, last_kept
+from atom.spec_decode.drafter import (CaughtUp, Drafter, DraftStep, ScheduledRequest, last_kept,
+                                      next_tokens)
 
 
 class MTPDrafter(Drafter):
@@ -43,7 +43,7 @@ class MTPDrafter(Drafter):
     def _catch_up(self, reqs: list[ScheduledRequest], step: DraftStep,
                   kept: dict[int, list[int]]) -> CaughtUp:
         last_idx, last_pos = last_kept(reqs, step, kept)
-        y = self._run(step.positions, self._next_tokens(reqs, step, kept), step.hidden,
+        y = self._run(step.positions, next_tokens(reqs, step, kept), step.hidden,
                       step.meta)
         if not step.rows:
             return CaughtUp([], None, None, None)
@@ -56,30 +56,6 @@ class MTPDrafter(Drafter):
         assert state is not None
         y = self._run(positions, tokens, state, meta)
         return self.layer.compute_logits(y), y
-
-    @staticmethod
-    def _next_tokens(reqs: list[ScheduledRequest], step: DraftStep, kept: dict[int, list[int]]
-                     ) -> torch.Tensor:
-        """The token after each of the step's positions [T]: the next input inside a row, the
-        kept tokens at its sampled positions (the last kept one past a rejection), the prompt's
-        next token at the end of a chunk."""
-        q_lens = step.meta.q_lens_cpu or []
-        ends = list(itertools.accumulate(q_lens))
-        fix_idx, fix_tok = [], []
-        for row, m in zip(step.rows, step.counts):
-            toks, end = kept[row], ends[row]
-            for j in range(m):
-                fix_idx.append(end - m + j)
-                fix_tok.append(toks[min(j, len(toks) - 1)])
-        for row, req in enumerate(reqs):
-            if req.next_token is not None:
-                fix_idx.append(ends[row] - 1)
-                fix_tok.append(req.next_token)
-        dev = step.input_ids.device
-        ids = torch.roll(step.input_ids, -1)
-        if fix_idx:
-            ids[torch.tensor(fix_idx, device=dev)] = torch.tensor(fix_tok, device=dev)
-        return ids
 
     def _run(self, positions: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor,
              meta: AttentionMetadata) -> torch.Tensor:

@@ -46,9 +46,10 @@ class PaddedProposer:
 
 def draft_lookahead(cfg: SpecDecodeConfig) -> int:
     """KV slots past a step's tokens that its drafting writes, in the sequence's blocks: mtp
-    runs depths 2..k at the k - 1 positions after the last kept token's predecessor; a draft
-    model decodes the last kept token and its first k - 1 drafts, k positions."""
-    if cfg.method == "mtp":
+    and eagle3 run depths 2..k at the k - 1 positions after the last kept token's
+    predecessor; a draft model decodes the last kept token and its first k - 1 drafts, k
+    positions."""
+    if cfg.method in ("mtp", "eagle3"):
         return cfg.num_speculative_tokens - 1
     return cfg.num_speculative_tokens if cfg.method == "draft_model" else 0
 
@@ -60,7 +61,7 @@ def build_proposer(cfg: SpecDecodeConfig) -> Optional[Proposer]:
     proposer: Proposer
     if cfg.method == "ngram":
         proposer = NgramProposer(cfg)
-    elif cfg.method in ("mtp", "draft_model"):
+    elif cfg.method in ("mtp", "draft_model", "eagle3"):
         proposer = RunnerDrafts(cfg.num_speculative_tokens)
     else:
         raise ValueError(f"specdecode.method={cfg.method!r} has no proposer")

@@ -1,0 +1,205 @@
+"""Speculative decoding with an EAGLE-3 head (specdecode=eagle3), end to end on a tiny llama
+target and tiny random heads written under the published checkpoints' names: the head's first
+draft is what an independent torch EAGLE-3 over transformers' hidden states proposes, greedy
+output is the plain output token for token, stops inside accepted runs end where the plain
+output ends, and at temperature > 0 the rejection sampler keeps the target's distribution."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from atom import SamplingParams
+from atom.config.compose import compose
+from atom.config.errors import ConfigError
+from atom.model_engine.messages import EngineRequest
+from tests.engine.checkpoints import ARCHS, COMMON, local_engine, make_checkpoint
+from tests.engine.spec_steps import flat, run
+
+MAX_TOKENS = 24
+GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+H, HEADS, KV_HEADS, HEAD_DIM, INTER, VOCAB, DRAFT_VOCAB = 64, 4, 2, 16, 128, 256, 96
+TARGET_LAYERS = 6  # aux layers 2, 3, 3
+
+
+def make_eagle3(root, seed: int = 3, norm_before_residual: bool = False):
+    """A random EAGLE-3 head for the tiny llama target (COMMON's sizes and its rope, as the
+    published heads carry their target's), with a reduced
+    vocabulary of DRAFT_VOCAB target ids (d2t offsets, t2d mask) and a copy of an embedding
+    the loader must leave out."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *shape: torch.randn(*shape, generator=g) * 0.2  # noqa: E731
+    ids = torch.randperm(VOCAB, generator=g)[:DRAFT_VOCAB].sort().values
+    t2d = torch.zeros(VOCAB, dtype=torch.bool)
+    t2d[ids] = True
+    tensors = {
+        "fc.weight": r(H, 3 * H), "norm.weight": 1 + r(H), "lm_head.weight": r(DRAFT_VOCAB, H),
+        "d2t": ids - torch.arange(DRAFT_VOCAB), "t2d": t2d, "embed_tokens.weight": r(VOCAB, H),
+        "midlayer.input_layernorm.weight": 1 + r(H), "midlayer.hidden_norm.weight": 1 + r(H),
+        "midlayer.post_attention_layernorm.weight": 1 + r(H),
+        "midlayer.self_attn.q_proj.weight": r(HEADS * HEAD_DIM, 2 * H),
+        "midlayer.self_attn.k_proj.weight": r(KV_HEADS * HEAD_DIM, 2 * H),
+        "midlayer.self_attn.v_proj.weight": r(KV_HEADS * HEAD_DIM, 2 * H),
+        "midlayer.self_attn.o_proj.weight": r(H, HEADS * HEAD_DIM),
+        "midlayer.mlp.gate_proj.weight": r(INTER, H), "midlayer.mlp.up_proj.weight": r(INTER, H),
+        "midlayer.mlp.down_proj.weight": r(H, INTER),
+    }
+    out = root / f"eagle3_{seed}_{norm_before_residual}"
+    out.mkdir()
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = {**COMMON, "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+              "num_hidden_layers": 1, "draft_vocab_size": DRAFT_VOCAB, "hidden_act": "silu",
+              **ARCHS["llama"][1], "torch_dtype": "float32",
+              "norm_before_residual": norm_before_residual}
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def _eagle3(path, k: int) -> tuple[str, ...]:
+    return ("specdecode=eagle3", f"specdecode.draft_model={path}",
+            f"specdecode.num_speculative_tokens={k}")
+
+
+def _engine(path, *extra: str):
+    return local_engine(path, "kv_cache.block_size=4", *extra)
+
+
+def _prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(11)
+    return [torch.randint(3, 256, (n,), generator=g).tolist() for n in (1, 6, 19, 33)]
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    return make_checkpoint("llama", tmp_path_factory.mktemp("target"),
+                           num_hidden_layers=TARGET_LAYERS)
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory):
+    root = tmp_path_factory.mktemp("heads")
+    return {nbr: make_eagle3(root, norm_before_residual=nbr) for nbr in (False, True)}
+
+
+@pytest.fixture(scope="module")
+def plain_output(target):
+    return [flat(c) for c in run(_engine(target), _prompts(), GREEDY)[0]]
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + COMMON["rms_norm_eps"]) * w
+
+
+def _reference_first_draft(target, head, prompt: list[int]) -> int:
+    """EAGLE-3's first draft after the prompt, in plain torch over transformers' hidden states
+    (hidden_states[i] is the input of layer i): position i reads fc of the states at i and the
+    embedding of the token after i (the prompt's, then the target's greedy token); the draft
+    is the argmax of the last position's logits, mapped through d2t."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    hf = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+    w = load_file(str(head / "model.safetensors"))
+    nbr = json.loads((head / "config.json").read_text())["norm_before_residual"]
+    with torch.no_grad():
+        out = hf(torch.tensor([prompt]), output_hidden_states=True)
+        first = int(out.logits[0, -1].argmax())
+        hs = out.hidden_states
+        aux = torch.cat([hs[2][0], hs[3][0], hs[3][0]], -1)
+        nxt = torch.tensor(prompt[1:] + [first])
+        e = _rms(hf.model.embed_tokens(nxt), w["midlayer.input_layernorm.weight"])
+        hidden = aux @ w["fc.weight"].T
+        h = _rms(hidden, w["midlayer.hidden_norm.weight"])
+        residual = h if nbr else hidden
+        x = torch.cat([e, h], -1)
+        n = len(prompt)
+        q = (x @ w["midlayer.self_attn.q_proj.weight"].T).view(n, HEADS, HEAD_DIM).transpose(0, 1)
+        k = (x @ w["midlayer.self_attn.k_proj.weight"].T).view(n, KV_HEADS, HEAD_DIM).transpose(0, 1)
+        v = (x @ w["midlayer.self_attn.v_proj.weight"].T).view(n, KV_HEADS, HEAD_DIM).transpose(0, 1)
+        cos, sin = hf.model.rotary_emb(x.unsqueeze(0), torch.arange(n).unsqueeze(0))
+        q, k = apply_rotary_pos_emb(q.unsqueeze(0), k.unsqueeze(0), cos, sin)
+        rep = HEADS // KV_HEADS
+        k, v = k[0].repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)
+        a = F.scaled_dot_product_attention(q[0], k, v, is_causal=True)
+        a = a.transpose(0, 1).reshape(n, -1) @ w["midlayer.self_attn.o_proj.weight"].T
+        residual = a + residual
+        m = _rms(residual, w["midlayer.post_attention_layernorm.weight"])
+        m = (F.silu(m @ w["midlayer.mlp.gate_proj.weight"].T) * (m @ w["midlayer.mlp.up_proj.weight"].T)
+             ) @ w["midlayer.mlp.down_proj.weight"].T
+        y = _rms(m + residual, w["norm.weight"])
+        d = int((y[-1] @ w["lm_head.weight"].T).argmax())
+    return d + int(w["d2t"][d])
+
+
+@pytest.mark.parametrize("nbr", [False, True], ids=["eagle3", "norm_before_residual"])
+def test_the_first_draft_is_the_reference_eagle3s(target, heads, nbr):
+    engine = _engine(target, *_eagle3(heads[nbr], 1))
+    core = engine.core
+    for i, prompt in enumerate(_prompts()):
+        core.add_request(EngineRequest(request_id=str(i), prompt_token_ids=prompt,
+                                       sampling_params=GREEDY))
+        core.step()
+        seq = next(s for s in core.scheduler.running if s.request_id == str(i))
+        assert seq.spec_token_ids == [_reference_first_draft(target, heads[nbr], prompt)], i
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_greedy_output_with_a_random_eagle3_head_is_the_plain_output(target, heads,
+                                                                     plain_output, k):
+    engine = _engine(target, *_eagle3(heads[False], k))
+    got, _ = run(engine, _prompts(), GREEDY)
+    assert [flat(c) for c in got] == plain_output
+    s = engine.core.stats()
+    assert s.spec_draft_tokens > 0
+    assert s.spec_accepted_tokens <= 0.1 * s.spec_draft_tokens
+
+
+@pytest.mark.parametrize("extra", [("kv_cache.num_blocks=16", "scheduler.reserve_ratio=0",
+                                    "scheduler.max_num_batched_tokens=8"),
+                                   ("kv_cache.enable_prefix_caching=true",)],
+                         ids=["chunked_and_preempting", "prefix_cache"])
+def test_chunked_prefill_preemption_and_prefix_caching_keep_greedy_output(
+        target, heads, plain_output, extra):
+    engine = _engine(target, *_eagle3(heads[True], 3), *extra)
+    got, _ = run(engine, _prompts(), GREEDY)
+    assert [flat(c) for c in got] == plain_output
+    if "kv_cache.num_blocks=16" in extra:
+        assert engine.core.stats().num_preempted_total > 0
+
+
+def test_sampled_output_is_reproducible_and_keeps_greedy_rows_exact(target, heads,
+                                                                     plain_output):
+    """Seeded rows at temperature 0.8 beside greedy rows: the greedy rows are the plain
+    output, and the seeded rows draw the same tokens twice (q over the target's vocabulary,
+    zero outside the head's)."""
+    engine = _engine(target, *_eagle3(heads[False], 2))
+    sampled = SamplingParams(temperature=0.8, max_tokens=MAX_TOKENS, ignore_eos=True, seed=3)
+    first = engine.generate(_prompts(), sampled)
+    again = engine.generate(_prompts(), sampled)
+    assert [o["token_ids"] for o in first] == [o["token_ids"] for o in again]
+    assert [flat(c) for c in run(engine, _prompts(), GREEDY)[0]] == plain_output
+
+
+def _refusal(target, head) -> ConfigError:
+    with pytest.raises(ConfigError) as e:
+        compose(["model=local", f"model.path={target}", "runtime=cpu", *_eagle3(head, 2)],
+                launching=True)
+    return e.value
+
+
+def test_a_checkpoint_that_is_no_eagle3_head_is_refused(target):
+    e = _refusal(target, target)
+    assert [x.field for x in e.errors] == ["specdecode.draft_model"]
+    assert "is no EAGLE-3 head" in str(e)
+
+
+def test_a_head_of_another_width_is_refused(tmp_path, heads):
+    narrow = make_checkpoint("llama", tmp_path, hidden_size=32, num_attention_heads=2)
+    e = _refusal(narrow, heads[False])
+    assert [x.field for x in e.errors] == ["specdecode.draft_model"]
+    assert "hidden_size 64 is not the target's 32" in str(e)
