@@ -23,7 +23,6 @@ DEVICES = ("auto", "cpu", "cuda")
 DUMMY_KINDS = (None, "empty", "zero", "xavier")
 LOAD_FORMATS = ("auto", "safetensors", "gguf")
 SPEC_METHODS = (None, "ngram", "mtp", "eagle3", "draft_model")
-RUNNABLE_SPEC_METHODS = (None, "ngram", "mtp", "draft_model", "eagle3")
 EAGLE3_HEAD = "LlamaForCausalLMEagle3"
 # Targets whose decoder layers take (positions, x, residual): the head's capture hooks read them.
 EAGLE3_TARGETS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
@@ -103,9 +102,6 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
                       ("parallel.enable_dp_attention", p.enable_dp_attention)):
         rules.check(not on, field, on, "not implemented yet: experts and attention shard with "
                     "tensor parallelism (set false)")
-    rules.check(cfg.specdecode.method in RUNNABLE_SPEC_METHODS, "specdecode.method",
-                cfg.specdecode.method,
-                "not implemented yet: this method has no proposer")
     if (cfg.specdecode.method in ("draft_model", "eagle3")
             and cfg.specdecode.draft_model is not None):
         _validate_draft_model(cfg, rules)

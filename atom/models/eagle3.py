@@ -78,9 +78,10 @@ class Eagle3Draft(nn.Module):
             self.d2t = nn.Parameter(torch.zeros(draft_vocab, dtype=torch.long),
                                     requires_grad=False)
 
-    @staticmethod
-    def skip_weight(name: str) -> bool:
-        return name == "t2d" or name.endswith("embed_tokens.weight")
+    def skip_weight(self, name: str) -> bool:
+        """t2d and the embedding's copy; d2t too when the head's vocabulary is the target's."""
+        return (name == "t2d" or name.endswith("embed_tokens.weight")
+                or (name == "d2t" and self.d2t is None))
 
     def draft_hidden(self, positions: torch.Tensor, embeds: torch.Tensor,
                      hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

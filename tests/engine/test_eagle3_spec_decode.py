@@ -15,8 +15,9 @@ from atom import SamplingParams
 from atom.config.compose import compose
 from atom.config.errors import ConfigError
 from atom.model_engine.messages import EngineRequest
+from atom.spec_decode.stats import mtp_stats_json
 from tests.engine.checkpoints import ARCHS, COMMON, local_engine, make_checkpoint
-from tests.engine.spec_steps import flat, run
+from tests.engine.spec_steps import chain_pvalue, flat, inside_runs, run, transition
 
 MAX_TOKENS = 24
 GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
@@ -198,8 +199,147 @@ def test_a_checkpoint_that_is_no_eagle3_head_is_refused(target):
     assert "is no EAGLE-3 head" in str(e)
 
 
+def test_a_target_that_is_no_llama_or_qwen_is_refused(tmp_path, heads):
+    moe = make_checkpoint("qwen3_moe", tmp_path)
+    e = _refusal(moe, heads[False])
+    assert [x.field for x in e.errors] == ["specdecode.method"]
+    assert "EAGLE-3 over Qwen3MoeForCausalLM is not implemented" in str(e)
+
+
 def test_a_head_of_another_width_is_refused(tmp_path, heads):
     narrow = make_checkpoint("llama", tmp_path, hidden_size=32, num_attention_heads=2)
     e = _refusal(narrow, heads[False])
     assert [x.field for x in e.errors] == ["specdecode.draft_model"]
     assert "hidden_size 64 is not the target's 32" in str(e)
+
+
+def _context_free_target(root):
+    """A llama whose logits at a position are a function of that position's token (every
+    o_proj and down_proj zero: the residual stream is the embedding)."""
+    from safetensors.torch import load_file, save_file
+
+    path = make_checkpoint("llama", root, name="context_free", num_hidden_layers=TARGET_LAYERS)
+    tensors = load_file(str(path / "model.safetensors"))
+    for name, t in tensors.items():
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            t.zero_()
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
+def make_self_drafting_eagle3(root, target, head_noise: float = 0.0):
+    """A full-vocabulary head that computes what the context-free target will: its attention
+    reads only the embedding half of its input (q = k = 5 [I, 0] per head, 4 KV heads, so each
+    position attends to itself: a diagonal score 16 * 25 / 4 = 100 against off-diagonal ones
+    near 25), v = [I, 0] and o = I pass the normed embedding of the next token through, fc,
+    hidden_norm and down_proj are zero (with norm_before_residual the residual stays zero at
+    every depth), and norm and lm_head are the target's: its logits at position i are the
+    target's at i + 1. head_noise > 0 perturbs lm_head by that fraction of its spread."""
+    from safetensors.torch import load_file, save_file
+
+    t = load_file(str(target / "model.safetensors"))
+    eye, zero = torch.eye(H), torch.zeros(H, H)
+    half = torch.cat([eye, zero], 1)
+    head = t["lm_head.weight"]
+    noise = torch.randn(head.shape, generator=torch.Generator().manual_seed(2))
+    tensors = {
+        "fc.weight": torch.zeros(H, 3 * H), "norm.weight": t["model.norm.weight"].clone(),
+        "lm_head.weight": head + head_noise * head.std() * noise,
+        "midlayer.input_layernorm.weight": torch.ones(H),
+        "midlayer.hidden_norm.weight": torch.zeros(H),
+        "midlayer.post_attention_layernorm.weight": torch.ones(H),
+        "midlayer.self_attn.q_proj.weight": 5 * half, "midlayer.self_attn.k_proj.weight": 5 * half,
+        "midlayer.self_attn.v_proj.weight": half.clone(), "midlayer.self_attn.o_proj.weight": eye,
+        "midlayer.mlp.gate_proj.weight": torch.zeros(INTER, H),
+        "midlayer.mlp.up_proj.weight": torch.zeros(INTER, H),
+        "midlayer.mlp.down_proj.weight": torch.zeros(H, INTER),
+    }
+    out = root / f"self_eagle3_{head_noise}"
+    out.mkdir()
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = {**COMMON, **ARCHS["llama"][1], "architectures": ["LlamaForCausalLMEagle3"],
+              "model_type": "llama", "num_hidden_layers": 1, "num_key_value_heads": HEADS,
+              "hidden_act": "silu", "torch_dtype": "float32", "norm_before_residual": True}
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+@pytest.fixture(scope="module")
+def context_free(tmp_path_factory):
+    root = tmp_path_factory.mktemp("context_free")
+    path = _context_free_target(root)
+    return path, make_self_drafting_eagle3(root, path)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_self_drafting_head_is_always_accepted_and_exact(context_free, k):
+    path, head = context_free
+    plain, plain_steps = run(_engine(path), _prompts(), GREEDY)
+    engine = _engine(path, *_eagle3(head, k))
+    got, steps = run(engine, _prompts(), GREEDY)
+    assert [flat(c) for c in got] == [flat(c) for c in plain]
+    s = engine.core.stats()
+    assert s.spec_draft_tokens > 0 and s.spec_accepted_tokens == s.spec_draft_tokens
+    assert steps < plain_steps
+    stats = mtp_stats_json(s, "eagle3")
+    assert stats["acceptance_rate"] == 1.0 and stats["per_position_acceptance"] == [1.0] * k
+
+
+@pytest.mark.parametrize("how", ["max_tokens", "stop_token", "eos"])
+def test_a_stop_inside_an_accepted_run_ends_where_the_plain_output_ends(context_free, how):
+    path, head = context_free
+    plain, spec = _engine(path), _engine(path, *_eagle3(head, 3))
+    prompt = _prompts()[2:3]
+    chunks = run(spec, prompt, GREEDY)[0][0]
+    full = flat(chunks)
+    positions = inside_runs(chunks)
+    assert positions, chunks
+    for p in positions[:3]:
+        if how == "max_tokens":
+            params = SamplingParams(temperature=0, max_tokens=p + 1, ignore_eos=True)
+        elif how == "stop_token":
+            params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True,
+                                    stop_token_ids=[full[p]])
+        else:
+            params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
+            for e in (plain, spec):  # this test's EOS: the token at p
+                e.core.scheduler.eos = {full[p]}
+        want = flat(run(plain, prompt, params)[0][0])
+        got = flat(run(spec, prompt, params)[0][0])
+        assert want == full[:p + 1]
+        assert got == want, (how, p)
+
+
+def test_sampled_output_through_the_rejection_sampler_has_the_targets_distribution(
+        context_free, tmp_path):
+    """Top-k 3 at temperature 0.1, k = 2 drafts sampled from a head whose lm_head is a
+    perturbed copy of the target's: over 3,000 one-token prompts the outputs (t1..t4) follow
+    the target's chain (chi-square, 0.1% level), with both acceptances and rejections seen."""
+    path, _ = context_free
+    head = make_self_drafting_eagle3(tmp_path, path, head_noise=0.5)
+    n, x = 3000, 17
+    params = SamplingParams(temperature=0.1, top_k=3, max_tokens=4, ignore_eos=True)
+    engine = local_engine(path, *_eagle3(head, 2), "scheduler.max_num_seqs=256")
+    outs = [o["token_ids"] for o in engine.generate([[x]] * n, params)]
+    s = engine.core.stats()
+    assert 0.2 * s.spec_draft_tokens < s.spec_accepted_tokens < 0.95 * s.spec_draft_tokens
+    assert chain_pvalue(outs, transition(path, 3, 0.1), x) > 1e-3
+
+
+def test_a_seeded_sampled_request_is_the_same_alone_and_in_a_batch(context_free, tmp_path):
+    """Its generator decides every number its target samples, its drafts and its rejection
+    draws use, so the rows beside it change nothing."""
+    path, _ = context_free
+    engine = _engine(path, *_eagle3(make_self_drafting_eagle3(tmp_path, path, 0.5), 2))
+    seeded = SamplingParams(temperature=0.1, top_k=3, max_tokens=MAX_TOKENS, ignore_eos=True,
+                            seed=7)
+    others = SamplingParams(temperature=0.5, max_tokens=MAX_TOKENS, ignore_eos=True)
+    alone = engine.generate(_prompts()[1:2], seeded)[0]["token_ids"]
+    ids = engine.add_request(_prompts(), others)
+    mine = engine.add_request(_prompts()[1], seeded)[0]
+    done: dict[str, list[int]] = {}
+    while not engine.is_finished():
+        for o in engine.step():
+            done[o["request_id"]] = o["token_ids"]
+    assert done[mine] == alone and len(ids) == 4
+    assert engine.stats().spec_accepted_tokens > 0

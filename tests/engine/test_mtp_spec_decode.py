@@ -150,14 +150,6 @@ def test_mtp_on_an_architecture_whose_next_n_layer_is_not_built_is_refused():
     assert "Glm4MoeForCausalLM are not implemented yet" in str(e.value)
 
 
-def test_eagle3_stays_refused_by_name(random_mtp):
-    with pytest.raises(ConfigError) as e:
-        local_engine(random_mtp, "specdecode=mtp", "specdecode.method=eagle3",
-                     f"specdecode.draft_model={random_mtp}")
-    assert [x.field for x in e.value.errors] == ["specdecode.method"]
-    assert "has no proposer" in str(e.value)
-
-
 def test_forced_acceptance_keeps_the_published_rate_with_mtp(random_mtp):
     """Benchmark mode (the issue's 0.81 for k = 1, here over k = 3): a random layer's drafts
     are kept by the schedule, not by agreement, so the realized rate is the one asked for."""
