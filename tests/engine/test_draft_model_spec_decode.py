@@ -221,3 +221,43 @@ def test_a_draft_whose_tokenizer_differs_is_refused(target, random_draft, tmp_pa
     assert "tokenizer vocabulary is not the target's" in str(_refusal(t, d))
     (d / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}}))
     compose(["model=local", f"model.path={t}", "runtime=cpu", *_draft(d, 2)], launching=True)
+
+
+def test_two_ranks_draft_and_verify_as_one_process(target, random_draft, plain_output):
+    """Tensor parallelism on two gloo ranks: every rank runs its shard of the target and of the
+    draft (one KV head of the draft's one, replicated), rank 0's drafts come back with its
+    answer, and the output is one process's."""
+    for draft in (target, random_draft):
+        engine = _engine(target, *_draft(draft, 2), "parallel.tensor_parallel_size=2")
+        try:
+            got, _ = run(engine, _prompts(), GREEDY)
+            s = engine.core.stats()
+        finally:
+            engine.shutdown()
+        assert [flat(c) for c in got] == plain_output
+        assert s.spec_draft_tokens > 0
+        if draft == target:
+            assert s.spec_accepted_tokens == s.spec_draft_tokens
+
+
+GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+@pytest.mark.parametrize("kernels", ["torch", "triton"])
+@GPU[0]
+@GPU[1]
+def test_on_the_gpu_a_draft_model_keeps_greedy_output_and_sampled_drafts_run_the_kernel(
+        target, random_draft, kernels):
+    """float32 on CUDA (bf16 near-ties would make the comparison about rounding): greedy with
+    a draft model is the plain output; sampled drafts go through the Triton rejection kernel."""
+    cuda = ("runtime.device=cuda", "model.dtype=float32", f"runtime.kernels={kernels}")
+    want = [flat(c) for c in run(_engine(target, *cuda), _prompts(), GREEDY)[0]]
+    for draft in (random_draft, target):
+        got = [flat(c) for c in run(_engine(target, *cuda, *_draft(draft, 3)), _prompts(),
+                                    GREEDY)[0]]
+        assert got == want
+    engine = _engine(target, *cuda, *_draft(target, 3))
+    sampled = SamplingParams(temperature=0.8, max_tokens=MAX_TOKENS, ignore_eos=True, seed=3)
+    first = run(engine, _prompts(), sampled)[0]
+    assert run(engine, _prompts(), sampled)[0] == first  # seeded: reproducible
+    assert engine.core.stats().spec_accepted_tokens > 0

@@ -343,3 +343,44 @@ def test_a_seeded_sampled_request_is_the_same_alone_and_in_a_batch(context_free,
             done[o["request_id"]] = o["token_ids"]
     assert done[mine] == alone and len(ids) == 4
     assert engine.stats().spec_accepted_tokens > 0
+
+
+def test_two_ranks_draft_and_verify_as_one_process(context_free):
+    """Tensor parallelism on two gloo ranks: the head's attention and its reduced-vocabulary
+    LM head are sharded like the target's, every rank captures its target's states, and the
+    output is one process's, every draft accepted."""
+    path, head = context_free
+    want = [flat(c) for c in run(_engine(path), _prompts(), GREEDY)[0]]
+    engine = _engine(path, *_eagle3(head, 2), "parallel.tensor_parallel_size=2")
+    try:
+        got, _ = run(engine, _prompts(), GREEDY)
+        s = engine.core.stats()
+    finally:
+        engine.shutdown()
+    assert [flat(c) for c in got] == want
+    assert s.spec_draft_tokens > 0 and s.spec_accepted_tokens == s.spec_draft_tokens
+
+
+GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+@pytest.mark.parametrize("kernels", ["torch", "triton"])
+@GPU[0]
+@GPU[1]
+def test_on_the_gpu_eagle3_keeps_greedy_output_and_sampled_drafts_run_the_kernel(
+        target, heads, context_free, kernels):
+    """float32 on CUDA: greedy with a random head (reduced vocabulary) is the plain output, a
+    self-drafting head is accepted every time, seeded sampled rows are reproducible."""
+    cuda = ("runtime.device=cuda", "model.dtype=float32", f"runtime.kernels={kernels}")
+    want = [flat(c) for c in run(_engine(target, *cuda), _prompts(), GREEDY)[0]]
+    got = [flat(c) for c in run(_engine(target, *cuda, *_eagle3(heads[False], 3)), _prompts(),
+                                GREEDY)[0]]
+    assert got == want
+    path, head = context_free
+    engine = _engine(path, *cuda, *_eagle3(head, 3))
+    run(engine, _prompts(), GREEDY)
+    s = engine.core.stats()
+    assert s.spec_accepted_tokens == s.spec_draft_tokens > 0
+    sampled = SamplingParams(temperature=0.8, max_tokens=MAX_TOKENS, ignore_eos=True, seed=3)
+    first = run(engine, _prompts(), sampled)[0]
+    assert run(engine, _prompts(), sampled)[0] == first
