@@ -34,7 +34,7 @@ from atom.runner.profiler import StepProfiler
 from atom.spec_decode.acceptance import build_verifier
 from atom.spec_decode.draft_model_drafter import DraftModelDrafter, draft_model_config
 from atom.spec_decode.drafter import Drafter
-from atom.spec_decode.eagle3_drafter import Eagle3Drafter
+from atom.spec_decode.eagle3_drafter import AuxCapture, Eagle3Drafter
 from atom.spec_decode.mtp_drafter import MTPDrafter
 
 log = logging.getLogger("atom.runner")
@@ -63,6 +63,8 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
              if cfg.specdecode.method in ("draft_model", "eagle3") else None)
     draft_spec = (model_kv_spec(draft, spec.dtype, spec.block_size) if draft is not None
                   else None)
+    aux = (AuxCapture(model, draft) if draft is not None and cfg.specdecode.method == "eagle3"
+           else None)
     # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
     # every step and every captured graph.
     split_counters = torch.zeros(cfg.scheduler.max_num_seqs * spec.max_kv_heads(),
@@ -74,7 +76,7 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
              kv.num_blocks, spec.block_size, kv.num_blocks * spec.block_size,
              kv.num_blocks * spec.bytes_per_block / 2**30,
              describe_kv_dtype(cfg.kv_cache, spec.dtype), backend_name)
-    drafter = _drafter(cfg, model, kv, max_model_len, draft, draft_spec, device)
+    drafter = _drafter(cfg, model, kv, max_model_len, draft, draft_spec, aux, device)
     if graphs_on and drafter is not None:
         log.info("CUDA graphs: none with a runner-side drafter (its steps run eager)")
     graphs = (_decode_graphs(cfg, logits, kv, split_counters, device, mc, max_model_len)
@@ -99,7 +101,7 @@ def _draft_model(cfg: Config, mc: ModelContext, device: torch.device,
 
 def _drafter(cfg: Config, model: torch.nn.Module, kv: KVCache, max_model_len: int,
              draft: Optional[torch.nn.Module], draft_spec: Optional[KVCacheSpec],
-             device: torch.device) -> Optional[Drafter]:
+             aux: Optional[AuxCapture], device: torch.device) -> Optional[Drafter]:
     """The runner-side drafter a method needs; None for core-side proposers (n-gram) and none.
     A draft model's or EAGLE-3 head's pool: the target's block count over its layers."""
     k, bs = cfg.specdecode.num_speculative_tokens, cfg.kv_cache.block_size
@@ -112,8 +114,9 @@ def _drafter(cfg: Config, model: torch.nn.Module, kv: KVCache, max_model_len: in
              kv.num_blocks * draft_spec.bytes_per_block / 2**30)
     split_counters = torch.zeros(cfg.scheduler.max_num_seqs * draft_spec.max_kv_heads(),
                                  dtype=torch.int32, device=device)
-    if cfg.specdecode.method == "eagle3":
-        return Eagle3Drafter(model, draft, k, bs, max_model_len, caches, scales, split_counters)
+    if aux is not None:
+        return Eagle3Drafter(model, draft, aux, k, bs, max_model_len, caches, scales,
+                             split_counters)
     return DraftModelDrafter(draft, k, bs, max_model_len, caches, scales, split_counters)
 
 
