@@ -15,6 +15,7 @@ writes them again before any query reads them.
 from __future__ import annotations
 
 import itertools
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Optional, Protocol, Sequence
 
@@ -104,7 +105,7 @@ def next_tokens(reqs: list[ScheduledRequest], step: DraftStep, kept: dict[int, l
     return ids
 
 
-class Drafter:
+class Drafter(ABC):
     """The shared loop; a drafter supplies `_catch_up` and `_decode`."""
 
     def __init__(self, k: int, block_size: int, max_model_len: int) -> None:
@@ -112,15 +113,15 @@ class Drafter:
         # request id → (the sampled drafts, their q [len, V]) until the step that verifies them
         self._q: dict[str, tuple[list[int], torch.Tensor]] = {}
 
+    @abstractmethod
     def _catch_up(self, reqs: list[ScheduledRequest], step: DraftStep,
-                  kept: dict[int, list[int]]) -> CaughtUp:
-        raise NotImplementedError
+                  kept: dict[int, list[int]]) -> CaughtUp: ...
 
+    @abstractmethod
     def _decode(self, positions: torch.Tensor, tokens: torch.Tensor,
                 state: Optional[torch.Tensor], meta: AttentionMetadata
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """(logits [n, V], the next decode's state) of one query per live row."""
-        raise NotImplementedError
 
     def forget(self, request_ids: Sequence[str]) -> None:
         for rid in request_ids:
