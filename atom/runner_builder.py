@@ -117,7 +117,8 @@ def _drafter(cfg: Config, model: torch.nn.Module, kv: KVCache, max_model_len: in
     if aux is not None:
         return Eagle3Drafter(model, draft, aux, k, bs, max_model_len, caches, scales,
                              split_counters)
-    return DraftModelDrafter(draft, k, bs, max_model_len, caches, scales, split_counters)
+    return DraftModelDrafter(draft, k, bs, max_model_len, caches, scales, split_counters,
+                             int(model.hf_config.vocab_size))
 
 
 def _kv_cache(cfg: Config, spec: KVCacheSpec, device: torch.device, slot: ForwardSlot,

@@ -126,17 +126,22 @@ def _json(path: str) -> Optional[dict]:
 
 
 def _tokenizer_vocab(folder: str) -> Optional[dict]:
-    """tokenizer.json's token → id map; None where the folder has none."""
+    """tokenizer.json's token → id map, its added (special) tokens included; None where the
+    folder has none."""
     tok = _json(os.path.join(folder, "tokenizer.json"))
     vocab = (tok or {}).get("model", {}).get("vocab")
-    return vocab if isinstance(vocab, dict) else None
+    if not isinstance(vocab, dict):
+        return None
+    return {**vocab, **{a["content"]: a["id"] for a in tok.get("added_tokens") or ()}}
 
 
 def _validate_draft_model(cfg: Config, rules: _Rules) -> None:
     """The draft checkpoint (config.json and tokenizer files only): one atom runs (an EAGLE-3
     head over a Llama/Qwen target of its hidden size, for eagle3), with the target's
     vocabulary, since its drafts are token ids the target verifies and its q is compared with
-    the target's p id by id."""
+    the target's p id by id. A draft model's config may pad the vocabulary to another size
+    (Qwen2.5-0.5B: 151936, 7B: 152064) where both tokenizers are the same and both sizes hold
+    every id of it: its logits are cut or padded to the target's."""
     field, draft = "specdecode.draft_model", cfg.specdecode.draft_model
     if not rules.check(os.path.isdir(draft), field, draft, "not a checkpoint directory"):
         return
@@ -166,15 +171,22 @@ def _validate_draft_model(cfg: Config, rules: _Rules) -> None:
             check_architecture(arch)
         except ConfigError as e:
             rules.check(False, field, draft, f"the draft's {e.errors[0].rule}")
-    if target is not None and "vocab_size" in target:
-        rules.check(dcfg.get("vocab_size") == target["vocab_size"], field, draft,
-                    f"the draft's vocab_size {dcfg.get('vocab_size')} is not the target's "
-                    f"{target['vocab_size']}")
     tok_dir = cfg.model.tokenizer or (str(src) if src is not None and src.is_dir() else None)
     mine, theirs = _tokenizer_vocab(draft), tok_dir and _tokenizer_vocab(tok_dir)
     if mine is not None and theirs is not None:
         rules.check(mine == theirs, field, draft,
                     "the draft's tokenizer vocabulary is not the target's")
+    if target is None or "vocab_size" not in target:
+        return
+    dv, tv = dcfg.get("vocab_size"), target["vocab_size"]
+    if cfg.specdecode.method == "draft_model" and mine is not None and mine == theirs:
+        size = max(mine.values()) + 1
+        rules.check(isinstance(dv, int) and dv >= size and tv >= size, field, draft,
+                    f"the draft's vocab_size {dv} or the target's {tv} is short of their "
+                    f"tokenizer's {size} ids")
+    else:
+        rules.check(dv == tv, field, draft,
+                    f"the draft's vocab_size {dv} is not the target's {tv}")
 
 
 def _validate_model(cfg: Config, rules: _Rules) -> Optional[ArchitectureShape]:

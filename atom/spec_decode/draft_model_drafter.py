@@ -18,6 +18,7 @@ import dataclasses
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 from atom.config.schema import Config
 from atom.kernels.metadata import AttentionMetadata
@@ -35,9 +36,13 @@ def draft_model_config(cfg: Config) -> Config:
 
 class DraftModelDrafter(Drafter):
     def __init__(self, model: torch.nn.Module, k: int, block_size: int, max_model_len: int,
-                 kv_caches: list, kv_scales: list, split_counters: torch.Tensor) -> None:
+                 kv_caches: list, kv_scales: list, split_counters: torch.Tensor,
+                 vocab_size: int) -> None:
         super().__init__(k, block_size, max_model_len)
         self.model, self.slot = model, model.context.forward  # the draft's own slot
+        # The target's and the draft's: validation admits different sizes only as paddings of
+        # one tokenizer, so ids past either are no tokens.
+        self.vocab_size, self.draft_vocab = vocab_size, int(model.hf_config.vocab_size)
         self.kv_caches, self.kv_scales = kv_caches, kv_scales
         # The decode kernel's counters sized by the draft's KV heads, which may exceed the
         # target's.
@@ -55,11 +60,19 @@ class DraftModelDrafter(Drafter):
     def _decode(self, positions: torch.Tensor, tokens: torch.Tensor,
                 state: Optional[torch.Tensor], meta: AttentionMetadata
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        return self.model.compute_logits(self._forward(tokens, positions, meta)), None
+        logits = self.model.compute_logits(self._forward(tokens, positions, meta))
+        extra = self.vocab_size - logits.shape[-1]
+        if extra < 0:
+            logits = logits[:, :self.vocab_size]
+        elif extra > 0:
+            logits = F.pad(logits, (0, extra), value=float("-inf"))
+        return logits, None
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor,
                  meta: AttentionMetadata) -> torch.Tensor:
         meta = dataclasses.replace(meta, split_counters=self.split_counters)
+        if self.draft_vocab < self.vocab_size:  # a target id past the tokenizer's
+            ids = ids.clamp(max=self.draft_vocab - 1)
         with self.slot.using(ForwardContext(meta, self.kv_caches, self.kv_scales)):
             return self.model(ids, positions)
 

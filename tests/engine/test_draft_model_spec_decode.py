@@ -261,3 +261,37 @@ def test_on_the_gpu_a_draft_model_keeps_greedy_output_and_sampled_drafts_run_the
     first = run(engine, _prompts(), sampled)[0]
     assert run(engine, _prompts(), sampled)[0] == first  # seeded: reproducible
     assert engine.core.stats().spec_accepted_tokens > 0
+
+
+def _word_level_tokenizer(folder, size: int = 256) -> None:
+    """A real tokenizer.json (tokenizers' WordLevel) of `size` ids."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    Tokenizer(WordLevel({f"t{i}": i for i in range(size)}, unk_token="t0")).save(
+        str(folder / "tokenizer.json"))
+
+
+@pytest.mark.parametrize("target_vocab,draft_vocab", [(256, 320), (320, 256)])
+def test_a_draft_whose_config_pads_the_same_tokenizer_otherwise_runs_exactly(
+        tmp_path, target_vocab, draft_vocab):
+    """Qwen2.5-0.5B beside 7B: one tokenizer, vocab_size 151936 and 152064. The draft's logits
+    are cut or padded (-inf) to the target's size; greedy output is the plain output."""
+    target = make_checkpoint("llama", tmp_path, name="t", vocab_size=target_vocab)
+    draft = make_checkpoint("llama", tmp_path, seed=5, name="d", vocab_size=draft_vocab)
+    for folder in (target, draft):
+        _word_level_tokenizer(folder)
+    want = [flat(c) for c in run(_engine(target), _prompts(), GREEDY)[0]]
+    engine = _engine(target, *_draft(draft, 3))
+    got, _ = run(engine, _prompts(), GREEDY)
+    assert [flat(c) for c in got] == want
+    assert engine.core.stats().spec_draft_tokens > 0
+
+
+def test_a_padded_vocab_short_of_the_tokenizer_is_refused(tmp_path):
+    target = make_checkpoint("llama", tmp_path, name="t")
+    draft = make_checkpoint("llama", tmp_path, seed=5, name="d", vocab_size=200)
+    for folder in (target, draft):
+        _word_level_tokenizer(folder)
+    assert "vocab_size 200 or the target's 256 is short of their tokenizer's 256 ids" in str(
+        _refusal(target, draft))
