@@ -15,6 +15,7 @@ import torch
 from atom import SamplingParams
 from atom.config.compose import compose
 from atom.config.errors import ConfigError
+from atom.model_engine.messages import EngineRequest
 from atom.spec_decode.stats import mtp_stats_json
 from tests.engine.checkpoints import local_engine, make_checkpoint
 from tests.engine.spec_steps import chain_pvalue, flat, inside_runs, run, transition
@@ -295,3 +296,14 @@ def test_a_padded_vocab_short_of_the_tokenizer_is_refused(tmp_path):
         _word_level_tokenizer(folder)
     assert "vocab_size 200 or the target's 256 is short of their tokenizer's 256 ids" in str(
         _refusal(target, draft))
+
+
+def test_a_prompt_that_fills_its_blocks_gets_k_drafts_after_its_prefill(target):
+    """8 tokens in blocks of 4: the draft's first positions lie past the prompt's blocks, so
+    the scheduler adds them (from free blocks) when the prompt's last chunk is admitted."""
+    engine = _engine(target, *_draft(target, 3))
+    core = engine.core
+    core.add_request(EngineRequest(request_id="0", prompt_token_ids=_prompts()[3][:8],
+                                   sampling_params=GREEDY))
+    core.step()
+    assert len(core.scheduler.running[0].spec_token_ids) == 3
