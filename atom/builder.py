@@ -36,6 +36,7 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
     from atom.loader.hf_config import load_hf_config
 
     _refuse_what_cannot_run(cfg)
+    _refuse_other_hosts(cfg)
     if cfg.parallel.data_parallel_size > 1:
         raise ConfigError("parallel.data_parallel_size", cfg.parallel.data_parallel_size,
                           "replicas run behind the server (python -m atom.run); an in-process "
@@ -48,12 +49,13 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
 
 
 def build_executor(cfg: Config, hf: Any) -> Any:
-    """One process and device for tensor_parallel_size 1; else one worker process per rank,
-    each building its runner with the same function (handed over, as the workers run it)."""
+    """One process and device for tensor_parallel_size 1; else (or with parallel.executor=
+    multiproc, tp=1 included) one worker process per rank, each building its runner with the
+    same function (handed over, as the workers run it)."""
     from atom.runner_builder import build_runner
 
     tp = cfg.parallel.tensor_parallel_size
-    if tp > 1:
+    if tp > 1 or cfg.parallel.executor == "multiproc":
         from atom.executor.multiproc import MultiprocExecutor
 
         return MultiprocExecutor(cfg, hf, tp, build_runner)
@@ -74,6 +76,18 @@ def eos_token_ids(hf: Any, tokenizer_eos: Any) -> set[int]:
         elif isinstance(v, (list, tuple)):
             ids.update(int(x) for x in v)
     return ids
+
+
+def run_headless_node(cfg: Config) -> int:
+    """A host other than node 0 (parallel.node_rank > 0): its ranks only, until node 0 ends
+    them; the exit status of atom.run there."""
+    from atom.executor.headless import run_node
+
+    from atom.loader.hf_config import load_hf_config
+    from atom.runner_builder import build_runner
+
+    _refuse_what_cannot_run(cfg)
+    return run_node(cfg, load_hf_config(cfg), cfg.parallel.tensor_parallel_size, build_runner)
 
 
 def _tokenizer_eos(cfg: Config, tokenizer: Any) -> Any:
@@ -114,6 +128,20 @@ def _refuse_what_cannot_run(cfg: Config) -> None:
         raise ConfigError.all_of(errors)
 
 
+def _refuse_other_hosts(cfg: Config) -> None:
+    """The engine and the API run on node 0 only: another host reaching them (an in-process
+    engine, the flag launcher) would wait for ranks nobody starts."""
+    import os
+
+    from atom.config.errors import ConfigError
+    from atom.config.hosts import resolve_hosts
+
+    node = resolve_hosts(cfg.parallel, os.environ).node_rank
+    if node != 0:
+        raise ConfigError("parallel.node_rank", node, "the engine and the API run on node 0; "
+                          "start this host's ranks with python -m atom.run (headless)")
+
+
 def build_engine(cfg: Config) -> "LLMEngine":
     """`atom.build_engine(cfg)`: an in-process LLMEngine over a core built from cfg."""
     from atom.llm_engine import LLMEngine
@@ -131,6 +159,7 @@ def build_app(cfg: Config, core_main: Callable[..., None]) -> Any:
 
     if cfg.server.engine_source == "model":
         _refuse_what_cannot_run(cfg)  # here too, so no core process is needed to report it
+    _refuse_other_hosts(cfg)
     dp = cfg.parallel.data_parallel_size
     if dp > 1:
         from atom.model_engine.dp_engine_client import DataParallelEngineClient

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from atom.config.compose import CONF_DIR, to_config, to_yaml
 from atom.config.errors import ConfigError
 from atom.config.help import help_asked, run_help
+from atom.config.hosts import resolve_hosts
 from atom.config.report import config_errors_exit
 from atom.config.schema import Config
 from atom.config.store import register_schema
@@ -32,6 +33,13 @@ def _sweep_dir() -> Optional[Path]:
 
 
 def run_job(cfg: Config) -> object:
+    if resolve_hosts(cfg.parallel, os.environ).node_rank > 0:  # another host: ranks, no job
+        from atom.builder import run_headless_node
+
+        code = run_headless_node(cfg)
+        if code:
+            raise SystemExit(code)
+        return None
     # Each job's module is imported when that job runs: the server pulls in uvicorn, Litestar and
     # ZMQ, generate and throughput torch and transformers, bench the HTTP client; `--help` and
     # `--cfg job` need none of them.

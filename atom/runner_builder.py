@@ -17,6 +17,7 @@ from atom.config.schema import Config
 from atom.kernels.backend import get_backend, resolve_backend_name
 from atom.layers.forward_context import ForwardSlot
 from atom.layers.model_context import ModelContext
+from atom.layers.moe import held_experts
 from atom.layers.parallel_state import ParallelState
 from atom.loader.model_loader import build_model
 from atom.models.eagle3 import Eagle3Draft
@@ -54,6 +55,9 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
     src = model_source(cfg) if cfg.load.dummy is None else None
     model = build_model(cfg.load, src, hf, mc, device, dtype, cfg.quant.method,
                         mtp=cfg.specdecode.method == "mtp")
+    if parallel.ep_size > 1:
+        log.info("expert parallel rank %d of %d: %s", parallel.ep_rank, parallel.ep_size,
+                 held_experts(model))
     forward_fn = compile_forward(model, cfg.runtime, device, backend_name)
     graphs_on = graphs_enabled(cfg.runtime.enforce_eager, cfg.runtime.level, device, backend_name)
     log.info("%s", describe_level(cfg.runtime, device, backend_name, graphs_on))

@@ -128,7 +128,7 @@ def bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...] = (),
 def _bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...]) -> dict[str, Any]:
     eng = engine(model, *extra)
     rng = random.Random(0)
-    vocab = eng.core.executor.runner.vocab_size
+    vocab = eng.core.executor.vocab_size
     prompt = [rng.randrange(100, vocab - 100) for _ in range(ctx)]
     eng.generate([prompt[:64]], _sp(max_tokens=16, temperature=0, ignore_eos=True))  # warm-up
     best = None
@@ -137,8 +137,10 @@ def _bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...]) -> dic
         tps = (gen - 1) / (out["latency"] - out["ttft"])
         best = max(best or 0.0, tps)
         head = out["token_ids"][:24]
-    w, kv = bytes_per_decode_step(eng, ctx + gen // 2)
-    graphs = eng.core.executor.runner.graphs is not None
+    # parallel.executor=multiproc: the runner is in a worker process; only the token rate is read
+    local = hasattr(eng.core.executor, "runner")
+    w, kv = bytes_per_decode_step(eng, ctx + gen // 2) if local else (0.0, 0.0)
+    graphs = local and eng.core.executor.runner.graphs is not None
     replay_ms = _replay_ms(eng) if graphs else None
     if os.environ.get("BENCH_PROFILE_HOST") == "1":
         import cProfile
@@ -152,9 +154,11 @@ def _bench_decode(model: str, ctx: int, gen: int, extra: tuple[str, ...]) -> dic
     free(eng)
     return {"model": model, "ctx": ctx, "gen": gen, "decode_tok_s": round(best, 1),
             "graph_replay_ms_bs1": replay_ms,
-            "bytes_per_step_GB": round((w + kv) / 1e9, 3),
-            "bandwidth_util": round((w + kv) * best / COPY_BW, 4), "cuda_graphs": graphs,
-            "extra": list(extra), "first_tokens": head}
+            "bytes_per_step_GB": round((w + kv) / 1e9, 3) if local else None,
+            "bandwidth_util": round((w + kv) * best / COPY_BW, 4) if local else None,
+            "cuda_graphs": graphs if local else None,
+            "extra": list(extra), "executor": type(eng.core.executor).__name__,
+            "first_tokens": head}
 
 
 def _replay_ms(eng) -> float:
@@ -368,7 +372,7 @@ def _compiled_variants() -> dict[str, int]:
 def _workload(eng, n: int, fixed: tuple[int, int] | None) -> tuple[list[list[int]], list[int]]:
     """n prompts and output lengths: `fixed` (in, out) lengths with seeded ids below the vocabulary
     (the same ids as before for real vocabularies), else the nano-vllm workload."""
-    vocab = eng.core.executor.runner.vocab_size
+    vocab = eng.core.executor.vocab_size
     if fixed is None:
         return nano_vllm_workload(n, vocab=vocab)
     rng = random.Random(0)
@@ -409,11 +413,13 @@ def bench_throughput(model: str, n: int, extra: tuple[str, ...] = (),
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     got = sum(len(r["token_ids"]) for r in res)
-    blocks = eng.core.executor.runner.num_blocks
+    blocks = eng.core.executor.num_blocks
+    executor = type(eng.core.executor).__name__
     free(eng)
     return {"model": model, "requests": n, "output_tokens": got, "seconds": round(dt, 2),
             "output_tok_s": round(got / dt, 1), "second_run_output_tok_s": round(got / dt2, 1) if dt2 else None,
-            "kv_blocks": blocks, "extra": list(extra), "compiled_mid_run": compiled_mid_run,
+            "kv_blocks": blocks, "extra": list(extra), "executor": executor,
+            "compiled_mid_run": compiled_mid_run,
             "preemptions": preempted, "gpu": gpu.summary(skip=0.0), "gpu_timeline": gpu.timeline(),
             "workload": f"fixed {fixed[0]}in/{fixed[1]}out" if fixed else
             "nano-vllm: in,out ~ U[100,1024], temperature 0.6, ignore_eos"}

@@ -44,6 +44,11 @@ class ArchitectureShape:
     num_attention_heads: int
     num_key_value_heads: int
     num_nextn_predict_layers: int = 0  # DeepSeek's multi-token-prediction layers (specdecode=mtp)
+    # What else tensor parallelism splits (0: the model has none, or its source does not say).
+    # The vocabulary is not here: embedding and LM head pad it to a multiple of the ranks.
+    intermediate_size: int = 0  # the dense MLP's width, split by column
+    moe_intermediate_size: int = 0  # each expert's width, split by column within the expert
+    num_experts: int = 0  # routed experts, what expert parallelism would split
 
 
 def check_architecture(name: str) -> None:
@@ -90,18 +95,27 @@ def local_source(cfg: Config) -> Optional[Path]:
 def _shape_from_dict(d: dict[str, Any]) -> ArchitectureShape:
     arch = (d.get("architectures") or ["?"])[0]
     heads = int(d.get("num_attention_heads", 1))
+    experts = d.get("num_experts") or d.get("n_routed_experts") or d.get("num_local_experts")
     return ArchitectureShape(arch, heads, int(d.get("num_key_value_heads") or heads),
-                             int(d.get("num_nextn_predict_layers") or 0))
+                             int(d.get("num_nextn_predict_layers") or 0),
+                             int(d.get("intermediate_size") or 0),
+                             int(d.get("moe_intermediate_size") or 0), int(experts or 0))
 
 
 def _shape_from_gguf(path: Path) -> ArchitectureShape:
     """From the header's leading keys only: validation must not pay for the whole header."""
     arch = read_metadata(path, ["general.architecture"])["general.architecture"]
     heads_key, kv_key = f"{arch}.attention.head_count", f"{arch}.attention.head_count_kv"
-    meta = read_metadata(path, [heads_key, kv_key])
+    ffn, moe_ffn, experts = (f"{arch}.feed_forward_length", f"{arch}.expert_feed_forward_length",
+                             f"{arch}.expert_count")
+    # A key the file lacks makes the read go through the whole header: the expert keys are
+    # asked of MoE architectures only.
+    keys = [heads_key, kv_key, ffn] + ([moe_ffn, experts] if arch.endswith("moe") else [])
+    meta = read_metadata(path, keys)
     heads = int(meta[heads_key])
     return ArchitectureShape(GGUF_ARCHITECTURES.get(arch, f"gguf:{arch}"), heads,
-                             int(meta.get(kv_key) or heads))
+                             int(meta.get(kv_key) or heads), 0, int(meta.get(ffn) or 0),
+                             int(meta.get(moe_ffn) or 0), int(meta.get(experts) or 0))
 
 
 def read_architecture_shape(cfg: Config) -> Optional[ArchitectureShape]:

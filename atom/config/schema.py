@@ -59,7 +59,24 @@ class QuantConfig:
 @dataclass
 class ParallelConfig:
     tensor_parallel_size: int = 1  # devices one model is split across: one worker process per rank
-    data_parallel_size: int = 1  # model replicas (the engine runs 1 today)
+    # model replicas behind the server, each its own engine core and tensor_parallel_size ranks
+    # (replica r on GPUs r*tp .. r*tp+tp-1)
+    data_parallel_size: int = 1
+    # auto (uniproc for one rank, else multiproc) | uniproc (the runner in the engine's process)
+    # | multiproc (a worker process per rank, tp=1 included) | ray (needs the ray package)
+    executor: str = "auto"
+    # hosts the tensor-parallel ranks span, tp/nnodes each; None: the NNODES variable, else
+    # torchrun's WORLD_SIZE (one atom launcher per host), else 1. Set here, it wins over both.
+    nnodes: Optional[int] = None
+    # this host's index: 0 runs the engine core, the API and its ranks, the others their ranks
+    # only (headless); None: NODE_RANK, else torchrun's GROUP_RANK or RANK, else 0
+    node_rank: Optional[int] = None
+    # node 0's address as the other hosts reach it; None: MASTER_ADDR, else 127.0.0.1
+    master_addr: Optional[str] = None
+    # node 0's torch.distributed rendezvous port when nnodes > 1 (one host takes a free one);
+    # the steps use the next ports (port+1: the ranks' answers, port+2+r: rank r's steps).
+    # None: MASTER_PORT (+1 under torchrun, whose agent holds it), else 29500
+    master_port: Optional[int] = None
     enable_expert_parallel: bool = False  # shard MoE experts across ranks instead of within
     enable_dp_attention: bool = False  # data-parallel attention beside expert-parallel MoE
     engine_port: int = 8006  # the spec's `--port`: internal engine communication

@@ -90,18 +90,20 @@ def validate(cfg: Config, launching: bool = False) -> Config:
 
 def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
-    model engine does not implement: data parallelism over tensor-parallel replicas, expert
-    parallelism and DP attention, and speculative decoding drafts the engine cannot run beside
-    the target."""
+    model engine does not implement or this host cannot hold: the Ray executor, replicas over
+    several hosts, more ranks than GPUs, DP attention (so experts over several replicas), and
+    speculative decoding drafts the engine cannot run beside the target."""
     rules = _Rules()
     p = cfg.parallel
-    rules.check(p.data_parallel_size <= 1 or p.tensor_parallel_size == 1,
-                "parallel.data_parallel_size", p.data_parallel_size,
-                "not implemented yet with tensor_parallel_size > 1 (replicas of one device each)")
-    for field, on in (("parallel.enable_expert_parallel", p.enable_expert_parallel),
-                      ("parallel.enable_dp_attention", p.enable_dp_attention)):
-        rules.check(not on, field, on, "not implemented yet: experts and attention shard with "
-                    "tensor parallelism (set false)")
+    _refuse_unbuilt_executors(cfg, rules)
+    _devices_fit(cfg, rules)
+    rules.check(not p.enable_dp_attention, "parallel.enable_dp_attention", True,
+                "not implemented yet: attention shards with tensor parallelism (set false)")
+    rules.check(not p.enable_expert_parallel or p.data_parallel_size == 1,
+                "parallel.enable_expert_parallel", True,
+                "experts split over one replica's tensor-parallel ranks; over "
+                f"data_parallel_size={p.data_parallel_size} replicas they need "
+                "enable_dp_attention, not implemented yet")
     if (cfg.specdecode.method in ("draft_model", "eagle3")
             and cfg.specdecode.draft_model is not None):
         _validate_draft_model(cfg, rules)
@@ -189,6 +191,50 @@ def _validate_draft_model(cfg: Config, rules: _Rules) -> None:
                     f"the draft's vocab_size {dv} is not the target's {tv}")
 
 
+def _refuse_unbuilt_executors(cfg: Config, rules: _Rules) -> None:
+    from atom.config.hosts import resolve_hosts
+
+    p = cfg.parallel
+    if p.executor == "ray":
+        installed = importlib.util.find_spec("ray") is not None
+        rules.check(False, "parallel.executor", p.executor,
+                    "not implemented yet: hosts join through torch.distributed (parallel.nnodes, "
+                    "executor multiproc)" if installed else
+                    "needs the ray package, which is not installed (pip install ray)")
+    try:
+        hosts = resolve_hosts(p, os.environ)
+    except ConfigError:
+        return  # reported by _validate_hosts
+    rules.check(p.data_parallel_size == 1 or not hosts.multi, "parallel.data_parallel_size",
+                p.data_parallel_size, "not implemented yet over several hosts (nnodes > 1): "
+                "replicas run on one host")
+
+
+def _devices_fit(cfg: Config, rules: _Rules) -> None:
+    """On GPUs every rank of this host has its own device: dp x tp / nnodes of them. Asked of
+    torch only when there is more than one rank, so a one-GPU start does not import it here."""
+    from atom.config.hosts import resolve_hosts
+
+    p = cfg.parallel
+    try:
+        nnodes = resolve_hosts(p, os.environ).nnodes
+    except ConfigError:
+        return
+    ranks = p.data_parallel_size * p.tensor_parallel_size // max(1, nnodes)
+    if ranks <= 1 or cfg.runtime.device == "cpu":
+        return
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus == 0:
+        return  # device auto on a host without GPUs: the ranks share its CPUs
+    field = "parallel.data_parallel_size" if p.data_parallel_size > 1 else \
+        "parallel.tensor_parallel_size"
+    rules.check(ranks <= gpus, field, getattr(p, field.split(".")[1]),
+                f"data_parallel_size x tensor_parallel_size / nnodes = {ranks} ranks on this "
+                f"host, which has {gpus} GPUs")
+
+
 def _validate_model(cfg: Config, rules: _Rules) -> Optional[ArchitectureShape]:
     """The model first: whether it exists and is implemented decides whether anything else
     matters. Returns its shape (heads) when a config.json, GGUF header or hf_config gives one."""
@@ -233,6 +279,9 @@ def _validate_quant(cfg: Config, rules: _Rules) -> None:
                                      cfg.load.dummy is not None))
 
 
+EXECUTORS = ("auto", "uniproc", "multiproc", "ray")
+
+
 def _validate_parallel(cfg: Config, rules: _Rules,
                        shape: Optional[ArchitectureShape]) -> None:
     p = cfg.parallel
@@ -242,14 +291,77 @@ def _validate_parallel(cfg: Config, rules: _Rules,
                 "must be >= 1")
     rules.check(1 <= p.engine_port <= 65535, "parallel.engine_port", p.engine_port,
                 "must be a TCP port")
-    if shape is None or tp < 1:
+    rules.one_of("parallel.executor", p.executor, EXECUTORS)
+    rules.check(p.executor != "uniproc" or tp == 1, "parallel.executor", p.executor,
+                f"uniproc runs one rank: tensor_parallel_size={tp} needs multiproc or auto")
+    _validate_hosts(cfg, rules)
+    if shape is not None and tp >= 1:
+        _validate_shards(cfg, rules, shape)
+
+
+def _validate_hosts(cfg: Config, rules: _Rules) -> None:
+    """nnodes / node_rank / master_* as the environment completes them (atom/config/hosts.py)."""
+    from atom.config.hosts import resolve_hosts
+
+    p = cfg.parallel
+    try:
+        h = resolve_hosts(p, os.environ)
+    except ConfigError as e:
+        rules.errors.extend(e.errors)
         return
+    if not rules.check(h.nnodes >= 1, "parallel.nnodes", h.nnodes,
+                       "must be >= 1" + h.origin("nnodes")):
+        return
+    rules.check(0 <= h.node_rank < h.nnodes, "parallel.node_rank", h.node_rank,
+                f"must be in [0, nnodes) = [0, {h.nnodes})" + h.origin("node_rank"))
+    last_port = h.master_port + (1 + p.tensor_parallel_size if h.multi else 0)
+    rules.check(1 <= h.master_port and last_port <= 65535, "parallel.master_port",
+                h.master_port, f"must be a TCP port, with the next {last_port - h.master_port} "
+                "free for the steps" + h.origin("master_port"))
+    rules.check(h.node_rank == 0 or builds_model_engine(cfg), "parallel.node_rank",
+                h.node_rank, f"a host other than node 0 runs model ranks: job={cfg.job} "
+                f"(engine_source={cfg.server.engine_source}) has none")
+    if not h.multi:
+        return
+    tp = p.tensor_parallel_size
+    rules.check(tp % h.nnodes == 0, "parallel.nnodes", h.nnodes,
+                f"must divide tensor_parallel_size ({tp}): every host runs tp / nnodes ranks"
+                + h.origin("nnodes"))
+    rules.check(p.executor != "uniproc", "parallel.executor", p.executor,
+                "hosts > 1 run through the multiproc executor (auto or multiproc)")
+
+
+def _validate_shards(cfg: Config, rules: _Rules, shape: ArchitectureShape) -> None:
+    """What tensor (and expert) parallelism splits must split evenly; the vocabulary is padded."""
+    p = cfg.parallel
+    tp = p.tensor_parallel_size
     rules.check(shape.num_attention_heads % tp == 0, "parallel.tensor_parallel_size", tp,
                 f"must divide the number of attention heads ({shape.num_attention_heads})")
     kv = shape.num_key_value_heads
     rules.check(kv % tp == 0 or tp % kv == 0, "parallel.tensor_parallel_size", tp,
                 f"must divide the number of KV heads ({kv}) or be a multiple of it (each KV "
                 f"head then replicated on tp / {kv} ranks)")
+    widths = [("the MLP's intermediate size", shape.intermediate_size)]
+    if not p.enable_expert_parallel:  # expert parallelism keeps each expert whole
+        widths.append(("each expert's intermediate size", shape.moe_intermediate_size))
+    for what, width in widths:
+        rules.check(width % tp == 0, "parallel.tensor_parallel_size", tp,
+                    f"must divide {what} ({width})")
+    _validate_expert_parallel(cfg, rules, shape)
+
+
+def _validate_expert_parallel(cfg: Config, rules: _Rules, shape: ArchitectureShape) -> None:
+    """Experts split whole over the tensor-parallel ranks (ep size = tp size); the vocabulary
+    needs no rule, as embedding and LM head pad it to a multiple of the ranks."""
+    p = cfg.parallel
+    if not p.enable_expert_parallel:
+        return
+    tp, experts = p.tensor_parallel_size, shape.num_experts
+    if rules.check(experts > 0, "parallel.enable_expert_parallel", True,
+                   f"{shape.architecture} has no routed experts to split"):
+        rules.check(experts % tp == 0, "parallel.enable_expert_parallel", True,
+                    f"the {experts} routed experts split over tensor_parallel_size={tp} ranks: "
+                    "it must divide them")
 
 
 def _validate_kv(cfg: Config, rules: _Rules) -> None:

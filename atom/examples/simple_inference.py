@@ -49,7 +49,11 @@ def generate(engine: Any, temperature: float, max_tokens: int = 256) -> list[dic
 
 def run(cfg: Config, temperature: float = 0.6) -> list[dict]:
     """`python -m atom.run job=generate`: the same example from a composed config."""
-    return generate(build_engine(cfg), temperature)
+    engine = build_engine(cfg)
+    try:
+        return generate(engine, temperature)
+    finally:
+        engine.shutdown()  # stops the ranks, those on other hosts included
 
 
 def main() -> None:
@@ -61,7 +65,10 @@ def main() -> None:
     args = parser.parse_args()
     with config_errors_exit():
         engine = EngineArgs.from_cli_args(args).create_engine()
-    generate(engine, args.temperature, args.max_tokens)
+    try:
+        generate(engine, args.temperature, args.max_tokens)
+    finally:
+        engine.shutdown()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The executor of several ranks: one worker process per rank (atom/executor/worker.py).
 
-Each step's SchedulerOutput is encoded once and pushed to every rank over ZMQ IPC; rank 0
-answers with the tokens each request keeps, in step order. A step's result is waited for only
-when the engine asks for it, so with async scheduling the ranks run step N while the engine
-builds step N+1. A rank that fails or exits makes the next wait raise at once (never a hang),
+Each step's SchedulerOutput is encoded once and pushed to every rank over ZMQ (IPC on this
+host, TCP to other hosts: atom/executor/rendezvous.py); rank 0 answers with the tokens each
+request keeps, in step order. A step's result is waited for only when the engine asks for it, so
+with async scheduling the ranks run step N while the engine builds step N+1. A rank that fails
+or exits, or another host that falls silent, makes the next wait raise at once (never a hang),
 and shutdown leaves no process behind.
 """
 from __future__ import annotations
@@ -12,7 +13,6 @@ import logging
 import os
 import pickle
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,25 +22,37 @@ from typing import Any, Callable, Optional
 import msgspec
 import zmq
 
+from atom.config.hosts import resolve_hosts
 from atom.config.schema import Config
+from atom.executor.rendezvous import Endpoints, endpoints, node_ranks, rank_env
 from atom.executor.worker import WorkerSpec
-from atom.executor.worker_ipc import (NO_MULTICAST_ENV, FromWorker, Flush, RunStep, StepResult,
-                                      Stop, WorkerFailed, WorkerReady)
+from atom.executor.worker_ipc import (NO_MULTICAST_ENV, FromWorker, Flush, HostAlive, RunStep,
+                                      StepResult, Stop, WorkerFailed, WorkerReady)
 from atom.runner.scheduler_output import SchedulerOutput
 
 log = logging.getLogger("atom.executor")
 
 _POLL_MS = 200  # how often a wait checks that every rank is still alive
+_STOP_LINGER_MS = 2000  # at shutdown, how long unsent Stop frames to other hosts may take
+# Another host's launcher says it is alive every second; this much silence fails the engine.
+HOST_SILENCE_S = 10.0
 
 
 class WorkerDied(RuntimeError):
     """A rank failed or exited: the engine cannot run another step."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def start_ranks(spec: WorkerSpec, ranks: list[int], folder: str) -> list[subprocess.Popen]:
+    """One `python -m atom.executor.worker` per rank of this host, sharing one spec file."""
+    path = os.path.join(folder, "spec.pkl")
+    with open(path, "wb") as f:
+        pickle.dump(spec, f)
+    env = {**rank_env(os.environ), **NO_MULTICAST_ENV}
+    if spec.cfg.runtime.device == "cpu" or not _cuda():
+        # Ranks share the host's cores: each gets its part, not all of them.
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // len(ranks)))
+    return [subprocess.Popen([sys.executable, "-m", "atom.executor.worker", path, str(r)],
+                             env=env) for r in ranks]
 
 
 class RemoteStep:
@@ -65,27 +77,27 @@ class MultiprocExecutor:
         """hf: the model's config, loaded once here for every rank; build_runner: what each
         rank builds its runner with (atom.runner_builder.build_runner), run in the worker."""
         self.world_size = world_size
+        self._hosts = resolve_hosts(cfg.parallel, os.environ)
         self._dir = tempfile.mkdtemp(prefix="atom-ranks-")
+        self._ends = endpoints(world_size, self._hosts, self._dir)
         self._ctx = zmq.Context()
         self._encode = msgspec.msgpack.Encoder().encode
         self._decode = msgspec.msgpack.Decoder(FromWorker).decode
-        self._pull = self._ctx.socket(zmq.PULL)
-        self._pull.bind(f"ipc://{self._dir}/from")
-        self._push = []
-        for r in range(world_size):
-            sock = self._ctx.socket(zmq.PUSH)
-            sock.setsockopt(zmq.SNDHWM, 0)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.bind(f"ipc://{self._dir}/to{r}")
-            self._push.append(sock)
         self._sent = 0  # steps sent
         self._answered = 0  # steps whose result arrived
         self._flushed = 0  # the last step a Flush was sent for
         self._results: dict[int, StepResult] = {}
         self._rowless: set[int] = set()  # steps that sample nothing: their answer is dropped
         self._procs: list[subprocess.Popen] = []
+        self._push: list[zmq.Socket] = []
+        self._heard: dict[int, float] = {}  # another host → when its launcher last spoke
         try:
-            self._start(cfg, hf, build_runner)
+            self._pull, self._push = self._bind(self._ends)
+            self._procs = start_ranks(
+                WorkerSpec(cfg, hf, build_runner, world_size, self._ends.dist_init,
+                           self._ends.to_worker, self._ends.from_worker, os.getpid(),
+                           node_ranks(world_size, self._hosts, 0)),
+                node_ranks(world_size, self._hosts, 0), self._dir)
             ready = self._await_ready(ready_timeout_s)
         except BaseException:
             self.shutdown()
@@ -94,31 +106,36 @@ class MultiprocExecutor:
         first = next(r for r in ready if r.rank == 0)
         self.max_model_len, self.vocab_size = first.max_model_len, first.vocab_size
         self.device_type = first.device_type
-        log.info("%d ranks ready (%s); KV blocks per rank: %d", world_size, first.device_type,
-                 self.num_blocks)
+        log.info("%d ranks ready over %d host(s) (%s); KV blocks per rank: %d", world_size,
+                 self._hosts.nnodes, first.device_type, self.num_blocks)
 
-    def _start(self, cfg: Config, hf: Any, build_runner: Callable[[Config, Any, Any], Any]) -> None:
-        spec = WorkerSpec(cfg, hf, build_runner, self.world_size, f"tcp://127.0.0.1:{_free_port()}",
-                          [f"ipc://{self._dir}/to{r}" for r in range(self.world_size)],
-                          f"ipc://{self._dir}/from", os.getpid())
-        path = os.path.join(self._dir, "spec.pkl")
-        with open(path, "wb") as f:
-            pickle.dump(spec, f)
-        env = {**os.environ, **NO_MULTICAST_ENV}
-        if cfg.runtime.device == "cpu" or not _cuda():
-            # Ranks share the host's cores: each gets its part, not all of them.
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.world_size))
-        for r in range(self.world_size):
-            self._procs.append(subprocess.Popen([sys.executable, "-m", "atom.executor.worker",
-                                                 path, str(r)], env=env))
+    def _bind(self, ends: Endpoints) -> tuple[zmq.Socket, list[zmq.Socket]]:
+        pull = self._ctx.socket(zmq.PULL)
+        for addr in ends.bind_from_worker:
+            pull.bind(addr)
+        push = []
+        for addr in ends.bind_to_worker:
+            sock = self._ctx.socket(zmq.PUSH)
+            sock.setsockopt(zmq.SNDHWM, 0)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.bind(addr)
+            push.append(sock)
+        return pull, push
 
     def _await_ready(self, timeout_s: float) -> list[WorkerReady]:
+        """Every rank's WorkerReady; ranks of other hosts must have built the same model."""
         ready: list[WorkerReady] = []
         deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
         while len(ready) < self.world_size:
             msg = self._recv(deadline)
             if isinstance(msg, WorkerReady):
                 ready.append(msg)
+        first = next(r for r in ready if r.rank == 0)
+        for r in ready:
+            if (r.vocab_size, r.max_model_len) != (first.vocab_size, first.max_model_len):
+                raise WorkerDied(f"rank {r.rank} built another model (vocab {r.vocab_size}, "
+                                 f"max_model_len {r.max_model_len}; rank 0: {first.vocab_size}, "
+                                 f"{first.max_model_len}): every host needs the same config")
         return ready
 
     # -- steps ------------------------------------------------------------------------------
@@ -151,16 +168,27 @@ class MultiprocExecutor:
         return self._results.pop(number)
 
     def _recv(self, deadline: Optional[float]) -> Any:
-        while not self._pull.poll(_POLL_MS):
-            for r, p in enumerate(self._procs):
-                if p.poll() is not None:
-                    raise WorkerDied(f"rank {r} exited (exit code {p.returncode})")
-            if deadline is not None and time.monotonic() > deadline:
-                raise WorkerDied("the ranks did not report ready in time")
-        msg = self._decode(self._pull.recv())
-        if isinstance(msg, WorkerFailed):
-            raise WorkerDied(f"rank {msg.rank} failed: {msg.message}")
-        return msg
+        """The next message of a rank (another host's liveness beats are taken in here)."""
+        while True:
+            while not self._pull.poll(_POLL_MS):
+                self._check_alive()
+                if deadline is not None and time.monotonic() > deadline:
+                    raise WorkerDied("the ranks did not report ready in time")
+            msg = self._decode(self._pull.recv())
+            if isinstance(msg, WorkerFailed):
+                raise WorkerDied(f"rank {msg.rank} failed: {msg.message}")
+            if not isinstance(msg, HostAlive):
+                return msg
+            self._heard[msg.node_rank] = time.monotonic()
+
+    def _check_alive(self) -> None:
+        for r, p in enumerate(self._procs):
+            if p.poll() is not None:
+                raise WorkerDied(f"rank {r} exited (exit code {p.returncode})")
+        now = time.monotonic()
+        for node, t in self._heard.items():
+            if now - t > HOST_SILENCE_S:
+                raise WorkerDied(f"host {node} has been silent for {now - t:.0f} s")
 
     def device_usable(self) -> bool:
         """A step that raised here raised before reaching any rank (they report their own
@@ -189,7 +217,9 @@ class MultiprocExecutor:
                 p.kill()
                 p.wait(5)
         if not self._ctx.closed:
-            self._ctx.destroy(linger=0)
+            # Other hosts' Stop frames may still be on the wire: dropped, their ranks would wait
+            # for their launcher to see node 0 gone and stop them by force.
+            self._ctx.destroy(linger=_STOP_LINGER_MS if self._hosts.multi else 0)
         shutil.rmtree(self._dir, ignore_errors=True)
 
 

@@ -1,8 +1,10 @@
 """One rank of a multi-process executor: its own process, device and model shard.
 
-Started by MultiprocExecutor as `python -m atom.executor.worker SPEC_FILE RANK`. The rank joins
-the torch.distributed group (NCCL on GPUs, gloo on CPUs), builds its ModelRunner with the
-function the builder handed over (the layers shard themselves by the rank it reads), agrees with the others on the KV block count (the minimum), then
+Started by MultiprocExecutor (or, on another host, by atom/executor/headless.py) as
+`python -m atom.executor.worker SPEC_FILE RANK`. The rank joins the torch.distributed group
+(NCCL on GPUs, gloo on CPUs), builds its ModelRunner with the function the builder handed over
+(the layers shard themselves by the rank it reads), agrees with the others on the KV block
+count (the minimum), then
 runs every step the engine core broadcasts. Rank 0 alone answers with the tokens each request
 keeps; every rank samples the same tokens from the same gathered logits, so each one's
 pending tokens (async scheduling) match.
@@ -12,6 +14,7 @@ device runs step N while the host prepares step N+1, as in one process.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -39,20 +42,33 @@ class WorkerSpec:
     dist_init: str  # torch.distributed init_method, e.g. tcp://127.0.0.1:PORT
     to_worker: list[str]  # ZMQ address each rank pulls its steps from
     from_worker: str  # ZMQ address every rank pushes to (ready, failures; rank 0's results)
-    parent_pid: int
+    parent_pid: int  # the engine's process, or another host's launcher: gone, the rank stops
+    # the ranks this host runs, on consecutive GPUs from runtime.device's index (a replica's first)
+    local_ranks: list[int]
 
 
-def _join_group(spec: WorkerSpec, rank: int) -> str:
+def _join_group(spec: WorkerSpec, rank: int) -> tuple[WorkerSpec, str]:
+    """Join the ranks' torch.distributed group; on a GPU the rank takes its own device, which
+    the spec it returns names for the runner."""
     import torch
     import torch.distributed as dist
 
     cuda = spec.cfg.runtime.device != "cpu" and torch.cuda.is_available()
     if cuda:
-        torch.cuda.set_device(rank)
+        index = _first_device(spec.cfg.runtime.device) + spec.local_ranks.index(rank)
+        torch.cuda.set_device(index)
+        runtime = dataclasses.replace(spec.cfg.runtime, device=f"cuda:{index}")
+        spec = dataclasses.replace(spec, cfg=dataclasses.replace(spec.cfg, runtime=runtime))
     backend = "nccl" if cuda else "gloo"
     dist.init_process_group(backend, init_method=spec.dist_init, rank=rank,
                             world_size=spec.world_size)
-    return backend
+    return spec, backend
+
+
+def _first_device(device: str) -> int:
+    """`cuda:K` → K (a data-parallel replica's first GPU); `cuda` or `auto` → 0."""
+    _, _, index = device.partition(":")
+    return int(index) if index else 0
 
 
 def _min_blocks(num_blocks: int, backend: str) -> int:
@@ -77,8 +93,9 @@ def serve(spec: WorkerSpec, rank: int) -> None:
     encode = msgspec.msgpack.Encoder().encode
     decode = msgspec.msgpack.Decoder(ToWorker).decode
     try:
-        backend = _join_group(spec, rank)
-        runner = spec.build_runner(spec.cfg, spec.hf, ParallelState.of_process())
+        spec, backend = _join_group(spec, rank)
+        parallel = ParallelState.of_process(spec.cfg.parallel.enable_expert_parallel)
+        runner = spec.build_runner(spec.cfg, spec.hf, parallel)
         blocks = _min_blocks(runner.num_blocks, backend)
         push.send(encode(WorkerReady(rank, blocks, runner.max_model_len, runner.vocab_size,
                                      runner.device.type)))

@@ -1,7 +1,8 @@
 """What crosses between a multi-process executor and its worker processes (one per rank).
 
 One tagged union per direction, msgspec-encoded once per step: the engine core's SchedulerOutput
-goes to every rank, and rank 0 alone answers with the tokens each request keeps.
+goes to every rank, and rank 0 alone answers with the tokens each request keeps. msgpack, never
+pickle: with several hosts these frames cross a network.
 """
 from __future__ import annotations
 
@@ -45,8 +46,15 @@ class WorkerFailed(msgspec.Struct, tag="failed"):
     message: str
 
 
+class HostAlive(msgspec.Struct, tag="alive"):
+    """Sent every second by another host's launcher (atom/executor/headless.py): node 0 cannot
+    watch that host's processes, so a host that falls silent fails the engine instead."""
+
+    node_rank: int
+
+
 ToWorker = Union[RunStep, Flush, Stop]
-FromWorker = Union[WorkerReady, StepResult, WorkerFailed]
+FromWorker = Union[WorkerReady, StepResult, WorkerFailed, HostAlive]
 
 
 # Every rank's process runs with NVLink multicast off: a program that uses it can take a shared

@@ -63,7 +63,8 @@ class KernelBackend(Protocol):
         """The routed experts of one MoE layer: x [T, H]; w13 [E, 2I, H] (gate rows, then up
         rows); w2 [E, H, I]; weights [T, k] float32 and experts [T, k] (distinct per token),
         the router's choice → Σ_k weight · w2[e] · silu_and_mul(w13[e] · x), [T, H] in x's
-        dtype, before any tensor-parallel all-reduce."""
+        dtype, before any tensor-parallel all-reduce. An expert id of E marks a pair whose
+        expert another rank holds (expert parallelism): it adds nothing and costs no GEMM."""
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, k_scale: float, v_scale: float) -> None: ...

@@ -170,11 +170,12 @@ def fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: tor
               experts: torch.Tensor) -> torch.Tensor:
     """The per-expert loop: each expert's tokens gathered into one matmul, weighted and summed
     in float32. Reads the per-expert counts back to the host, so it cannot be captured in a
-    CUDA graph; it is the oracle and the CPU path."""
+    CUDA graph; it is the oracle and the CPU path. Pairs of expert id E (another rank's
+    expert) sort last and are never visited."""
     out = torch.zeros_like(x, dtype=torch.float32)
     flat = experts.flatten()
     order = flat.argsort()
-    counts = torch.bincount(flat, minlength=w13.shape[0]).tolist()
+    counts = torch.bincount(flat, minlength=w13.shape[0]).tolist()[:w13.shape[0]]
     token_of = order // experts.shape[1]
     w_sorted = weights.flatten()[order]
     start = 0

@@ -20,7 +20,9 @@ class ParallelState:
     tp_group: Optional[Any] = None  # a torch.distributed ProcessGroup; None: the default one
     dp_size: int = 1
     dp_rank: int = 0
-    # Recorded for the expert-parallel layers to come; no layer shards experts by it yet.
+    # Expert parallelism: each MoE layer's experts split whole over ep_size ranks. The ep ranks
+    # are the tp ranks (ep_size 1 or tp_size): every rank sees every token, so an MoE output is
+    # a sum over the tp group whether its ranks hold expert slices or intermediate slices.
     ep_size: int = 1
     ep_rank: int = 0
 
@@ -30,16 +32,22 @@ class ParallelState:
                                  (self.ep_size, self.ep_rank, "ep")):
             if size < 1 or not 0 <= rank < size:
                 raise ValueError(f"{what} rank {rank} of {size}")
+        if self.ep_size > 1 and (self.ep_size, self.ep_rank) != (self.tp_size, self.tp_rank):
+            raise ValueError(f"ep rank {self.ep_rank} of {self.ep_size}: experts shard over the "
+                             f"tp ranks (tp rank {self.tp_rank} of {self.tp_size}) or not at all")
 
     @classmethod
-    def of_process(cls) -> "ParallelState":
+    def of_process(cls, expert_parallel: bool = False) -> "ParallelState":
         """Tensor parallelism over the whole torch.distributed world when this process joined
-        one (an executor worker does, before building its model), else a single rank. Data
-        parallel replicas are separate engine processes, each of them one replica here."""
+        one (an executor worker does, before building its model), else a single rank; with
+        `expert_parallel` the same ranks split the experts. Data parallel replicas are separate
+        engine processes, each of them one replica here."""
         if not (dist.is_available() and dist.is_initialized()):
             return cls()
-        return cls(tp_size=dist.get_world_size(), tp_rank=dist.get_rank(),
-                   tp_group=dist.group.WORLD)
+        size, rank = dist.get_world_size(), dist.get_rank()
+        ep_size, ep_rank = (size, rank) if expert_parallel else (1, 0)
+        return cls(tp_size=size, tp_rank=rank, tp_group=dist.group.WORLD, ep_size=ep_size,
+                   ep_rank=ep_rank)
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """x summed over the tensor-parallel ranks, in place."""

@@ -20,7 +20,7 @@ from atom.loader.dummy import fill_dummy
 from atom.loader.hf_config import architecture_of
 from atom.loader.fp8_online import quantize_dummy
 from atom.loader.weights import (check_complete, iter_with_progress, load_named_tensors,
-                                 process_after_loading)
+                                 process_after_loading, weight_skip)
 from atom.models.registry import model_class
 
 log = logging.getLogger("atom.loader")
@@ -87,7 +87,7 @@ def build_model(load: LoadConfig, src: Optional[Path], hf: Any, mc: ModelContext
         from atom.loader.safetensors_loader import checkpoint_files, count_tensors, iter_safetensors
 
         files = checkpoint_files(src)
-        skip = getattr(model, "skip_weight", None)
+        skip = weight_skip(model)
         if scheme is not None and not scheme.online:
             from atom.loader.fp8_checkpoint import count_fp8_tensors, iter_fp8_safetensors
 

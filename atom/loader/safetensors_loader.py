@@ -30,8 +30,8 @@ def count_tensors(files: list[Path]) -> int:
 
 def iter_safetensors(files: list[Path], skip: Optional[Callable[[str], bool]] = None
                      ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor but those `skip` names (a model's `skip_weight`: DeepSeek-R1's MTP layer, 14B
-    of its 685B parameters), which are never read from disk."""
+    """Every tensor but those `skip` names (weights.weight_skip: DeepSeek-R1's MTP layer, 14B
+    of its 685B parameters; other ranks' experts), which are never read from disk."""
     for f in files:
         with safe_open(str(f), framework="pt") as h:
             for name in h.keys():

@@ -38,6 +38,25 @@ def _route(name: str, mapping: dict) -> tuple[str, object]:
     return name, None
 
 
+def weight_skip(model: nn.Module) -> Callable[[str], bool]:
+    """The checkpoint names never read from disk: those the model's own `skip_weight` names
+    (DeepSeek-R1's MTP layer) and the per-expert tensors of experts another rank holds (expert
+    parallelism: at ep8 seven eighths of R1's routed-expert bytes)."""
+    own = getattr(model, "skip_weight", None)
+    params = dict(model.named_parameters())
+    mapping = getattr(model, "packed_modules_mapping", {})
+
+    def skip(name: str) -> bool:
+        if own is not None and own(name):
+            return True
+        if _EXPERT.search(name) is None:
+            return False
+        pname, (expert, _) = _route(name, mapping)
+        holds = getattr(params.get(pname), "holds_expert", None)
+        return holds is not None and not holds(expert)
+    return skip
+
+
 def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tensor | Quantized]],
                        quantize: Optional[Callable[[torch.Tensor], Fp8Weight]] = None
                        ) -> set[str]:

@@ -1,7 +1,7 @@
 """`parallel.data_parallel_size` engine cores behind one API process.
 
-Each core is a whole EngineClient (its own process, device and KV cache, its own reader thread
-into the same dispatcher). A request goes to the core with the fewest requests in flight from
+Each core is a whole EngineClient (its own process, devices — tensor_parallel_size ranks of its
+own — and KV cache, its own reader thread into the same dispatcher). A request goes to the core with the fewest requests in flight from
 this process — the API side knows that count exactly and at once, where a core's stats are one
 step old — and the most free KV blocks among those tied. What the app reads (liveness, stats,
 silence) is the whole: alive while every core is, stats summed.
@@ -18,11 +18,14 @@ from atom.sampling_params import SamplingParams
 
 
 def replica_config(cfg: Config, rank: int) -> Config:
-    """One replica's config: a single-core engine, on its own GPU when there is one."""
+    """One replica's config: a single-core engine with its own tensor_parallel_size ranks (its
+    own torch.distributed group), on GPUs rank*tp .. rank*tp+tp-1 when there are GPUs: the
+    device names the first, and each rank takes the next (atom/executor/worker.py)."""
     parallel = dataclasses.replace(cfg.parallel, data_parallel_size=1)
     runtime = cfg.runtime
     if runtime.device in ("auto", "cuda") and _cuda():
-        runtime = dataclasses.replace(runtime, device=f"cuda:{rank}")
+        runtime = dataclasses.replace(
+            runtime, device=f"cuda:{rank * cfg.parallel.tensor_parallel_size}")
     return dataclasses.replace(cfg, parallel=parallel, runtime=runtime)
 
 

@@ -81,15 +81,15 @@ def test_invalid_config_names_field_value_and_rule(overrides, field, rule):
 
 
 def test_a_parallel_size_the_server_cannot_run_exits_with_one_line_and_no_core():
-    """dp2 over tp2 replicas composes, but is not implemented: refused in the API process,
-    before a core process is spawned or a weight is read."""
+    """dp2 replicas over two hosts compose, but are not implemented: refused in the API
+    process, before a core process is spawned or a weight is read."""
     r = subprocess.run([sys.executable, "-m", "atom.run", "model=tiny_llama", "load=dummy",
-                        "runtime=cpu", "parallel=tp2", "parallel.data_parallel_size=2"],
-                       capture_output=True, text=True, timeout=120)
+                        "runtime=cpu", "parallel=tp2", "parallel.data_parallel_size=2",
+                        "parallel.nnodes=2"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     err = [line for line in r.stderr.splitlines() if line.strip()]
     assert err[-1].startswith("atom: invalid config: parallel.data_parallel_size=2: not implemented "
-                              "yet")
+                              "yet over several hosts")
     assert "engine core" not in r.stderr
 
 
@@ -116,19 +116,20 @@ def test_a_wrong_group_option_lists_the_choices():
 
 
 def test_every_broken_rule_is_reported_at_once_the_most_fundamental_first():
-    """The architecture before load.dummy, then what the engine cannot run (dp2, an eagle3 head
-    that is not there), which a launcher checks with the rest; plain composition accepts what a
-    benchmark config may name."""
+    """The architecture before load.dummy, then what the engine cannot run (EP over replicas, an
+    eagle3 head that is not there), which a launcher checks with the rest; plain composition
+    accepts what a benchmark config may name."""
     from atom.config.compose import compose
 
     v2 = "model.hf_config.architectures=[DeepseekV2ForCausalLM]"  # not implemented yet
     with pytest.raises(ConfigError) as e:
-        compose(["model=deepseek_r1", v2, "parallel=tp8", "parallel.data_parallel_size=2",
-                 "specdecode=mtp", "specdecode.method=eagle3", "specdecode.draft_model=/absent",
+        compose(["model=deepseek_r1", v2, "parallel=tp8", "parallel.enable_expert_parallel=true",
+                 "parallel.data_parallel_size=2", "specdecode=mtp", "specdecode.method=eagle3",
+                 "specdecode.draft_model=/absent",
                  "kv_cache.dtype=fp16"], launching=True)
     assert [(x.field, x.value) for x in e.value.errors] == [
         ("model", "DeepseekV2ForCausalLM"), ("load.dummy", None),
-        ("parallel.data_parallel_size", 2), ("specdecode.draft_model", "/absent"),
+        ("parallel.enable_expert_parallel", True), ("specdecode.draft_model", "/absent"),
         ("kv_cache.dtype", "fp16")]
     assert len(str(e.value).splitlines()) == 5
     with pytest.raises(ConfigError) as e:

@@ -50,10 +50,10 @@ def test_every_launcher_prints_one_line_and_exits_2(args, line, tmp_path):
 
 def test_all_broken_rules_at_once_from_the_command_line(tmp_path):
     r = _run(["atom.run", "model=deepseek_r1", "model.hf_config.architectures=[DeepseekV2ForCausalLM]",
-              "parallel=tp2", "parallel.data_parallel_size=2", "specdecode=mtp"], tmp_path)
+              "parallel=tp2", "parallel.enable_expert_parallel=true", "specdecode=mtp"], tmp_path)
     assert r.returncode == 2
     assert [line.split(":")[2].split("=")[0].strip() for line in _lines(r.stderr)] == [
-        "model", "load.dummy", "parallel.data_parallel_size", "specdecode.method"]
+        "model", "load.dummy", "parallel.enable_expert_parallel", "specdecode.method"]
 
 
 def test_a_busy_http_port_is_refused_before_the_model_loads_with_the_port_flag_hint(tmp_path):

@@ -2,8 +2,9 @@
 
 The layers shard by rank and all-reduce at block boundaries; the executor sends each step's
 SchedulerOutput to both ranks and reads rank 0's tokens back. Greedy tokens must equal the one-
-process run's, with async scheduling on and off; a rank that dies must make the engine fail at
-once, and shutdown must leave no rank behind.
+process run's, with async scheduling on and off, and for every architecture (DeepSeek-V3's MLA
+and grouped MoE included) its fp32 logprobs too, through chunked prefill and preemption; a rank
+that dies must make the engine fail at once, and shutdown must leave no rank behind.
 """
 from __future__ import annotations
 
@@ -99,3 +100,62 @@ def test_a_rank_that_dies_fails_the_engine_at_once(ckpt):
         pids = [p.pid for p in tp.core.executor._procs]
         tp.shutdown()
     assert _gone(pids)
+
+
+def test_one_rank_through_the_multiproc_executor_gives_the_one_process_tokens(ckpt):
+    """parallel.executor=multiproc at tp=1 (the A/B of benchmarks/ab_multiproc_tp1.sh): one
+    worker process, the same tokens as the runner in this process."""
+    from atom.executor.multiproc import MultiprocExecutor
+
+    greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    one = _engine(ckpt, 1).generate(_prompts(), greedy)
+    mp = _engine(ckpt, 1, "parallel.executor=multiproc")
+    try:
+        assert isinstance(mp.core.executor, MultiprocExecutor)
+        assert len(mp.core.executor._procs) == 1
+        out = mp.generate(_prompts(), greedy)
+    finally:
+        pids = [p.pid for p in mp.core.executor._procs]
+        mp.shutdown()
+    assert [o["token_ids"] for o in out] == [o["token_ids"] for o in one]
+    assert _gone(pids)
+
+
+def _tokens_and_logprobs(engine, params: SamplingParams) -> tuple[list[list[int]], list[list]]:
+    logprobs: dict[str, list] = {}
+
+    def keep(out) -> None:
+        logprobs.setdefault(out.request_id, []).extend(out.logprobs or [])
+
+    ids = engine.add_request(_prompts(), params, stream_callback=keep)
+    done = {}
+    while not engine.is_finished():
+        for out in engine.step():
+            done[out["request_id"]] = out["token_ids"]
+    return [done[i] for i in ids], [logprobs[i] for i in ids]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3_q_lora"])
+def test_every_architecture_on_two_ranks_matches_one_through_chunks_and_preemption(arch, tmp_path):
+    """Greedy tokens equal and fp32 logprobs (the chosen token's and the top 2) within 1e-4,
+    with prompts chunked at 48 tokens and a pool of 10 blocks that preempts and recomputes."""
+    path = make_checkpoint(arch, tmp_path)
+    tight = ("kv_cache.num_blocks=10", "scheduler.reserve_ratio=0", "model.max_model_len=128")
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=2)
+    runs = []
+    for tp in (1, 2):
+        engine = local_engine(path, "scheduler.max_num_batched_tokens=48",
+                              f"parallel.tensor_parallel_size={tp}", *tight)
+        try:
+            runs.append(_tokens_and_logprobs(engine, params))
+            assert engine.core.scheduler.num_preempted > 0, "the pool is meant to preempt"
+        finally:
+            engine.shutdown()
+    (tok1, lp1), (tok2, lp2) = runs
+    assert tok2 == tok1
+    for a, b in zip(lp1, lp2):
+        assert len(a) == len(b) == 24
+        for x, y in zip(a, b):
+            assert x.token_id == y.token_id and abs(x.logprob - y.logprob) < 1e-4
+            assert [t for t, _ in x.top] == [t for t, _ in y.top]
+            assert all(abs(p - q) < 1e-4 for (_, p), (_, q) in zip(x.top, y.top))

@@ -87,6 +87,31 @@ def test_output_is_the_same_run_to_run():
     assert torch.equal(fused_moe(*case), fused_moe(*case))
 
 
+@pytest.mark.parametrize("cfg", [DECODE, PREFILL], ids=["decode_blocks", "prefill_blocks"])
+def test_expert_parallel_ranks_skip_the_others_pairs_and_sum_to_the_whole_layer(cfg):
+    """Two expert-parallel ranks of four experts each, the routing mapped as FusedMoE maps it
+    (another rank's pairs get id 4): each rank's output is the per-expert loop's over the same
+    ids, and the two add up to the whole layer's."""
+    from atom.kernels.backend import get_backend
+    from atom.layers.model_context import ModelContext
+    from atom.layers.moe import FusedMoE
+    from atom.layers.parallel_state import ParallelState
+
+    x, w13, w2, weights, experts = moe_case(17, 8, 2, 64, 32, torch.float32)
+    parts = []
+    for rank in (0, 1):
+        mc = ModelContext(get_backend("torch"), ParallelState(tp_size=2, tp_rank=rank,
+                                                              ep_size=2, ep_rank=rank))
+        local = FusedMoE(mc, 8, 64, 32).local_experts(experts)
+        assert torch.equal(local == 4, experts // 4 != rank)
+        mine = slice(4 * rank, 4 * rank + 4)
+        check(x, w13[mine].contiguous(), w2[mine].contiguous(), weights, local, cfg=cfg)
+        parts.append(fused_moe(x, w13[mine].contiguous(), w2[mine].contiguous(), weights, local,
+                               cfg))
+    whole = torch_ref.fused_moe(x, w13, w2, weights, experts)
+    assert rel_err(parts[0] + parts[1], whole) < moe_tol(x.dtype)
+
+
 def torch_layout(experts: torch.Tensor, num_experts: int, block_m: int):
     """The layout align must give, in torch ops: pairs stably sorted by expert, each expert's
     run starting at its padded offset, padding rows = the pair count, block experts by

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
-from atom.kernels.triton.rms_norm import norm_row, norm_warps
+from atom.kernels.triton.rms_norm import load_row, norm_row, norm_warps
 
 EPS = 1e-10
 
@@ -88,8 +88,11 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, w_ptr, q_ptr, s_ptr, res_out_ptr, x_s
     BLOCK is one scale for the row."""
     pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
-    y, cols, mask = norm_row(x_ptr, res_ptr, w_ptr, res_out_ptr, row, x_stride, res_stride,
-                             res_out_stride, n_cols, eps, HAS_RESIDUAL, BLOCK)
+    h, cols, mask = load_row(x_ptr, res_ptr, row, x_stride, res_stride, n_cols, HAS_RESIDUAL,
+                             BLOCK)
+    if HAS_RESIDUAL:
+        tl.store(res_out_ptr + row * res_out_stride + cols, h, mask=mask)
+    y = norm_row(h, w_ptr, cols, mask, n_cols, eps)
     y = tl.reshape(y.to(x_ptr.dtype.element_ty).to(tl.float32), [BLOCK // GROUP, GROUP])
     scale = scale_of(tl.max(tl.abs(y), 1), q_eps)
     q = quantize(y, scale[:, None])

@@ -212,8 +212,8 @@ def fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: tor
               w13_scale: Optional[torch.Tensor] = None,
               w2_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """x [T, H]; w13 [E, 2I, H] (gate rows, then up rows); w2 [E, H, I]; weights, experts
-    [T, k] (the router's float32 weights and distinct expert ids) → Σ_k weight · expert(x),
-    [T, H] in x's dtype. fp8 experts: w13 and w2 e4m3 with their scales, per output channel
+    [T, k] (the router's float32 weights and distinct expert ids; E: another rank's expert,
+    skipped) → Σ_k weight · expert(x), [T, H] in x's dtype. fp8 experts: w13 and w2 e4m3 with their scales, per output channel
     ([E, 2I], [E, H]: activations quantized per token) or per 128 × 128 block ([E, 2I/128,
     H/128], [E, H/128, I/128]: activations per token and 128 columns; I a multiple of 128).
     cfg overrides the choice by size (tests run both on small shapes)."""
@@ -235,7 +235,10 @@ def fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: tor
     h = x.new_empty(pairs, inter)
     _grouped_gemm(_activations(x, quant), Operand(w13, w13_scale), h, blocks, w, k,
                   gated=True, routed=False, cfg=cfg)
-    y = x.new_empty(pairs, hidden)
+    # Zeroed: a pair of expert id E (another rank's, under expert parallelism) is in no block,
+    # so its row is never written and must add nothing to the k-sum; the fill is T·k·H writes
+    # (7 MB at R1's T = 64: ~2 µs of HBM).
+    y = x.new_zeros(pairs, hidden)
     _grouped_gemm(_activations(h, quant), Operand(w2, w2_scale), y, blocks, w, 1,
                   gated=False, routed=True, cfg=cfg)
     return y.view(t, k, hidden).sum(1)  # one launch; torch accumulates bf16 sums in float32

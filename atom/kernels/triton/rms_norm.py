@@ -13,24 +13,30 @@ from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 
 @triton.jit
-def norm_row(x_ptr, res_ptr, w_ptr, res_out_ptr, row, x_stride, res_stride, res_out_stride,
-             n_cols, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
-    """(y, cols, mask): one row's RMSNorm in fp32, zero past n_cols (with a residual, x +
-    residual is stored on the way); fp8_quant's fused norm + quantisation shares it."""
+def load_row(x_ptr, res_ptr, row, x_stride, res_stride, n_cols, HAS_RESIDUAL: tl.constexpr,
+             BLOCK: tl.constexpr):
+    """(h, cols, mask): one row, plus its residual when there is one, zero past n_cols. The sum
+    is rounded to the activation dtype first: the next layer's residual is that value. It
+    stores nothing: under torch.compile, inductor learns which tensors a Triton kernel writes
+    from the kernel's own stores, so each kernel stores the residual itself (on the H200 the
+    compiled level-3 forward broke at the commit that moved this store into a helper)."""
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
-        # Round the sum to the activation dtype first: the next layer's residual is that value.
-        s = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
-        tl.store(res_out_ptr + row * res_out_stride + cols, s, mask=mask)
-        x = s
-    xf = x.to(tl.float32)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
+    return x, cols, mask
+
+
+@triton.jit
+def norm_row(h, w_ptr, cols, mask, n_cols, eps):
+    """h's RMSNorm in fp32 (load_row's h); fp8_quant's fused norm + quantisation shares it."""
+    xf = h.to(tl.float32)
     var = tl.sum(xf * xf, axis=0) / n_cols
     rstd = 1.0 / tl.sqrt(var + eps)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    return xf * rstd * w, cols, mask
+    return xf * rstd * w
 
 
 @triton.jit
@@ -39,8 +45,11 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, x_stride, res_
                      PDL: tl.constexpr):
     pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
-    y, cols, mask = norm_row(x_ptr, res_ptr, w_ptr, res_out_ptr, row, x_stride, res_stride,
-                             res_out_stride, n_cols, eps, HAS_RESIDUAL, BLOCK)
+    h, cols, mask = load_row(x_ptr, res_ptr, row, x_stride, res_stride, n_cols, HAS_RESIDUAL,
+                             BLOCK)
+    if HAS_RESIDUAL:
+        tl.store(res_out_ptr + row * res_out_stride + cols, h, mask=mask)
+    y = norm_row(h, w_ptr, cols, mask, n_cols, eps)
     tl.store(out_ptr + row * out_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

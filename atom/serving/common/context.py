@@ -25,7 +25,7 @@ def served_model_name(cfg: Config) -> str:
 def model_aliases(cfg: Config) -> tuple[str, ...]:
     """Names a client may send for the loaded model: the served name, the config entry, the path."""
     m = cfg.model
-    return tuple(n for n in (m.served_model_name, m.name, m.path) if n)
+    return tuple(n for n in (served_model_name(cfg), m.name, m.path) if n)
 
 
 @dataclass

@@ -177,6 +177,7 @@ def test_no_local_paths_in_model_names_or_failures():
     cfg.model.name, cfg.model.path, cfg.model.served_model_name = "local", "/srv/models/Qwen3-0.6B", None
     assert served_model_name(cfg) == "Qwen3-0.6B"
     assert "/srv/models/Qwen3-0.6B" in model_aliases(cfg)  # a client may still send the path
+    assert "Qwen3-0.6B" in model_aliases(cfg), "the name /v1/models lists is accepted"
     trace = ('Traceback (most recent call last):\n  File "/work/atom/model_engine/core_loop.py", line 9\n'
              "OverflowError: Python int too large to convert to C long (/work/atom/sampler.py)")
     assert public_reason(trace) == "OverflowError: Python int too large to convert to C long (sampler.py)"

@@ -1,0 +1,140 @@
+"""The parallel group's rules, before any weights: hosts (from the config, else torchrun's
+environment), the executor, and what tensor / expert parallelism splits for every architecture
+atom runs — each broken rule naming its field."""
+from __future__ import annotations
+
+import pytest
+
+from atom.config.compose import compose
+from atom.config.errors import ConfigError
+from atom.config.hosts import Hosts, resolve_hosts
+from atom.config.schema import ParallelConfig
+from tests.engine.checkpoints import ALL_ARCHS, COMMON
+
+TORCHRUN_HOST_1 = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                   "GROUP_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400"}
+
+
+def test_torchrun_one_launcher_per_host_gives_the_hosts():
+    assert resolve_hosts(ParallelConfig(), TORCHRUN_HOST_1) == Hosts(2, 1, "10.0.0.1", 29400)
+
+
+def test_under_torchrun_the_ranks_meet_above_its_agents_port():
+    env = {**TORCHRUN_HOST_1, "TORCHELASTIC_RUN_ID": "none"}
+    assert resolve_hosts(ParallelConfig(), env).master_port == 29401
+    assert resolve_hosts(ParallelConfig(master_port=29400), env).master_port == 29400
+
+
+def test_nnodes_and_node_rank_variables_come_before_torchruns():
+    env = {**TORCHRUN_HOST_1, "NNODES": "4", "NODE_RANK": "3"}
+    assert resolve_hosts(ParallelConfig(), env) == Hosts(4, 3, "10.0.0.1", 29400)
+
+
+def test_the_config_wins_over_the_environment():
+    p = ParallelConfig(nnodes=2, node_rank=0, master_addr="10.0.0.9", master_port=1234)
+    assert resolve_hosts(p, {**TORCHRUN_HOST_1, "NNODES": "4"}) == Hosts(2, 0, "10.0.0.9", 1234)
+
+
+def test_without_either_a_run_is_one_host_on_loopback():
+    assert resolve_hosts(ParallelConfig(), {}) == Hosts(1, 0, "127.0.0.1", 29500)
+
+
+def test_torchrun_with_several_launchers_per_host_is_refused_by_name():
+    with pytest.raises(ConfigError) as e:
+        resolve_hosts(ParallelConfig(), {**TORCHRUN_HOST_1, "LOCAL_WORLD_SIZE": "8"})
+    assert e.value.field == "LOCAL_WORLD_SIZE" and "--nproc-per-node 1" in e.value.rule
+
+
+def test_a_host_count_from_the_environment_says_so(monkeypatch):
+    """A scheduler's WORLD_SIZE that counts GPUs, not hosts, is named as the value's source."""
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    with pytest.raises(ConfigError) as e:
+        compose(["model=llama3_8b", "load=dummy", "parallel=tp2"])
+    assert e.value.field == "parallel.nnodes" and e.value.value == 8
+    assert e.value.rule.endswith("(from $WORLD_SIZE; parallel.nnodes overrides it)")
+
+
+def _fields(overrides: list[str], launching: bool = False) -> list[tuple[str, object]]:
+    with pytest.raises(ConfigError) as e:
+        compose(["model=llama3_8b", "load=dummy", *overrides], launching=launching)
+    return [(x.field, x.value) for x in e.value.errors]
+
+
+@pytest.mark.parametrize("overrides,field,value", [
+    (["parallel=tp2", "parallel.nnodes=3"], "parallel.nnodes", 3),
+    (["parallel=tp2", "parallel.nnodes=2", "parallel.node_rank=2"], "parallel.node_rank", 2),
+    (["parallel.nnodes=0"], "parallel.nnodes", 0),
+    (["parallel=tp2", "parallel.nnodes=2", "parallel.master_port=65534"],
+     "parallel.master_port", 65534),
+    (["parallel=tp2", "parallel.executor=uniproc"], "parallel.executor", "uniproc"),
+    (["parallel.executor=mpi"], "parallel.executor", "mpi"),
+    (["parallel=tp2", "parallel.nnodes=2", "parallel.node_rank=1", "job=bench"],
+     "parallel.node_rank", 1),
+])
+def test_inconsistent_hosts_and_executors_name_their_field(overrides, field, value):
+    assert (field, value) in _fields(overrides)
+
+
+def test_replicas_over_several_hosts_and_ray_are_refused_when_launching():
+    assert _fields(["parallel=tp2", "parallel.nnodes=2", "parallel.data_parallel_size=2",
+                    "parallel.executor=ray"], launching=True) == [
+        ("parallel.executor", "ray"), ("parallel.data_parallel_size", 2)]
+
+
+def test_replicas_of_several_ranks_compose_and_launch():
+    assert compose(["model=llama3_8b", "load=dummy", "parallel=dp2_tp2", "runtime=cpu"],
+                        launching=True).parallel.data_parallel_size == 2
+
+
+def _arch_overrides(arch: str) -> list[str]:
+    """A tiny checkpoint's config (tests/engine/checkpoints.py) as hf_config overrides."""
+    import transformers
+
+    cls, extra = ALL_ARCHS[arch]
+    d = getattr(transformers, cls)(**{**COMMON, **extra}).to_dict()
+    keys = ("architectures", "model_type", "num_attention_heads", "num_key_value_heads",
+            "intermediate_size", "moe_intermediate_size", "num_experts", "num_local_experts",
+            "n_routed_experts")
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    d["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[d["model_type"]]]
+    return [f"+model.hf_config.{k}={v}".replace("'", "") for k, v in d.items()
+            if k in keys and v is not None]
+
+
+@pytest.mark.parametrize("arch", list(ALL_ARCHS))
+def test_every_architecture_checks_what_tp_splits(arch):
+    """4 heads and MLP / expert widths of 128 or 32: tp=3 divides none of them, tp=2 all."""
+    overrides = _arch_overrides(arch)
+    widths = {k.rsplit(".", 1)[1]: v for k, v in (o.split("=", 1) for o in overrides)}
+    base = ["model=local", "load=dummy", "model.path=null", *overrides]
+    compose([*base, "parallel=tp2"])
+    with pytest.raises(ConfigError) as e:
+        compose([*base, "parallel.tensor_parallel_size=3"])
+    rules = [x.rule for x in e.value.errors if x.field == "parallel.tensor_parallel_size"]
+    assert "must divide the number of attention heads (4)" in rules
+    assert f"must divide the MLP's intermediate size ({widths['intermediate_size']})" in rules
+    if "moe_intermediate_size" in widths:
+        assert (f"must divide each expert's intermediate size "
+                f"({widths['moe_intermediate_size']})") in rules
+
+
+@pytest.mark.parametrize("arch,experts", [("qwen3_moe", 4), ("deepseek_v3_q_lora", 8)])
+def test_expert_parallelism_needs_experts_that_divide_over_its_ranks(arch, experts):
+    base = ["model=local", "load=dummy", "model.path=null", *_arch_overrides(arch),
+            "parallel.enable_expert_parallel=true"]
+    compose([*base, "parallel=tp2"])
+    with pytest.raises(ConfigError) as e:
+        compose([*base, "parallel=tp2", "parallel.data_parallel_size=3"])
+    assert [x.rule for x in e.value.errors if x.field == "parallel.enable_expert_parallel"] == [
+        f"expert parallelism splits the {experts} experts over tensor_parallel_size x "
+        "data_parallel_size = 6 ranks: it must divide them"]
+
+
+@pytest.mark.gpu
+def test_more_ranks_than_the_hosts_gpus_are_refused_naming_the_field():
+    import torch
+
+    gpus = torch.cuda.device_count()
+    assert ("parallel.data_parallel_size", gpus + 1) in _fields(
+        [f"parallel.data_parallel_size={gpus + 1}"], launching=True)
