@@ -9,9 +9,10 @@ self_attn.{q,k,v,o}_proj with q/k/v over 2H inputs, post_attention_layernorm, ml
 `lm_head.weight` [draft_vocab, H], `d2t` [draft_vocab] (target id = draft id + d2t[draft id]);
 `t2d` (the inverse mask) and any copy of the embedding are not loaded: the target's embedding
 is used. config.json's `norm_before_residual` (EAGLE-3.1's speculators configs) makes the
-residual the normed hidden state instead of the raw one; `eagle_config.
-eagle_aux_hidden_state_layer_ids` names the target layers whose inputs are captured (default
-2, L/2, L - 3).
+residual the normed hidden state instead of the raw one (absent: the raw one, as the original
+EAGLE-3 heads); `eagle_aux_hidden_state_layer_ids` names the target layers whose inputs are
+captured (aux_layer_ids). The speculators package's own config layout (`speculators_config`,
+`transformer_layer_config`) is not read.
 """
 from __future__ import annotations
 
@@ -30,8 +31,12 @@ ARCHITECTURE = "LlamaForCausalLMEagle3"
 
 
 def aux_layer_ids(draft_hf: Any, target_layers: int) -> tuple[int, ...]:
-    """The target layers whose input (the residual stream before them) the head reads."""
-    ids = (getattr(draft_hf, "eagle_config", None) or {}).get("eagle_aux_hidden_state_layer_ids")
+    """The target layers whose input (the residual stream before them, as vLLM reads the ids)
+    the head reads: `eagle_aux_hidden_state_layer_ids` at the config's top or in its
+    `eagle_config`, else EAGLE-3's 2, L/2, L - 3."""
+    ids = (getattr(draft_hf, "eagle_aux_hidden_state_layer_ids", None)
+           or (getattr(draft_hf, "eagle_config", None) or {}).get(
+               "eagle_aux_hidden_state_layer_ids"))
     return tuple(ids) if ids else (2, target_layers // 2, target_layers - 3)
 
 

@@ -384,3 +384,14 @@ def test_on_the_gpu_eagle3_keeps_greedy_output_and_sampled_drafts_run_the_kernel
     sampled = SamplingParams(temperature=0.8, max_tokens=MAX_TOKENS, ignore_eos=True, seed=3)
     first = run(engine, _prompts(), sampled)[0]
     assert run(engine, _prompts(), sampled)[0] == first
+
+
+def test_the_aux_layers_are_the_configs_or_eagle3s_default():
+    from transformers import LlamaConfig
+
+    from atom.models.eagle3 import aux_layer_ids
+
+    assert aux_layer_ids(LlamaConfig(), 32) == (2, 16, 29)
+    assert aux_layer_ids(LlamaConfig(eagle_config={"eagle_aux_hidden_state_layer_ids":
+                                                   [1, 5, 9]}), 32) == (1, 5, 9)
+    assert aux_layer_ids(LlamaConfig(eagle_aux_hidden_state_layer_ids=[3, 4, 5]), 32) == (3, 4, 5)
