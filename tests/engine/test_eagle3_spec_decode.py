@@ -395,3 +395,15 @@ def test_the_aux_layers_are_the_configs_or_eagle3s_default():
     assert aux_layer_ids(LlamaConfig(eagle_config={"eagle_aux_hidden_state_layer_ids":
                                                    [1, 5, 9]}), 32) == (1, 5, 9)
     assert aux_layer_ids(LlamaConfig(eagle_aux_hidden_state_layer_ids=[3, 4, 5]), 32) == (3, 4, 5)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_greedy_output_over_a_qwen_target_is_the_plain_output(tmp_path, heads, arch):
+    """The Qwen layers take the llama layer's (positions, x, residual), so the capture reads
+    them the same way (Qwen3: q/k norms and its own head_dim inside; the head's are its own)."""
+    target = make_checkpoint(arch, tmp_path, num_hidden_layers=TARGET_LAYERS)
+    want = [flat(c) for c in run(_engine(target), _prompts(), GREEDY)[0]]
+    engine = _engine(target, *_eagle3(heads[False], 3))
+    got, _ = run(engine, _prompts(), GREEDY)
+    assert [flat(c) for c in got] == want
+    assert engine.core.stats().spec_draft_tokens > 0
