@@ -70,8 +70,8 @@ class ModelRunner:
         self._last_tokens: Optional[torch.Tensor] = None  # the previous step's sampled tokens
         self._last_row_of: dict[str, int] = {}  # request id → its row in _last_tokens
         self._requests: dict[str, RunnerRequest] = {}  # what a step does not resend
-        # A runner-side proposer (specdecode=mtp: a layer of the model; draft_model: a model of
-        # its own), run after each step's verification.
+        # A runner-side proposer (specdecode=mtp: a layer of the model; draft_model, eagle3: a
+        # model of their own), run after each step's verification.
         self.drafter = drafter
 
     # -- one step ---------------------------------------------------------------------------
