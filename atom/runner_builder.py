@@ -20,7 +20,8 @@ from atom.layers.model_context import ModelContext
 from atom.layers.moe import held_experts
 from atom.layers.parallel_state import ParallelState
 from atom.loader.model_loader import build_model
-from atom.loader.hf_config import model_source
+from atom.models.eagle3 import Eagle3Draft
+from atom.loader.hf_config import load_hf_config, model_source
 from atom.runner.compile import ForwardFn, compile_forward, describe_level
 from atom.runner.cpu_threads import cpu_threads
 from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
@@ -32,7 +33,10 @@ from atom.runner.memory_profile import kv_budget_bytes
 from atom.runner.model_runner import ModelRunner
 from atom.runner.profiler import StepProfiler
 from atom.spec_decode.acceptance import build_verifier
-from atom.spec_decode.mtp_drafter import build_drafter
+from atom.spec_decode.draft_model_drafter import DraftModelDrafter, draft_model_config
+from atom.spec_decode.drafter import Drafter
+from atom.spec_decode.eagle3_drafter import AuxCapture, Eagle3Drafter
+from atom.spec_decode.mtp_drafter import MTPDrafter
 
 log = logging.getLogger("atom.runner")
 
@@ -58,20 +62,25 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
     graphs_on = graphs_enabled(cfg.runtime.enforce_eager, cfg.runtime.level, device, backend_name)
     log.info("%s", describe_level(cfg.runtime, device, backend_name, graphs_on))
     max_model_len = cfg.model.max_model_len or int(hf.max_position_embeddings)
-    drafter = build_drafter(cfg.specdecode.method, model, cfg.specdecode.num_speculative_tokens,
-                            cfg.kv_cache.block_size, max_model_len)
     spec = model_kv_spec(model, kv_dtype(cfg.kv_cache, dtype), cfg.kv_cache.block_size)
+    draft = (_draft_model(cfg, mc, device, dtype)
+             if cfg.specdecode.method in ("draft_model", "eagle3") else None)
+    draft_spec = (model_kv_spec(draft, spec.dtype, spec.block_size) if draft is not None
+                  else None)
+    aux = (AuxCapture(model, draft) if draft is not None and cfg.specdecode.method == "eagle3"
+           else None)
     # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
     # every step and every captured graph.
     split_counters = torch.zeros(cfg.scheduler.max_num_seqs * spec.max_kv_heads(),
                                  dtype=torch.int32, device=device)
     logits = lambda ids, pos: model.compute_logits(forward_fn(ids, pos))
     kv = _kv_cache(cfg, spec, device, mc.forward, model, forward_fn, split_counters,
-                   max_model_len)
+                   max_model_len, draft_spec)
     log.info("KV cache: %d blocks x %d tokens = %d tokens, %.2f GiB, %s; kernels=%s",
              kv.num_blocks, spec.block_size, kv.num_blocks * spec.block_size,
              kv.num_blocks * spec.bytes_per_block / 2**30,
              describe_kv_dtype(cfg.kv_cache, spec.dtype), backend_name)
+    drafter = _drafter(cfg, model, kv, max_model_len, draft, draft_spec, aux, device)
     if graphs_on and drafter is not None:
         log.info("CUDA graphs: none with a runner-side drafter (its steps run eager)")
     graphs = (_decode_graphs(cfg, logits, kv, split_counters, device, mc, max_model_len)
@@ -82,18 +91,56 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
                        profiler=StepProfiler(cfg.profiler.torch_profiler_dir), drafter=drafter)
 
 
+def _draft_model(cfg: Config, mc: ModelContext, device: torch.device,
+                 dtype: torch.dtype) -> torch.nn.Module:
+    """specdecode=draft_model's model or eagle3's head, with its own ModelContext (its forward
+    slot) on the target's backend and ranks; loaded before the KV cache is sized, so its
+    weights count as used memory there."""
+    dcfg = draft_model_config(cfg)
+    dmc = ModelContext(mc.backend, mc.parallel)
+    cls = Eagle3Draft if cfg.specdecode.method == "eagle3" else None
+    return build_model(dcfg.load, model_source(dcfg), load_hf_config(dcfg), dmc, device, dtype,
+                       cfg.quant.method, cls=cls)
+
+
+def _drafter(cfg: Config, model: torch.nn.Module, kv: KVCache, max_model_len: int,
+             draft: Optional[torch.nn.Module], draft_spec: Optional[KVCacheSpec],
+             aux: Optional[AuxCapture], device: torch.device) -> Optional[Drafter]:
+    """The runner-side drafter a method needs; None for core-side proposers (n-gram) and none.
+    A draft model's or EAGLE-3 head's pool: the target's block count over its layers."""
+    k, bs = cfg.specdecode.num_speculative_tokens, cfg.kv_cache.block_size
+    if cfg.specdecode.method == "mtp":
+        return MTPDrafter(model, k, bs, max_model_len, kv.caches, kv.scales)
+    if draft is None or draft_spec is None:
+        return None
+    _, caches, scales = allocate(draft_spec, kv.num_blocks, device)
+    log.info("draft KV cache: %d blocks, %.2f GiB", kv.num_blocks,
+             kv.num_blocks * draft_spec.bytes_per_block / 2**30)
+    split_counters = torch.zeros(cfg.scheduler.max_num_seqs * draft_spec.max_kv_heads(),
+                                 dtype=torch.int32, device=device)
+    if aux is not None:
+        return Eagle3Drafter(model, draft, aux, k, bs, max_model_len, caches, scales,
+                             split_counters)
+    return DraftModelDrafter(draft, k, bs, max_model_len, caches, scales, split_counters,
+                             int(model.hf_config.vocab_size))
+
+
 def _kv_cache(cfg: Config, spec: KVCacheSpec, device: torch.device, slot: ForwardSlot,
               model: torch.nn.Module, forward_fn: ForwardFn, split_counters: torch.Tensor,
-              max_model_len: int) -> KVCache:
+              max_model_len: int, draft_spec: Optional[KVCacheSpec] = None) -> KVCache:
     """kv_cache.num_blocks, or on a GPU what gpu_memory_utilization leaves after the weights
-    and a profiling forward, allocated."""
+    and a profiling forward, allocated. With a draft model the budget is shared: each block
+    costs the target's bytes and the draft's (its pool, allocated by _drafter, has the same
+    block count); the profile is the target's forward, the larger of the two."""
     free: Optional[int] = None
     if device.type == "cuda" and cfg.kv_cache.num_blocks is None:
         tokens = min(cfg.scheduler.max_num_batched_tokens, max_model_len)
         step = lambda ids, pos: model.compute_logits(forward_fn(ids, pos)[-1:])
         free = kv_budget_bytes(step, slot, spec, tokens, split_counters,
                                cfg.kv_cache.gpu_memory_utilization, device)
-    blocks = num_blocks_for(cfg.kv_cache, spec, device, free, max_model_len)
+    sizing = (spec if draft_spec is None
+              else KVCacheSpec(spec.layers + draft_spec.layers, spec.block_size))
+    blocks = num_blocks_for(cfg.kv_cache, sizing, device, free, max_model_len)
     return KVCache(spec, blocks, *allocate(spec, blocks, device))
 
 

@@ -113,9 +113,9 @@ class SchedulerConfig:
 
 @dataclass
 class SpecDecodeConfig:
-    method: Optional[str] = None  # None | ngram | mtp | eagle3 | draft_model (only ngram runs today)
+    method: Optional[str] = None  # None | ngram | mtp | eagle3 | draft_model
     num_speculative_tokens: int = 1  # draft tokens proposed per step
-    draft_model: Optional[str] = None  # the draft model's path (eagle3, draft_model)
+    draft_model: Optional[str] = None  # the draft checkpoint (eagle3: its head; draft_model)
     # benchmark-only: force this mean acceptance length (1 + accepted drafts per verify), in
     # [1, num_speculative_tokens + 1]; the generated text is meaningless
     acceptance_length: Optional[float] = None

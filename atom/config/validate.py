@@ -7,13 +7,14 @@ the one to fix first and no fix reveals a rule the previous launch did not menti
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from typing import Callable, Optional
 
 from atom.config.errors import ConfigError
 from atom.config.format import TOOL_CALL_PARSERS, REASONING_DIALECTS
-from atom.config.model_facts import (ArchitectureShape, check_architecture, read_architecture_shape,
-                                     remote_code_tokenizer)
+from atom.config.model_facts import (ArchitectureShape, check_architecture, local_source,
+                                     read_architecture_shape, remote_code_tokenizer)
 from atom.config.schema import Config
 
 KV_DTYPES = ("bf16", "fp8")
@@ -22,7 +23,10 @@ DEVICES = ("auto", "cpu", "cuda")
 DUMMY_KINDS = (None, "empty", "zero", "xavier")
 LOAD_FORMATS = ("auto", "safetensors", "gguf")
 SPEC_METHODS = (None, "ngram", "mtp", "eagle3", "draft_model")
-RUNNABLE_SPEC_METHODS = (None, "ngram", "mtp")
+EAGLE3_HEAD = "LlamaForCausalLMEagle3"
+# Targets whose decoder layers take (positions, x, residual): the head's capture hooks read them.
+EAGLE3_TARGETS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                  "Qwen3ForCausalLM")
 MTP_ARCHITECTURES = ("DeepseekV3ForCausalLM",)  # those whose next-n layer atom builds
 JOBS = ("serve", "generate", "throughput", "bench")
 ENGINE_SOURCES = ("model", "synthetic", "scripted")
@@ -88,7 +92,7 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
     model engine does not implement or this host cannot hold: the Ray executor, replicas over
     several hosts, more ranks than GPUs, DP attention (so experts over several replicas), and
-    speculative decoding methods without a proposer (eagle3, draft_model)."""
+    speculative decoding drafts the engine cannot run beside the target."""
     rules = _Rules()
     p = cfg.parallel
     _refuse_unbuilt_executors(cfg, rules)
@@ -100,9 +104,9 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
                 "experts split over one replica's tensor-parallel ranks; over "
                 f"data_parallel_size={p.data_parallel_size} replicas they need "
                 "enable_dp_attention, not implemented yet")
-    rules.check(cfg.specdecode.method in RUNNABLE_SPEC_METHODS, "specdecode.method",
-                cfg.specdecode.method,
-                "not implemented yet: this method has no proposer (specdecode=ngram, mtp or none)")
+    if (cfg.specdecode.method in ("draft_model", "eagle3")
+            and cfg.specdecode.draft_model is not None):
+        _validate_draft_model(cfg, rules)
     if cfg.specdecode.method == "mtp":
         shape = read_architecture_shape(cfg)  # config.json / header only
         if rules.check(shape is not None and shape.num_nextn_predict_layers >= 1,
@@ -113,6 +117,78 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
                         f"next-n layers of {shape.architecture} are not implemented yet "
                         f"(mtp runs {', '.join(MTP_ARCHITECTURES)})")
     return rules.errors
+
+
+def _json(path: str) -> Optional[dict]:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _tokenizer_vocab(folder: str) -> Optional[dict]:
+    """tokenizer.json's token → id map, its added (special) tokens included; None where the
+    folder has none."""
+    tok = _json(os.path.join(folder, "tokenizer.json"))
+    vocab = (tok or {}).get("model", {}).get("vocab")
+    if not isinstance(vocab, dict):
+        return None
+    return {**vocab, **{a["content"]: a["id"] for a in tok.get("added_tokens") or ()}}
+
+
+def _validate_draft_model(cfg: Config, rules: _Rules) -> None:
+    """The draft checkpoint (config.json and tokenizer files only): one atom runs (an EAGLE-3
+    head over a Llama/Qwen target of its hidden size, for eagle3), with the target's
+    vocabulary, since its drafts are token ids the target verifies and its q is compared with
+    the target's p id by id. A draft model's config may pad the vocabulary to another size
+    (Qwen2.5-0.5B: 151936, 7B: 152064) where both tokenizers are the same and both sizes hold
+    every id of it: its logits are cut or padded to the target's."""
+    field, draft = "specdecode.draft_model", cfg.specdecode.draft_model
+    if not rules.check(os.path.isdir(draft), field, draft, "not a checkpoint directory"):
+        return
+    dcfg = _json(os.path.join(draft, "config.json"))
+    if not rules.check(dcfg is not None, field, draft, "has no readable config.json"):
+        return
+    arch = (dcfg.get("architectures") or ["?"])[0]
+    src = local_source(cfg)
+    target = (cfg.model.hf_config if src is None and cfg.model.hf_config else
+              _json(os.path.join(str(src), "config.json")) if src is not None and src.is_dir()
+              else None)
+    if cfg.specdecode.method == "eagle3":
+        rules.check(arch == EAGLE3_HEAD, field, draft,
+                    f"the draft's architecture {arch} is no EAGLE-3 head ({EAGLE3_HEAD})")
+        shape = read_architecture_shape(cfg)
+        if shape is not None:
+            rules.check(shape.architecture in EAGLE3_TARGETS, "specdecode.method", "eagle3",
+                        f"EAGLE-3 over {shape.architecture} is not implemented "
+                        f"(targets: {', '.join(EAGLE3_TARGETS)})")
+        if target is not None and "hidden_size" in target:
+            want = dcfg.get("target_hidden_size") or dcfg.get("hidden_size")
+            rules.check(dcfg.get("hidden_size") == target["hidden_size"] == want, field, draft,
+                        f"the head's hidden_size {dcfg.get('hidden_size')} is not the "
+                        f"target's {target['hidden_size']}")
+    else:
+        try:
+            check_architecture(arch)
+        except ConfigError as e:
+            rules.check(False, field, draft, f"the draft's {e.errors[0].rule}")
+    tok_dir = cfg.model.tokenizer or (str(src) if src is not None and src.is_dir() else None)
+    mine, theirs = _tokenizer_vocab(draft), tok_dir and _tokenizer_vocab(tok_dir)
+    if mine is not None and theirs is not None:
+        rules.check(mine == theirs, field, draft,
+                    "the draft's tokenizer vocabulary is not the target's")
+    if target is None or "vocab_size" not in target:
+        return
+    dv, tv = dcfg.get("vocab_size"), target["vocab_size"]
+    if cfg.specdecode.method == "draft_model" and mine is not None and mine == theirs:
+        size = max(mine.values()) + 1
+        rules.check(isinstance(dv, int) and dv >= size and tv >= size, field, draft,
+                    f"the draft's vocab_size {dv} or the target's {tv} is short of their "
+                    f"tokenizer's {size} ids")
+    else:
+        rules.check(dv == tv, field, draft,
+                    f"the draft's vocab_size {dv} is not the target's {tv}")
 
 
 def _refuse_unbuilt_executors(cfg: Config, rules: _Rules) -> None:

@@ -52,12 +52,13 @@ def fp8_scheme(method: str, load: LoadConfig, src: Optional[Path], hf: Any, devi
 
 def build_model(load: LoadConfig, src: Optional[Path], hf: Any, mc: ModelContext,
                 device: torch.device, dtype: torch.dtype, quant_method: str = "auto",
-                mtp: bool = False) -> nn.Module:
+                mtp: bool = False, cls: Optional[type] = None) -> nn.Module:
     """The model of `hf`'s architecture, its layers built with `mc`, its weights from `src`
     (the checkpoint directory or GGUF file; unread with load.dummy), quantized as
     `quant_method` (quant.method) says. `mtp` (specdecode=mtp): its next-n layer too, built
-    before the weights load so they load with the rest."""
-    cls = model_class(architecture_of(hf))
+    before the weights load so they load with the rest. `cls`: a class that is no target
+    architecture (an EAGLE-3 head) instead of the registry's."""
+    cls = cls or model_class(architecture_of(hf))
     scheme = fp8_scheme(quant_method, load, src, hf, device, mc.backend.name)
     with _default_dtype(dtype), torch.device(device):
         model = cls(hf, mc)

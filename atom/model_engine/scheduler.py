@@ -206,6 +206,10 @@ class Scheduler:
             held = len(seq.block_table)
             self.blocks.allocate(seq, seq.num_computed_tokens + n)
             reserved += max(0, future - (len(seq.block_table) - held))
+            if self.lookahead and seq.num_computed_tokens + n == seq.num_tokens:
+                # the prompt's last chunk: its first drafts' slots, only from free blocks
+                self.blocks.try_allocate(seq, min(seq.num_tokens + self.lookahead,
+                                                  self.max_model_len))
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             batch.seqs.append(seq)

@@ -21,7 +21,7 @@ from atom.runner.profiler import StepProfiler
 from atom.runner.scheduler_output import PENDING_TOKEN, ScheduledRequest, SchedulerOutput
 from atom.sampling_params import SamplingParams
 from atom.spec_decode.acceptance import Verifier
-from atom.spec_decode.mtp_drafter import DraftStep, MTPDrafter
+from atom.spec_decode.drafter import Drafter, DraftStep
 from atom.spec_decode.rejection import resample_drafted
 
 
@@ -56,7 +56,7 @@ class ModelRunner:
     def __init__(self, model: torch.nn.Module, forward_fn: ForwardFn, slot: ForwardSlot,
                  kv: KVCache, graphs: Optional[DecodeGraphs], split_counters: torch.Tensor, *,
                  device: torch.device, max_model_len: int, vocab_size: int, verify: Verifier,
-                 profiler: StepProfiler, drafter: Optional[MTPDrafter] = None) -> None:
+                 profiler: StepProfiler, drafter: Optional[Drafter] = None) -> None:
         self.model, self.forward_fn, self.slot = model, forward_fn, slot
         self.kv, self.graphs, self.split_counters = kv, graphs, split_counters
         self.device, self.max_model_len, self.verify = device, max_model_len, verify
@@ -70,8 +70,8 @@ class ModelRunner:
         self._last_tokens: Optional[torch.Tensor] = None  # the previous step's sampled tokens
         self._last_row_of: dict[str, int] = {}  # request id → its row in _last_tokens
         self._requests: dict[str, RunnerRequest] = {}  # what a step does not resend
-        # A runner-side proposer (specdecode=mtp): its layer is part of the model (and of the
-        # KV cache), run after each step's verification.
+        # A runner-side proposer (specdecode=mtp: a layer of the model; draft_model, eagle3: a
+        # model of their own), run after each step's verification.
         self.drafter = drafter
 
     # -- one step ---------------------------------------------------------------------------
@@ -248,7 +248,7 @@ class ModelRunner:
     @torch.inference_mode()
     def _launch_drafting(self, out: SchedulerOutput, inputs: StepInputs) -> LaunchedStep:
         """A step with a runner-side drafter: the target's hidden states stay for the draft
-        layer, which runs once this step's kept tokens are known (mtp_drafter.py)."""
+        layer, which runs once this step's kept tokens are known (spec_decode/drafter.py)."""
         assert self.drafter is not None
         hidden = self._forward_hidden(inputs.input_ids, inputs.positions, inputs.meta)
         step = (self._sampled_step(out, inputs, self.model.compute_logits(
@@ -259,8 +259,7 @@ class ModelRunner:
         draft_step = DraftStep(inputs.input_ids, inputs.positions, inputs.meta, hidden,
                                inputs.rows, counts, [st.params for st in states],
                                [st.generator for st in states])
-        step.proposals = self.drafter.propose(out.requests, draft_step, step.result()[0],
-                                              self.kv.caches, self.kv.scales)
+        step.proposals = self.drafter.propose(out.requests, draft_step, step.result()[0])
         return step
 
     def _sampled_step(self, out: SchedulerOutput, inputs: StepInputs,

@@ -1,7 +1,7 @@
 """The proposer a config asks for, as the engine core uses it: `propose(history, drafted)`.
 
 One seam for both kinds: a core-side proposer (n-gram) computes drafts from the sequence's
-history; a runner-side one (MTP: atom/spec_decode/mtp_drafter.py) has had the runner draft them
+history; a runner-side one (mtp, draft_model: atom/spec_decode/drafter.py) has had the runner draft them
 after verification, and they arrive with the step's result (`drafted`, None without a drafter).
 """
 from __future__ import annotations
@@ -45,9 +45,13 @@ class PaddedProposer:
 
 
 def draft_lookahead(cfg: SpecDecodeConfig) -> int:
-    """KV slots past a step's tokens that its drafting writes: a runner-side drafter (mtp) runs
-    depths 2..k at the k - 1 positions after the last kept token, in the sequence's blocks."""
-    return cfg.num_speculative_tokens - 1 if cfg.method == "mtp" else 0
+    """KV slots past a step's tokens that its drafting writes, in the sequence's blocks: mtp
+    and eagle3 run depths 2..k at the k - 1 positions after the last kept token's
+    predecessor; a draft model decodes the last kept token and its first k - 1 drafts, k
+    positions."""
+    if cfg.method in ("mtp", "eagle3"):
+        return cfg.num_speculative_tokens - 1
+    return cfg.num_speculative_tokens if cfg.method == "draft_model" else 0
 
 
 def build_proposer(cfg: SpecDecodeConfig) -> Optional[Proposer]:
@@ -57,7 +61,7 @@ def build_proposer(cfg: SpecDecodeConfig) -> Optional[Proposer]:
     proposer: Proposer
     if cfg.method == "ngram":
         proposer = NgramProposer(cfg)
-    elif cfg.method == "mtp":
+    elif cfg.method in ("mtp", "draft_model", "eagle3"):
         proposer = RunnerDrafts(cfg.num_speculative_tokens)
     else:
         raise ValueError(f"specdecode.method={cfg.method!r} has no proposer")

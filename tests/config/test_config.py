@@ -13,6 +13,7 @@ from atom.config.errors import ConfigError
 
 # Options that need more than their own YAML to validate: what they need is added here.
 NEEDS = {("specdecode", "eagle3"): ["specdecode.draft_model=/tmp"],
+         ("specdecode", "draft_model"): ["specdecode.draft_model=/tmp"],
          ("quant", "fp8_block"): ["model=tiny_llama", "load=dummy"]}  # the default is a GGUF
 OWN_TESTS = {("model", "local")}  # each has a test below
 HF_ONLY_MODELS = {"qwen3_0_6b", "llama3_8b", "tiny_llama", "tiny_qwen3", "deepseek_r1",
@@ -115,18 +116,20 @@ def test_a_wrong_group_option_lists_the_choices():
 
 
 def test_every_broken_rule_is_reported_at_once_the_most_fundamental_first():
-    """The architecture before load.dummy, then what the engine cannot run (DP attention, eagle3), which
-    a launcher checks with the rest; plain composition accepts what a benchmark config may name."""
+    """The architecture before load.dummy, then what the engine cannot run (EP over replicas, an
+    eagle3 head that is not there), which a launcher checks with the rest; plain composition
+    accepts what a benchmark config may name."""
     from atom.config.compose import compose
 
     v2 = "model.hf_config.architectures=[DeepseekV2ForCausalLM]"  # not implemented yet
     with pytest.raises(ConfigError) as e:
-        compose(["model=deepseek_r1", v2, "parallel=tp8", "parallel.enable_dp_attention=true",
-                 "specdecode=mtp", "specdecode.method=eagle3", "specdecode.draft_model=/tmp",
+        compose(["model=deepseek_r1", v2, "parallel=tp8", "parallel.enable_expert_parallel=true",
+                 "parallel.data_parallel_size=2", "specdecode=mtp", "specdecode.method=eagle3",
+                 "specdecode.draft_model=/absent",
                  "kv_cache.dtype=fp16"], launching=True)
     assert [(x.field, x.value) for x in e.value.errors] == [
         ("model", "DeepseekV2ForCausalLM"), ("load.dummy", None),
-        ("parallel.enable_dp_attention", True), ("specdecode.method", "eagle3"),
+        ("parallel.enable_expert_parallel", True), ("specdecode.draft_model", "/absent"),
         ("kv_cache.dtype", "fp16")]
     assert len(str(e.value).splitlines()) == 5
     with pytest.raises(ConfigError) as e:
@@ -134,25 +137,21 @@ def test_every_broken_rule_is_reported_at_once_the_most_fundamental_first():
     assert [x.field for x in e.value.errors] == ["model", "load.dummy"]
 
 
-@pytest.mark.parametrize("method,runs", [("ngram", True), ("mtp", True), ("eagle3", False),
-                                         ("draft_model", False)])
-def test_only_methods_with_a_proposer_launch(method, runs):
-    """ngram and mtp have a proposer (mtp on a model with next-n layers: DeepSeek-R1's config
-    here); the others compose (benchmark configs name them) but are refused when a model engine
-    is about to be built."""
+@pytest.mark.parametrize("method", ["ngram", "mtp", "eagle3", "draft_model"])
+def test_every_method_launches_and_a_draft_is_read_before_loading(method, tmp_path):
+    """ngram and mtp launch on DeepSeek-R1's config (mtp: it has next-n layers); eagle3 and
+    draft_model read their draft's config.json at launch, so an empty folder is refused naming
+    the field (their runs: tests/engine/test_eagle3_spec_decode.py, _draft_model_)."""
     from atom.config.compose import compose
 
-    extra = ["specdecode.draft_model=/tmp"] if method in ("eagle3", "draft_model") else []
-    pick = [f"specdecode={method}"] if method != "draft_model" else [
-        "specdecode=mtp", "specdecode.method=draft_model"]  # no conf entry: a field override
-    pick += ["model=deepseek_r1", "load=dummy"]
-    if runs:
-        assert compose([*pick, *extra], launching=True).specdecode.method == method
+    pick = [f"specdecode={method}", "model=deepseek_r1", "load=dummy"]
+    if method in ("ngram", "mtp"):
+        assert compose(pick, launching=True).specdecode.method == method
         return
     with pytest.raises(ConfigError) as e:
-        compose([*pick, *extra], launching=True)
-    assert [x.field for x in e.value.errors] == ["specdecode.method"]
-    assert "has no proposer" in str(e.value)
+        compose([*pick, f"specdecode.draft_model={tmp_path}"], launching=True)
+    assert [x.field for x in e.value.errors] == ["specdecode.draft_model"]
+    assert "has no readable config.json" in str(e.value)
 
 
 def test_compose_leaves_no_global_hydra_state():

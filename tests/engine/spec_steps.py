@@ -1,6 +1,10 @@
-"""Stepping an engine core that speculates: the tokens each step delivered per request, and
-where a run of accepted tokens put a token (shared by the speculative-decoding tests)."""
+"""Stepping an engine core that speculates: the tokens each step delivered per request, where
+a run of accepted tokens put a token, and the chi-square test of sampled outputs against a
+context-free target's chain (shared by the speculative-decoding tests)."""
 from __future__ import annotations
+
+import torch
+from scipy.stats import chisquare
 
 from atom import SamplingParams
 from atom.model_engine.messages import EngineRequest
@@ -41,3 +45,36 @@ def inside_runs(chunks: list[list[int]]) -> list[int]:
             seen.add(t)
         p += len(c)
     return out
+
+
+def transition(path, top_k: int, temperature: float) -> torch.Tensor:
+    """P(next | token) of a context-free target (its logits at a position depend on that
+    position's token only), truncated to top-k, from transformers."""
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = hf(torch.arange(hf.config.vocab_size).unsqueeze(1)).logits[:, 0]
+    top = logits.topk(top_k, -1)
+    probs = torch.zeros_like(logits).scatter_(1, top.indices,
+                                              (top.values / temperature).softmax(-1))
+    return probs.double()
+
+
+def chain_pvalue(outs: list[list[int]], P: torch.Tensor, x: int) -> float:
+    """The chi-square p-value of the outputs of prompt [x] against the chain
+    p(t1|x) p(t2|t1)...; every output must lie in the chain's support."""
+    n, length = len(outs), len(outs[0])
+    cells: dict[tuple[int, ...], int] = {}
+    for t in outs:
+        cells[tuple(t)] = cells.get(tuple(t), 0) + 1
+    support = [(x,)]
+    for _ in range(length):
+        support = [(*s, t) for s in support for t in P[s[-1]].nonzero().flatten().tolist()]
+    support = [s[1:] for s in support]
+    assert set(cells) <= set(support)
+    chain = lambda s: float(torch.prod(P[[x, *s[:-1]], list(s)]))  # noqa: E731
+    mass = [chain(s) for s in support]
+    expected = [n * m / sum(mass) for m in mass]  # the top-k renormalisation's rounding only
+    observed = [cells.get(t, 0) for t in support]
+    return float(chisquare(observed, expected).pvalue)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from atom import SamplingParams
 from atom.config.errors import ConfigError
 from atom.spec_decode.stats import mtp_stats_json
 from tests.engine.checkpoints import (add_mtp_layer, local_engine, make_checkpoint,
                                       make_self_drafting_mtp)
-from tests.engine.spec_steps import flat, inside_runs, run
+from tests.engine.spec_steps import chain_pvalue, flat, inside_runs, run, transition
 
 MAX_TOKENS = 24
 # The tiny checkpoints' logits spread little (std ~0.16): a low temperature makes p and q peaked
@@ -116,20 +115,6 @@ def test_preemption_and_prefix_caching_keep_greedy_output(self_mtp, plain_output
         assert engine.core.stats().prefix_cache_hits > 0
 
 
-def _transition(path, top_k: int, temperature: float) -> torch.Tensor:
-    """P(next | token) of the context-free target (make_self_drafting_mtp), truncated to top-k,
-    from transformers: its logits at a position depend on that position's token only."""
-    from transformers import AutoModelForCausalLM
-
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    with torch.no_grad():
-        logits = hf(torch.arange(256).unsqueeze(1)).logits[:, 0]
-    top = logits.topk(top_k, -1)
-    probs = torch.zeros_like(logits).scatter_(1, top.indices,
-                                              (top.values / temperature).softmax(-1))
-    return probs.double()
-
-
 def test_sampled_output_through_the_rejection_sampler_has_the_targets_distribution(
         tmp_path_factory):
     """Temperature 1, top-k 3, k = 2 drafts sampled from a perturbed copy of the target (q near
@@ -144,20 +129,7 @@ def test_sampled_output_through_the_rejection_sampler_has_the_targets_distributi
     outs = [o["token_ids"] for o in engine.generate([[x]] * n, params)]
     s = engine.core.stats()
     assert 0.2 * s.spec_draft_tokens < s.spec_accepted_tokens < 0.95 * s.spec_draft_tokens
-    P = _transition(path, 3, TEMP)
-    cells: dict[tuple[int, ...], int] = {}
-    for t in outs:
-        cells[tuple(t)] = cells.get(tuple(t), 0) + 1
-    support = [(x,)]
-    for _ in range(4):
-        support = [(*s, t) for s in support for t in P[s[-1]].nonzero().flatten().tolist()]
-    support = [s[1:] for s in support]
-    assert set(cells) <= set(support)
-    chain = lambda s: float(torch.prod(P[[x, *s[:-1]], list(s)]))  # noqa: E731
-    mass = [chain(s) for s in support]
-    expected = [n * m / sum(mass) for m in mass]  # the top-k renormalisation's rounding only
-    observed = [cells.get(t, 0) for t in support]
-    assert chisquare(observed, expected).pvalue > 1e-3
+    assert chain_pvalue(outs, transition(path, 3, TEMP), x) > 1e-3
 
 
 def test_mtp_on_a_model_without_next_n_layers_is_refused_naming_the_field(tmp_path):
@@ -176,15 +148,6 @@ def test_mtp_on_an_architecture_whose_next_n_layer_is_not_built_is_refused():
         compose(["model=glm4_5_air", "load=dummy", *_mtp(1)], launching=True)
     assert [x.field for x in e.value.errors] == ["specdecode.method"]
     assert "Glm4MoeForCausalLM are not implemented yet" in str(e.value)
-
-
-@pytest.mark.parametrize("method", ["eagle3", "draft_model"])
-def test_eagle3_and_draft_model_stay_refused_by_name(random_mtp, method):
-    with pytest.raises(ConfigError) as e:
-        local_engine(random_mtp, "specdecode=mtp", f"specdecode.method={method}",
-                     f"specdecode.draft_model={random_mtp}")
-    assert [x.field for x in e.value.errors] == ["specdecode.method"]
-    assert "has no proposer" in str(e.value)
 
 
 def test_forced_acceptance_keeps_the_published_rate_with_mtp(random_mtp):

@@ -1,6 +1,8 @@
 """The prompt-lookup proposer on hand-made histories, and the proposer a config builds."""
 from __future__ import annotations
 
+import pytest
+
 from atom.config.schema import SpecDecodeConfig
 from atom.spec_decode.ngram import NgramProposer, propose_ngram
 from atom.spec_decode.proposer import PaddedProposer, RunnerDrafts, build_proposer
@@ -48,12 +50,13 @@ def test_forced_acceptance_pads_to_k_drafts():
     assert build_proposer(SpecDecodeConfig()) is None
 
 
-def test_a_runner_side_proposer_hands_on_what_the_runner_drafted():
-    """mtp: the drafts come with the step's result; under forced acceptance a row the runner
+@pytest.mark.parametrize("method", ["mtp", "draft_model", "eagle3"])
+def test_a_runner_side_proposer_hands_on_what_the_runner_drafted(method):
+    """The drafts come with the step's result; under forced acceptance a row the runner
     drafted short for (its blocks ran out) is padded to k like n-gram's."""
-    mtp = build_proposer(SpecDecodeConfig(method="mtp", num_speculative_tokens=3))
+    mtp = build_proposer(SpecDecodeConfig(method=method, num_speculative_tokens=3))
     assert isinstance(mtp, RunnerDrafts)
     assert mtp.propose([1, 2, 3], [7, 8, 9]) == [7, 8, 9] and mtp.propose([1, 2], None) == []
-    forced = build_proposer(SpecDecodeConfig(method="mtp", num_speculative_tokens=3,
+    forced = build_proposer(SpecDecodeConfig(method=method, num_speculative_tokens=3,
                                              acceptance_rate=0.81))
     assert forced.propose([1, 2, 3], [7]) == [7, 7, 7]

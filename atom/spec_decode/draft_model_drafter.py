@@ -1,0 +1,78 @@
+"""specdecode=draft_model: a smaller model that shares the target's tokenizer drafts k tokens
+autoregressively after each verified step, in its own KV cache.
+
+The draft's pool has the target's block count and block size and is indexed by the target's
+block tables and slots (runner_builder.py sizes both pools together), so the scheduler's one
+block manager serves both: a block freed, shared by a prefix-cache hit or recomputed after
+preemption is so for the draft too, and its KV there was written from the same tokens.
+After the target's step the draft runs over the step's tokens at the step's positions (writing
+its KV of every position, rejected drafts included: their slots lie past the sequence's kept
+length and the next step writes them again before any query reads them), then decodes from
+each sampling row's last kept token at its position, one position at a time, k times: slots up
+to k past the step's tokens (`proposer.draft_lookahead`), from free blocks only, so a row
+whose next position has no block gets fewer drafts (drafter.py has the loop and q).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from atom.config.schema import Config
+from atom.kernels.metadata import AttentionMetadata
+from atom.layers.forward_context import ForwardContext
+from atom.spec_decode.drafter import CaughtUp, Drafter, DraftStep, ScheduledRequest, last_kept
+
+
+def draft_model_config(cfg: Config) -> Config:
+    """The target's config with the draft checkpoint as its model: what the draft is loaded
+    with (its dtype, quantization and load settings are the target's)."""
+    model = dataclasses.replace(cfg.model, path=cfg.specdecode.draft_model, hf_config={},
+                                tokenizer=None, pypi_wheel=None, pypi_member=None)
+    return dataclasses.replace(cfg, model=model)
+
+
+class DraftModelDrafter(Drafter):
+    def __init__(self, model: torch.nn.Module, k: int, block_size: int, max_model_len: int,
+                 kv_caches: list, kv_scales: list, split_counters: torch.Tensor,
+                 vocab_size: int) -> None:
+        super().__init__(k, block_size, max_model_len)
+        self.model, self.slot = model, model.context.forward  # the draft's own slot
+        # The target's and the draft's: validation admits different sizes only as paddings of
+        # one tokenizer, so ids past either are no tokens.
+        self.vocab_size, self.draft_vocab = vocab_size, int(model.hf_config.vocab_size)
+        self.kv_caches, self.kv_scales = kv_caches, kv_scales
+        # The decode kernel's counters sized by the draft's KV heads, which may exceed the
+        # target's.
+        self.split_counters = split_counters
+
+    def _catch_up(self, reqs: list[ScheduledRequest], step: DraftStep,
+                  kept: dict[int, list[int]]) -> CaughtUp:
+        self._forward(step.input_ids, step.positions, step.meta)
+        if not step.rows:
+            return CaughtUp([], None, None, None)
+        _, last_pos = last_kept(reqs, step, kept)
+        tokens = torch.tensor([kept[row][-1] for row in step.rows], device=step.input_ids.device)
+        return CaughtUp([p + 1 for p in last_pos], tokens, None, None)
+
+    def _decode(self, positions: torch.Tensor, tokens: torch.Tensor,
+                state: Optional[torch.Tensor], meta: AttentionMetadata
+                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        logits = self.model.compute_logits(self._forward(tokens, positions, meta))
+        extra = self.vocab_size - logits.shape[-1]
+        if extra < 0:
+            logits = logits[:, :self.vocab_size]
+        elif extra > 0:
+            logits = F.pad(logits, (0, extra), value=float("-inf"))
+        return logits, None
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor,
+                 meta: AttentionMetadata) -> torch.Tensor:
+        meta = dataclasses.replace(meta, split_counters=self.split_counters)
+        if self.draft_vocab < self.vocab_size:  # a target id past the tokenizer's
+            ids = ids.clamp(max=self.draft_vocab - 1)
+        with self.slot.using(ForwardContext(meta, self.kv_caches, self.kv_scales)):
+            return self.model(ids, positions)
+
