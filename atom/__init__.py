@@ -22,7 +22,7 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> "Config":
 
 
 def build_engine(cfg: "Config") -> "LLMEngine":
-    from atom.builder import build_engine as _build
+    from atom.llm_engine import build_engine as _build
 
     return _build(cfg)
 

@@ -1,4 +1,5 @@
-"""The only place that turns a Config into objects: tokenizer, engine core, engine, app."""
+"""The only place that turns a Config into objects: tokenizer, scheduler, proposer, executor,
+engine core, app (an in-process LLMEngine, above this layer, asks it for its core)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
@@ -7,7 +8,6 @@ from atom.config.schema import Config
 
 if TYPE_CHECKING:
     from atom.model_engine.core_protocol import EngineCoreProtocol
-    from atom.llm_engine import LLMEngine
 
 
 def build_tokenizer(cfg: Config, announce: bool = True) -> Any:
@@ -31,8 +31,9 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
 
         return ScriptedEngineCore(cfg, build_tokenizer(cfg))
     from atom.config.errors import ConfigError
-    from atom.model_engine.engine_core import EngineCore
+    from atom.model_engine.engine_core import EngineCore, async_scheduling_enabled
     from atom.model_engine.scheduler import Scheduler
+    from atom.spec_decode.proposer import build_proposer, draft_lookahead
     from atom.loader.hf_config import load_hf_config
 
     _refuse_what_cannot_run(cfg)
@@ -44,8 +45,12 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
     hf = load_hf_config(cfg)
     executor = build_executor(cfg, hf)
     eos = eos_token_ids(hf, _tokenizer_eos(cfg, tokenizer))
-    return EngineCore(cfg, executor, Scheduler(cfg, executor.num_blocks, eos,
-                                               executor.max_model_len))
+    scheduler = Scheduler(cfg.scheduler, cfg.kv_cache, executor.num_blocks, eos,
+                          executor.max_model_len, draft_lookahead(cfg.specdecode))
+    rt = cfg.runtime
+    return EngineCore(executor, scheduler, build_proposer(cfg.specdecode),
+                      async_scheduling_enabled(cfg.scheduler, executor.device_type),
+                      rt.throughput_log_interval if rt.enable_log_stats else None)
 
 
 def build_executor(cfg: Config, hf: Any) -> Any:
@@ -140,13 +145,6 @@ def _refuse_other_hosts(cfg: Config) -> None:
     if node != 0:
         raise ConfigError("parallel.node_rank", node, "the engine and the API run on node 0; "
                           "start this host's ranks with python -m atom.run (headless)")
-
-
-def build_engine(cfg: Config) -> "LLMEngine":
-    """`atom.build_engine(cfg)`: an in-process LLMEngine over a core built from cfg."""
-    from atom.llm_engine import LLMEngine
-
-    return LLMEngine.from_config(cfg)
 
 
 def build_app(cfg: Config, core_main: Callable[..., None]) -> Any:

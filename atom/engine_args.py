@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from atom.builder import build_engine
+from atom.llm_engine import build_engine
 from atom.config.flags import ENGINE_FLAGS, add_cli_args, config_from_args
 
 if TYPE_CHECKING:

@@ -143,3 +143,8 @@ class LLMEngine:
 
     def shutdown(self) -> None:
         self.core.shutdown()
+
+
+def build_engine(cfg: Config) -> LLMEngine:
+    """`atom.build_engine(cfg)`: an in-process LLMEngine over a core built from cfg."""
+    return LLMEngine.from_config(cfg)

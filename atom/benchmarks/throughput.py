@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import torch
 
-from atom.builder import build_engine
+from atom.llm_engine import build_engine
 from atom.config.model_facts import is_gguf
 from atom.config.report import config_errors_exit
 from atom.config.schema import Config

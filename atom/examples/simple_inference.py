@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from atom.builder import build_engine
+from atom.llm_engine import build_engine
 from atom.config.report import config_errors_exit
 from atom.config.schema import Config
 from atom.engine_args import EngineArgs

@@ -8,22 +8,22 @@ import logging
 import time
 from typing import Optional
 
-from atom.config.schema import Config
+from atom.config.schema import SchedulerConfig
 from atom.model_engine.executor_protocol import Executor, LaunchedStepProtocol
 from atom.model_engine.messages import EngineRequest, EngineStats, StepOutput
 from atom.model_engine.scheduler import ScheduledBatch, Scheduler
 from atom.model_engine.sequence import Sequence, SequenceStatus
-from atom.spec_decode.proposer import build_proposer
+from atom.spec_decode.proposer import Proposer
 from atom.spec_decode.stats import SpecDecodeRecorder
 
 log = logging.getLogger("atom.engine")
 
 
-def async_scheduling_enabled(cfg: Config, device_type: str) -> bool:
+def async_scheduling_enabled(sched: SchedulerConfig, device_type: str) -> bool:
     """`scheduler.async_scheduling`: None (auto) overlaps on a GPU only; on CPU the "device" is
     the host itself, so there is nothing to overlap and the extra step of a stopped sequence
     would be pure waste."""
-    flag = cfg.scheduler.async_scheduling
+    flag = sched.async_scheduling
     return device_type == "cuda" if flag is None else bool(flag)
 
 
@@ -32,11 +32,12 @@ class RequestRejected(ValueError):
 
 
 class EngineCore:
-    """Scheduling and request bookkeeping over an executor that runs the steps and a scheduler
-    sized for it (both built and handed in by the builder)."""
+    """Scheduling and request bookkeeping over an executor that runs the steps, a scheduler
+    sized for it and the proposer of speculative decoding (all built and handed in by the
+    builder). `log_interval_s`: seconds between throughput log lines, None for none."""
 
-    def __init__(self, cfg: Config, executor: Executor, scheduler: Scheduler) -> None:
-        self.cfg = cfg
+    def __init__(self, executor: Executor, scheduler: Scheduler, proposer: Optional[Proposer],
+                 async_scheduling: bool, log_interval_s: Optional[float]) -> None:
         self.executor = executor
         self.max_model_len = executor.max_model_len
         self.scheduler = scheduler
@@ -44,12 +45,13 @@ class EngineCore:
         self._penalized: set[str] = set()  # live requests whose sampling reads host token lists
         self._pending: list[StepOutput] = []
         self._gone: list[str] = []  # requests the executor may forget, told with the next step
-        self.async_scheduling = async_scheduling_enabled(cfg, executor.device_type)
+        self.async_scheduling = async_scheduling
         self._inflight: Optional[tuple[ScheduledBatch, LaunchedStepProtocol]] = None
         self._stats = EngineStats(kv_blocks_total=executor.num_blocks)
         self._last_log = time.perf_counter()
         self._tokens_since_log = 0
-        self.proposer = build_proposer(cfg.specdecode)
+        self.log_interval_s = log_interval_s
+        self.proposer = proposer
         self._spec = (SpecDecodeRecorder(self._stats, self.proposer.k)
                       if self.proposer is not None else None)
 
@@ -230,9 +232,8 @@ class EngineCore:
         return s
 
     def _maybe_log(self) -> None:
-        rt = self.cfg.runtime
         now = time.perf_counter()
-        if not rt.enable_log_stats or now - self._last_log < rt.throughput_log_interval:
+        if self.log_interval_s is None or now - self._last_log < self.log_interval_s:
             return
         s = self.stats()
         log.info("engine: %.1f tok/s generation, running %d, waiting %d, KV usage %.1f%%, "

@@ -14,12 +14,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
-from atom.config.schema import Config
+from atom.config.schema import KVCacheConfig, SchedulerConfig
 from atom.model_engine.block_manager import BlockManager
-from atom.runner.scheduler_output import NewRequest, ScheduledRequest, SchedulerOutput
 from atom.model_engine.sequence import Sequence, SequenceStatus
-from atom.runner.scheduler_output import PENDING_TOKEN
-from atom.spec_decode.proposer import draft_lookahead
+from atom.runner.scheduler_output import (PENDING_TOKEN, NewRequest, ScheduledRequest,
+                                          SchedulerOutput)
 
 
 @dataclass
@@ -58,16 +57,18 @@ _RESERVE_CAP_TOKENS = 4096  # an EOS-ended request's reservation counts at most 
 
 
 class Scheduler:
-    def __init__(self, cfg: Config, num_blocks: int, eos_token_ids: set[int], max_model_len: int) -> None:
-        self.max_tokens = cfg.scheduler.max_num_batched_tokens
-        self.max_seqs = cfg.scheduler.max_num_seqs
-        self.delay_factor = cfg.scheduler.delay_factor
-        self.reserve_ratio = cfg.scheduler.reserve_ratio
+    def __init__(self, sched: SchedulerConfig, kv: KVCacheConfig, num_blocks: int,
+                 eos_token_ids: set[int], max_model_len: int, lookahead: int = 0) -> None:
+        """`lookahead`: KV slots a runner-side drafter writes past a step's tokens
+        (`spec_decode.proposer.draft_lookahead`), taken from free blocks only."""
+        self.max_tokens = sched.max_num_batched_tokens
+        self.max_seqs = sched.max_num_seqs
+        self.delay_factor = sched.delay_factor
+        self.reserve_ratio = sched.reserve_ratio
         self.max_model_len = max_model_len
-        self.lookahead = draft_lookahead(cfg.specdecode)
+        self.lookahead = lookahead
         self.eos = eos_token_ids
-        self.blocks = BlockManager(num_blocks, cfg.kv_cache.block_size,
-                                   cfg.kv_cache.enable_prefix_caching)
+        self.blocks = BlockManager(num_blocks, kv.block_size, kv.enable_prefix_caching)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preempted = 0

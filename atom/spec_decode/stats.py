@@ -1,15 +1,27 @@
 """Speculative-decoding statistics: counted in the engine core, read as the spec names them.
 
-The counters live in EngineStats (they cross to the API process with every step); this module
-adds to them, logs them every LOG_EVERY draft tokens, and turns them into the spec's
-`print_mtp_statistics()` text and the `/debug/mtp_stats` JSON.
+The counters live in EngineStats (model_engine/messages.py: they cross to the API process
+with every step); this module adds to them, logs them every LOG_EVERY draft tokens, and turns
+them into the spec's `print_mtp_statistics()` text and the `/debug/mtp_stats` JSON. It names
+them by `SpecCounters`, which EngineStats satisfies: speculation sits below the engine core,
+which owns the stats message.
 """
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
-from atom.model_engine.messages import EngineStats
+
+class SpecCounters(Protocol):
+    """The speculative-decoding counters of model_engine.messages.EngineStats."""
+
+    spec_num_speculative_tokens: int
+    spec_draft_tokens: int
+    spec_accepted_tokens: int
+    spec_verify_forwards: int
+    spec_drafts_per_position: list[int]
+    spec_accepted_per_position: list[int]
+
 
 log = logging.getLogger("atom.engine")
 
@@ -19,7 +31,7 @@ LOG_EVERY = 1000  # draft tokens between two statistics log lines (the spec's fi
 class SpecDecodeRecorder:
     """Adds one verify step's outcome per sequence to the core's EngineStats."""
 
-    def __init__(self, stats: EngineStats, k: int) -> None:
+    def __init__(self, stats: SpecCounters, k: int) -> None:
         self.stats = stats
         stats.spec_num_speculative_tokens = k
         stats.spec_drafts_per_position = [0] * k
@@ -44,25 +56,25 @@ class SpecDecodeRecorder:
                      " ".join(f"{r:.2f}" for r in per_position_acceptance(s)))
 
 
-def acceptance_rate(s: EngineStats) -> float:
+def acceptance_rate(s: SpecCounters) -> float:
     return s.spec_accepted_tokens / s.spec_draft_tokens if s.spec_draft_tokens else 0.0
 
 
-def average_tokens_per_forward(s: EngineStats) -> float:
+def average_tokens_per_forward(s: SpecCounters) -> float:
     """Tokens a sequence got per verify forward: its own token plus the drafts it kept."""
     if not s.spec_verify_forwards:
         return 0.0
     return 1.0 + s.spec_accepted_tokens / s.spec_verify_forwards
 
 
-def per_position_acceptance(s: EngineStats) -> list[float]:
+def per_position_acceptance(s: SpecCounters) -> list[float]:
     """Of the drafts proposed at slot j, the share accepted (a draft stands only if all before
     it did, so this falls with j)."""
     return [a / d if d else 0.0
             for a, d in zip(s.spec_accepted_per_position, s.spec_drafts_per_position)]
 
 
-def mtp_statistics_text(s: EngineStats) -> str:
+def mtp_statistics_text(s: SpecCounters) -> str:
     """The spec's `print_mtp_statistics()` block."""
     if not s.spec_num_speculative_tokens:
         return "MTP Statistics: speculative decoding is off"
@@ -76,7 +88,7 @@ def mtp_statistics_text(s: EngineStats) -> str:
         + " ".join(f"{100 * r:.2f}%" for r in per_position_acceptance(s))])
 
 
-def mtp_stats_json(s: EngineStats, method: Any) -> dict[str, Any]:
+def mtp_stats_json(s: SpecCounters, method: Any) -> dict[str, Any]:
     """`/debug/mtp_stats`: the spec's counters, cumulative since start-up (a benchmark reads
     them before and after its run and takes the difference)."""
     enabled = bool(s.spec_num_speculative_tokens)

@@ -11,7 +11,7 @@ from atom.sampling_params import SamplingParams
 def _scheduler(num_blocks: int, *overrides: str) -> Scheduler:
     cfg = compose(["model=tiny_llama", "load=dummy", "kv_cache.block_size=16",
                    "scheduler.max_num_batched_tokens=256", *overrides])
-    return Scheduler(cfg, num_blocks, eos_token_ids={0}, max_model_len=4096)
+    return Scheduler(cfg.scheduler, cfg.kv_cache, num_blocks, eos_token_ids={0}, max_model_len=4096)
 
 
 def _add(sched: Scheduler, n: int, prompt: int, **params) -> None:
