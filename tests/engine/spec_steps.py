@@ -47,6 +47,38 @@ def inside_runs(chunks: list[list[int]]) -> list[int]:
     return out
 
 
+def assert_stops_where_plain_stops(plain, spec, prompt: list[list[int]], how: str,
+                                   max_tokens: int) -> None:
+    """max_tokens, a stop token or EOS (`how`) at a position inside one of the speculating
+    engine's accepted runs: both engines stop there, with the same tokens. EOS is the token at
+    that position, set on both schedulers for the run and restored after."""
+    greedy = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    chunks = run(spec, prompt, greedy)[0][0]
+    full = flat(chunks)
+    positions = inside_runs(chunks)
+    assert positions, chunks
+    engines = (plain, spec)
+    eos = [e.core.scheduler.eos for e in engines]
+    for p in positions[:3]:
+        if how == "max_tokens":
+            params = SamplingParams(temperature=0, max_tokens=p + 1, ignore_eos=True)
+        elif how == "stop_token":
+            params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True,
+                                    stop_token_ids=[full[p]])
+        else:
+            params = SamplingParams(temperature=0, max_tokens=max_tokens)
+            for e in engines:
+                e.core.scheduler.eos = {full[p]}
+        try:
+            want = flat(run(plain, prompt, params)[0][0])
+            got = flat(run(spec, prompt, params)[0][0])
+        finally:
+            for e, ids in zip(engines, eos):
+                e.core.scheduler.eos = ids
+        assert want == full[:p + 1]
+        assert got == want, (how, p)
+
+
 def transition(path, top_k: int, temperature: float) -> torch.Tensor:
     """P(next | token) of a context-free target (its logits at a position depend on that
     position's token only), truncated to top-k, from transformers."""

@@ -18,7 +18,8 @@ from atom.config.errors import ConfigError
 from atom.model_engine.messages import EngineRequest
 from atom.spec_decode.stats import mtp_stats_json
 from tests.engine.checkpoints import local_engine, make_checkpoint
-from tests.engine.spec_steps import chain_pvalue, flat, inside_runs, run, transition
+from tests.engine.spec_steps import (assert_stops_where_plain_stops, chain_pvalue, flat, run,
+                                     transition)
 
 MAX_TOKENS = 24
 # The tiny checkpoints' logits spread little (std ~0.16): a low temperature makes p and q peaked
@@ -89,25 +90,7 @@ def test_the_target_as_its_own_draft_is_always_accepted_and_exact(target, plain_
 @pytest.mark.parametrize("how", ["max_tokens", "stop_token", "eos"])
 def test_a_stop_inside_an_accepted_run_ends_where_the_plain_output_ends(target, how):
     plain, spec = _engine(target), _engine(target, *_draft(target, 3))
-    prompt = _prompts()[2:3]
-    chunks = run(spec, prompt, GREEDY)[0][0]
-    full = flat(chunks)
-    positions = inside_runs(chunks)
-    assert positions, chunks
-    for p in positions[:3]:
-        if how == "max_tokens":
-            params = SamplingParams(temperature=0, max_tokens=p + 1, ignore_eos=True)
-        elif how == "stop_token":
-            params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True,
-                                    stop_token_ids=[full[p]])
-        else:
-            params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
-            for e in (plain, spec):  # this test's EOS: the token at p
-                e.core.scheduler.eos = {full[p]}
-        want = flat(run(plain, prompt, params)[0][0])
-        got = flat(run(spec, prompt, params)[0][0])
-        assert want == full[:p + 1]
-        assert got == want, (how, p)
+    assert_stops_where_plain_stops(plain, spec, _prompts()[2:3], how, MAX_TOKENS)
 
 
 @pytest.mark.parametrize("extra", [("kv_cache.num_blocks=16", "scheduler.reserve_ratio=0",

@@ -17,7 +17,8 @@ from atom.config.errors import ConfigError
 from atom.model_engine.messages import EngineRequest
 from atom.spec_decode.stats import mtp_stats_json
 from tests.engine.checkpoints import ARCHS, COMMON, local_engine, make_checkpoint
-from tests.engine.spec_steps import chain_pvalue, flat, inside_runs, run, transition
+from tests.engine.spec_steps import (assert_stops_where_plain_stops, chain_pvalue, flat, run,
+                                     transition)
 
 MAX_TOKENS = 24
 GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
@@ -289,25 +290,7 @@ def test_a_self_drafting_head_is_always_accepted_and_exact(context_free, k):
 def test_a_stop_inside_an_accepted_run_ends_where_the_plain_output_ends(context_free, how):
     path, head = context_free
     plain, spec = _engine(path), _engine(path, *_eagle3(head, 3))
-    prompt = _prompts()[2:3]
-    chunks = run(spec, prompt, GREEDY)[0][0]
-    full = flat(chunks)
-    positions = inside_runs(chunks)
-    assert positions, chunks
-    for p in positions[:3]:
-        if how == "max_tokens":
-            params = SamplingParams(temperature=0, max_tokens=p + 1, ignore_eos=True)
-        elif how == "stop_token":
-            params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True,
-                                    stop_token_ids=[full[p]])
-        else:
-            params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
-            for e in (plain, spec):  # this test's EOS: the token at p
-                e.core.scheduler.eos = {full[p]}
-        want = flat(run(plain, prompt, params)[0][0])
-        got = flat(run(spec, prompt, params)[0][0])
-        assert want == full[:p + 1]
-        assert got == want, (how, p)
+    assert_stops_where_plain_stops(plain, spec, _prompts()[2:3], how, MAX_TOKENS)
 
 
 def test_sampled_output_through_the_rejection_sampler_has_the_targets_distribution(

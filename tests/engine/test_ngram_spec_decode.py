@@ -13,7 +13,8 @@ import torch
 from atom import SamplingParams
 from atom.model_engine.messages import EngineRequest
 from tests.engine.checkpoints import make_checkpoint, local_engine
-from tests.engine.spec_steps import flat as _flat, inside_runs as _inside_runs, run as _run
+from tests.engine.spec_steps import (assert_stops_where_plain_stops, flat as _flat,
+                                     inside_runs as _inside_runs, run as _run)
 
 NGRAM = ("specdecode=ngram", "specdecode.num_speculative_tokens=4")
 MAX_TOKENS = 40
@@ -56,31 +57,7 @@ def test_greedy_output_with_ngram_is_the_plain_output_in_fewer_steps(engines):
 @pytest.mark.parametrize("how", ["max_tokens", "stop_token", "eos"])
 def test_a_stop_inside_an_accepted_run_ends_where_the_plain_output_ends(engines, how):
     plain, spec = engines
-    prompt = _prompts()[:1]
-    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
-    chunks = _run(spec, prompt, greedy)[0][0]
-    full = _flat(chunks)
-    positions = _inside_runs(chunks)
-    assert positions, chunks
-    eos = [e.core.scheduler.eos for e in engines]
-    for p in positions[:3]:
-        if how == "max_tokens":
-            params = SamplingParams(temperature=0, max_tokens=p + 1, ignore_eos=True)
-        elif how == "stop_token":
-            params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True,
-                                    stop_token_ids=[full[p]])
-        else:
-            params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
-            for e in engines:  # this test's EOS: the token at p (the scheduler reads its set)
-                e.core.scheduler.eos = {full[p]}
-        try:
-            want = _flat(_run(plain, prompt, params)[0][0])
-            got = _flat(_run(spec, prompt, params)[0][0])
-        finally:
-            for e, ids in zip(engines, eos):
-                e.core.scheduler.eos = ids
-        assert want == full[:p + 1]
-        assert got == want, (how, p)
+    assert_stops_where_plain_stops(plain, spec, _prompts()[:1], how, MAX_TOKENS)
 
 
 def test_a_stop_string_inside_an_accepted_run_cuts_the_text_where_plain_does(engines):
