@@ -2,20 +2,36 @@
 engine core, app (an in-process LLMEngine, above this layer, asks it for its core)."""
 from __future__ import annotations
 
+import logging
+import os
 from typing import TYPE_CHECKING, Any, Callable
 
+from atom.config.errors import ConfigError
+from atom.config.hosts import resolve_hosts
+from atom.config.model_facts import is_gguf
 from atom.config.schema import Config
+from atom.config.validate import engine_problems
+from atom.loader.hf_config import load_hf_config, model_source
+from atom.loader.tokenizer import load_tokenizer
+from atom.model_engine.engine_core import EngineCore, async_scheduling_enabled
+from atom.model_engine.fast_codec import fast_codec
+from atom.model_engine.scheduler import Scheduler
+from atom.model_engine.scripted_core import ScriptedEngineCore
+from atom.model_engine.synthetic_core import SyntheticEngineCore
+from atom.spec_decode.proposer import build_proposer, draft_lookahead
 
 if TYPE_CHECKING:
     from atom.model_engine.core_protocol import EngineCoreProtocol
+
+# Imported inside the functions that use them: the rank side (runner_builder, executors,
+# ParallelState) pulls torch, which the API process never needs, and the HTTP side (app,
+# engine clients, headless node) pulls litestar and zmq, which an offline engine never needs.
 
 
 def build_tokenizer(cfg: Config, announce: bool = True) -> Any:
     """The model's tokenizer (HF fast tokenizer from a dir or a GGUF), or an id-level fallback
     for dummy-weight models that name none. `announce=False`: the fallback is logged by another
     process (the server's core loads it for the EOS id only; the API process says it)."""
-    from atom.loader.tokenizer import load_tokenizer
-
     return load_tokenizer(cfg, announce)
 
 
@@ -23,19 +39,9 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
     """The engine core for `cfg.server.engine_source`: the model, or a stand-in token source."""
     source = cfg.server.engine_source
     if source == "synthetic":
-        from atom.model_engine.synthetic_core import SyntheticEngineCore
-
         return SyntheticEngineCore(cfg)
     if source == "scripted":
-        from atom.model_engine.scripted_core import ScriptedEngineCore
-
         return ScriptedEngineCore(cfg, build_tokenizer(cfg))
-    from atom.config.errors import ConfigError
-    from atom.model_engine.engine_core import EngineCore, async_scheduling_enabled
-    from atom.model_engine.scheduler import Scheduler
-    from atom.spec_decode.proposer import build_proposer, draft_lookahead
-    from atom.loader.hf_config import load_hf_config
-
     _refuse_what_cannot_run(cfg)
     _refuse_other_hosts(cfg)
     if cfg.parallel.data_parallel_size > 1:
@@ -87,8 +93,6 @@ def run_headless_node(cfg: Config) -> int:
     """A host other than node 0 (parallel.node_rank > 0): its ranks only, until node 0 ends
     them; the exit status of atom.run there."""
     from atom.executor.headless import run_node
-
-    from atom.loader.hf_config import load_hf_config
     from atom.runner_builder import build_runner
 
     _refuse_what_cannot_run(cfg)
@@ -107,17 +111,12 @@ def _tokenizer_eos(cfg: Config, tokenizer: Any) -> Any:
         try:
             tokenizer = build_tokenizer(cfg, announce=False)  # the API process announces it
         except Exception as e:
-            import logging
-
             logging.getLogger("atom.engine").info("no tokenizer EOS for %s: %s", cfg.model.name, e)
             return None
     return getattr(tokenizer, "eos_token_id", None)
 
 
 def _is_gguf_model(cfg: Config) -> bool:
-    from atom.config.model_facts import is_gguf
-    from atom.loader.hf_config import model_source
-
     src = model_source(cfg) if cfg.load.dummy is None else None
     return src is not None and is_gguf(src)
 
@@ -125,9 +124,6 @@ def _is_gguf_model(cfg: Config) -> bool:
 def _refuse_what_cannot_run(cfg: Config) -> None:
     """What composes but the model engine cannot run (validate.engine_problems), refused here
     for configs that did not come through a launcher (which reports it with every other rule)."""
-    from atom.config.errors import ConfigError
-    from atom.config.validate import engine_problems
-
     errors = engine_problems(cfg)
     if errors:
         raise ConfigError.all_of(errors)
@@ -136,11 +132,6 @@ def _refuse_what_cannot_run(cfg: Config) -> None:
 def _refuse_other_hosts(cfg: Config) -> None:
     """The engine and the API run on node 0 only: another host reaching them (an in-process
     engine, the flag launcher) would wait for ranks nobody starts."""
-    import os
-
-    from atom.config.errors import ConfigError
-    from atom.config.hosts import resolve_hosts
-
     node = resolve_hosts(cfg.parallel, os.environ).node_rank
     if node != 0:
         raise ConfigError("parallel.node_rank", node, "the engine and the API run on node 0; "
@@ -167,8 +158,6 @@ def build_app(cfg: Config, core_main: Callable[..., None]) -> Any:
         client = EngineClient(cfg, core_main=core_main)
     client.launch()  # the core loads the model while this process loads the tokenizer
     try:
-        from atom.model_engine.fast_codec import fast_codec
-
         tokenizer = fast_codec(build_tokenizer(cfg))  # per-token decode is the API's hot path
         client.set_tokenizer(tokenizer)
         client.wait_ready()

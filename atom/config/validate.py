@@ -13,8 +13,10 @@ from typing import Callable, Optional
 
 from atom.config.errors import ConfigError
 from atom.config.format import TOOL_CALL_PARSERS, REASONING_DIALECTS
+from atom.config.hosts import resolve_hosts
 from atom.config.model_facts import (ArchitectureShape, check_architecture, local_source,
                                      read_architecture_shape, remote_code_tokenizer)
+from atom.config.quant import checkpoint_quant_config, resolve_scheme
 from atom.config.schema import Config
 
 KV_DTYPES = ("bf16", "fp8")
@@ -192,8 +194,6 @@ def _validate_draft_model(cfg: Config, rules: _Rules) -> None:
 
 
 def _refuse_unbuilt_executors(cfg: Config, rules: _Rules) -> None:
-    from atom.config.hosts import resolve_hosts
-
     p = cfg.parallel
     if p.executor == "ray":
         installed = importlib.util.find_spec("ray") is not None
@@ -213,8 +213,6 @@ def _refuse_unbuilt_executors(cfg: Config, rules: _Rules) -> None:
 def _devices_fit(cfg: Config, rules: _Rules) -> None:
     """On GPUs every rank of this host has its own device: dp x tp / nnodes of them. Asked of
     torch only when there is more than one rank, so a one-GPU start does not import it here."""
-    from atom.config.hosts import resolve_hosts
-
     p = cfg.parallel
     try:
         nnodes = resolve_hosts(p, os.environ).nnodes
@@ -269,8 +267,6 @@ def _validate_load(cfg: Config, rules: _Rules) -> None:
 
 def _validate_quant(cfg: Config, rules: _Rules) -> None:
     """quant.method against the checkpoint's quantization_config (config.json only)."""
-    from atom.config.quant import checkpoint_quant_config, resolve_scheme
-
     m = cfg.model
     gguf = cfg.load.dummy is None and (
         cfg.load.format == "gguf" or (m.path is not None and m.path.endswith(".gguf"))
@@ -301,8 +297,6 @@ def _validate_parallel(cfg: Config, rules: _Rules,
 
 def _validate_hosts(cfg: Config, rules: _Rules) -> None:
     """nnodes / node_rank / master_* as the environment completes them (atom/config/hosts.py)."""
-    from atom.config.hosts import resolve_hosts
-
     p = cfg.parallel
     try:
         h = resolve_hosts(p, os.environ)

@@ -11,6 +11,9 @@ pending tokens (async scheduling) match.
 
 A step stays in flight until the next one arrives or the engine asks for it (Flush), so the
 device runs step N while the host prepares step N+1, as in one process.
+
+torch is imported inside the functions a rank runs: the engine core's process imports this
+module for WorkerSpec and, with every rank in a worker, never needs torch itself.
 """
 from __future__ import annotations
 
@@ -25,6 +28,10 @@ from typing import Any, Callable
 
 import msgspec
 import zmq
+
+from atom.executor.worker_ipc import (Flush, RunStep, StepResult, Stop, ToWorker, WorkerFailed,
+                                      WorkerReady)
+from atom.log_setup import configure_logging
 
 log = logging.getLogger("atom.worker")
 
@@ -81,9 +88,8 @@ def _min_blocks(num_blocks: int, backend: str) -> int:
 
 
 def serve(spec: WorkerSpec, rank: int) -> None:
-    from atom.executor.worker_ipc import (Flush, RunStep, StepResult, Stop, ToWorker, WorkerFailed,
-                                          WorkerReady)
-    from atom.layers.parallel_state import ParallelState
+    from atom.layers.parallel_state import ParallelState  # torch (the module docstring says why)
+
     ctx = zmq.Context()
     pull = ctx.socket(zmq.PULL)
     pull.connect(spec.to_worker[rank])
@@ -144,8 +150,6 @@ def _leave_group() -> None:
 
 
 def main() -> None:
-    from atom.log_setup import configure_logging
-
     configure_logging()
     with open(sys.argv[1], "rb") as f:
         spec: WorkerSpec = pickle.load(f)

@@ -1,4 +1,4 @@
-"""One interface per op; backends register implementations.
+"""One interface per op; each backend (named in `_BACKENDS`) implements it.
 
 `torch` is the reference (runs on CPU, the oracle in tests); `triton` is the CUDA/ROCm fast path;
 `aiter` is ROCm-only and optional. Tensor layouts (all backends):
@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from typing import Any, Optional, Protocol
 
 import torch
@@ -141,21 +143,18 @@ def add_rms_norm_linear_unfused(be: KernelBackend, x: torch.Tensor,
     return be.linear(normed, weight, bias), h
 
 
-_BACKENDS: dict[str, type] = {}
-
-
-def register(name: str):
-    def deco(cls: type) -> type:
-        _BACKENDS[name] = cls
-        return cls
-    return deco
+# Each backend by module and class, imported only when chosen: the triton backend's module
+# imports Triton and compiles nothing until called, but a CPU run should not pay for the import.
+_BACKENDS: dict[str, tuple[str, str]] = {
+    "torch": ("atom.kernels.torch_ref", "TorchBackend"),
+    "cpu": ("atom.kernels.cpu_backend", "CpuBackend"),
+    "triton": ("atom.kernels.triton_backend", "TritonBackend"),
+}
 
 
 def resolve_backend_name(requested: str, device: torch.device) -> str:
     """`auto`: triton on a GPU (CUDA or ROCm), cpu on a CPU (torch is its float32 oracle). aiter is taken only when asked for
     by name, and no aiter kernels exist yet (see get_backend)."""
-    import importlib.util
-
     if requested != "auto":
         return requested
     if device.type != "cuda":
@@ -164,13 +163,7 @@ def resolve_backend_name(requested: str, device: torch.device) -> str:
 
 
 def get_backend(name: str) -> KernelBackend:
-    if name == "torch":
-        from atom.kernels import torch_ref  # noqa: F401  (registers)
-    elif name == "cpu":
-        from atom.kernels import cpu_backend  # noqa: F401
-    elif name == "triton":
-        from atom.kernels import triton_backend  # noqa: F401
-    elif name == "aiter":
+    if name == "aiter":
         try:
             import aiter  # noqa: F401
         except Exception as e:  # pragma: no cover - only on ROCm
@@ -179,4 +172,5 @@ def get_backend(name: str) -> KernelBackend:
                                   "use runtime.kernels=triton on ROCm")  # pragma: no cover
     if name not in _BACKENDS:
         raise ValueError(f"unknown kernel backend {name!r}; known: {sorted(_BACKENDS)}")
-    return _BACKENDS[name]()
+    module, cls = _BACKENDS[name]
+    return getattr(importlib.import_module(module), cls)()

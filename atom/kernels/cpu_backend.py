@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from atom.kernels import cpu_woq, torch_ref
-from atom.kernels.backend import register, rope_store_kv_unfused
+from atom.kernels.backend import rope_store_kv_unfused
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.fp8_reference import EmulatedFp8Linear
 from atom.kernels.fp8_weight import Fp8Weight
@@ -90,7 +90,6 @@ def _adjacent_heads(q: torch.Tensor, k: torch.Tensor) -> Optional[torch.Tensor]:
     return q.as_strided((t, hq + k.shape[1], d), q.stride())
 
 
-@register("cpu")
 class CpuBackend(torch_ref.TorchBackend):
     name = "cpu"
 

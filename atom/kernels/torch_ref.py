@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from atom.kernels.backend import add_rms_norm_linear_unfused, register, rope_store_kv_unfused
+from atom.kernels.backend import add_rms_norm_linear_unfused, rope_store_kv_unfused
 from atom.kernels.fp8_reference import EmulatedFp8Linear
 from atom.kernels.fp8_weight import Fp8Weight
 from atom.kernels.metadata import AttentionMetadata
@@ -190,7 +190,6 @@ def fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: tor
     return out.to(x.dtype)
 
 
-@register("torch")
 class TorchBackend:
     name = "torch"
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from atom.kernels import torch_ref
-from atom.kernels.backend import add_rms_norm_linear_unfused, register, rope_store_kv_unfused
+from atom.kernels.backend import add_rms_norm_linear_unfused, rope_store_kv_unfused
 from atom.kernels import fp8_choice
 from atom.kernels.fp8_linear import Fp8Kernels
 from atom.kernels.fp8_weight import Fp8Weight
@@ -27,7 +27,6 @@ FUSED_SILU_MAX_K = 4096
 FUSED_NORM_MAX_N = 8192
 
 
-@register("triton")
 class TritonBackend:
     name = "triton"
 

@@ -119,7 +119,7 @@ def _row_seeds(gens: list[Optional[torch.Generator]], device: torch.device) -> t
 def _gpu_sample(logits: torch.Tensor, sb: SamplingBatch) -> torch.Tensor:
     """The Triton sampler: greedy rows argmax, the rest one Gumbel-max pass, top-k/top-p by
     rejection against a rising pivot (no vocabulary sort)."""
-    from atom.kernels.triton.sampling import sample as triton_sample
+    from atom.kernels.triton.sampling import sample as triton_sample  # Triton: CUDA runs only
 
     return triton_sample(logits, sb.temperatures, sb.top_ks, sb.top_ps,
                          _row_seeds(sb.generators, logits.device))

@@ -18,7 +18,10 @@ from atom.kernels.fp8_weight import quantize as quantize_fp8
 from atom.layers.model_context import ModelContext
 from atom.loader.dummy import fill_dummy
 from atom.loader.hf_config import architecture_of
+from atom.loader.safetensors_loader import checkpoint_files, count_tensors, iter_safetensors
+from atom.loader.fp8_checkpoint import count_fp8_tensors, iter_fp8_safetensors
 from atom.loader.fp8_online import quantize_dummy
+from atom.loader.gguf_loader import count_gguf_tensors, iter_gguf
 from atom.loader.weights import (check_complete, iter_with_progress, load_named_tensors,
                                  process_after_loading, weight_skip)
 from atom.models.registry import model_class
@@ -79,18 +82,12 @@ def build_model(load: LoadConfig, src: Optional[Path], hf: Any, mc: ModelContext
     if scheme is not None and scheme.online:
         quantize = functools.partial(quantize_fp8, block=scheme.block is not None)
     if is_gguf(src) or load.format == "gguf":
-        from atom.loader.gguf_loader import count_gguf_tensors, iter_gguf
-
         tensors = iter_with_progress(iter_gguf(src, hf), count_gguf_tensors(src),
                                      load.progress_bar, "loading GGUF")
     else:
-        from atom.loader.safetensors_loader import checkpoint_files, count_tensors, iter_safetensors
-
         files = checkpoint_files(src)
         skip = weight_skip(model)
         if scheme is not None and not scheme.online:
-            from atom.loader.fp8_checkpoint import count_fp8_tensors, iter_fp8_safetensors
-
             items, total = iter_fp8_safetensors(files, scheme, skip), count_fp8_tensors(files)
         else:
             items, total = iter_safetensors(files, skip), count_tensors(files)

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from atom.kernels.fp8_weight import Fp8Weight
+from atom.loader.fp8_online import fp8_linear_weights
 from atom.kernels.quantized_weight import QUANTIZED, Quantized
 
 log = logging.getLogger("atom.loader")
@@ -66,8 +67,6 @@ def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tens
     layers only (fp8_linear_weights) and moves to the parameter's device first. `quantize`
     (online fp8) turns the float weights of those layers into Fp8Weights, on the device (a
     GGUF's blocks dequantized first)."""
-    from atom.loader.fp8_online import fp8_linear_weights
-
     params = dict(model.named_parameters())
     fp8_params = fp8_linear_weights(model)
     mapping = getattr(model, "packed_modules_mapping", {})

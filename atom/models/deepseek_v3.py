@@ -161,7 +161,7 @@ class DeepseekV3ForCausalLM(LlamaForCausalLM):
         """Build the first next-n layer (`model.layers.{num_hidden_layers}.*`) as `self.mtp`,
         before the weights load: its attention takes the next KV layer index, so the pool
         sizes it with the rest."""
-        from atom.models.deepseek_mtp import DeepseekMTPLayer
+        from atom.models.deepseek_mtp import DeepseekMTPLayer  # it builds on this module's layers
 
         hf = self.hf_config
         rotary = self.model.layers[0].self_attn.rotary_emb

@@ -110,7 +110,7 @@ def resample_drafted(logits: torch.Tensor, tokens: torch.Tensor, sb: SamplingBat
     draft_ids = torch.tensor(ids, dtype=torch.long, device=dev)
     out = tokens.index_select(0, idx)
     if dev.type == "cuda":
-        from atom.kernels.triton.rejection_sampler import rejection_sample
+        from atom.kernels.triton.rejection_sampler import rejection_sample  # Triton: CUDA only
 
         i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=dev)
         rejection_sample(target, draft, draft_ids, i32(starts), i32(rows.counts), uniforms,
