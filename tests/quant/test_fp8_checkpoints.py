@@ -17,7 +17,7 @@ from atom import SamplingParams
 from atom.kernels.fp8_reference import EmulatedFp8Linear
 from atom.model_engine.messages import EngineRequest
 from tests.engine.checkpoints import local_engine
-from tests.quant.emulated import emulate_fp8
+from tests.quant.emulated import emulate_fp8, emulate_fp8_experts
 from tests.quant.fp8_checkpoints import FORMATS, STATIC, write_fp8_checkpoint
 
 ACTIVATIONS = {"ct_tensor_static": "static", "ct_channel_dynamic": "token", "fbgemm": "token",
@@ -46,6 +46,7 @@ def case(request, tmp_path_factory):
     emulated = emulate_fp8(AutoModelForCausalLM.from_pretrained(
         ckpt.dequantized, dtype=torch.float32).eval(), ckpt.fp8_modules, ACTIVATIONS[fmt],
         ckpt.input_scales or None)
+    emulate_fp8_experts(emulated, ckpt.fp8_experts, ACTIVATIONS[fmt])
     engine = local_engine(ckpt.path, "scheduler.max_num_batched_tokens=64",
                           "kv_cache.block_size=16")
     return ckpt, plain, emulated, engine
