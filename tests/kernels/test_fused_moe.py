@@ -138,6 +138,10 @@ def torch_layout(experts: torch.Tensor, num_experts: int, block_m: int):
     (200, 2, 8, 16, [5]),  # 400 pairs: the 1024 chunk; expert 5 alone in slot 0 of many
     (1100, 2, 8, 16, [1, 4, 6]),  # 2200 pairs: three 1024-pair chunks
     (3, 8, 256, 16, None),  # R1's expert count: 257 bins of 512
+    (300, 8, 256, 64, None),  # 2400 pairs: 10 chunks, more than one tile of R1's 512 bins
+    gpu_param(256, 8, 256, 16, None, id="r1-decode256"),
+    gpu_param(8192, 8, 256, 64, None, id="r1-prefill8192"),  # 256 chunks
+    gpu_param(4096, 8, 128, 64, None, id="qwen3-30b-prefill4096"),
 ])
 def test_align_lays_pairs_out_as_the_torch_counting_sort(t, k, num_experts, block_m, used):
     _, _, _, _, experts = moe_case(t, num_experts, k, 8, 8, torch.float32, used=used)
