@@ -25,7 +25,7 @@ def expert_weight(codes: torch.Tensor, scale: torch.Tensor) -> Fp8Weight:
 
 
 def quantize_experts(w: torch.Tensor, block: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """w [E, N, K] → (codes [E, N, K], scales): each expert's channel or block amax maps to 448."""
+    """w [E, N, K] → (codes [E, N, K], scales): each expert's channel or block amax is 448."""
     e, n, k = w.shape
     codes = torch.empty(w.shape, dtype=E4M3, device=w.device)
     scale = torch.empty(scale_shape(e, n, k, block), dtype=torch.float32, device=w.device)

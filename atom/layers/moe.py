@@ -117,7 +117,8 @@ class FusedMoE(nn.Module):
             w.holds_expert = self.holds_expert  # type: ignore[attr-defined]
             if self.fp8 is not None:  # the loader hands fp8 and float parts over as they are
                 w.fp8_experts = True  # type: ignore[attr-defined]
-                w.put_dense_expert = functools.partial(self._store_dense, w)  # type: ignore[attr-defined]
+                w.put_dense_expert = functools.partial(  # type: ignore[attr-defined]
+                    self._store_dense, w)
 
     def holds_expert(self, expert: int) -> bool:
         """Whether this rank keeps that expert: the loader does not read the others' tensors."""
@@ -158,13 +159,14 @@ class FusedMoE(nn.Module):
 
     def _store(self, param: nn.Parameter, e: int, row: int, part: Part) -> None:
         """Rows [row, row + len(part)) of expert e: the values, or the codes and their scales."""
-        param.data[e].narrow(0, row, part.shape[0]).copy_(
-            part.qweight if isinstance(part, Fp8Weight) else part)
+        rows = param.data[e].narrow(0, row, part.shape[0])
         if not isinstance(part, Fp8Weight):
+            rows.copy_(part)
             return
         if part.input_scale is not None or (part.block_scale is not None) != (self.fp8 == "block"):
             raise ValueError(f"fp8 experts held with {self.fp8} scales and dynamic activations "
                              "got a part scaled otherwise")
+        rows.copy_(part.qweight)
         scale = (self.w2_scale if param is self.w2 else self.w13_scale)[e]
         if part.block_scale is not None:
             scale.narrow(0, row // BLOCK, part.block_scale.shape[0]).copy_(part.block_scale)

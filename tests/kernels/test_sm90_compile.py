@@ -72,8 +72,8 @@ from atom.kernels.triton import moe_align as MA
 align = {"experts_ptr": "*i64", "sorted_ptr": "*i32", "block_expert_ptr": "*i32",
          "pairs": "i32", "num_experts": "i32"}
 for bins in (16, 512):  # 8 experts and R1's 256
-    compile_sm90(MA._count_kernel, align | {"counts_ptr": "*i32", "cap": "i32", "num_blocks": "i32"},
-                 dict(CHUNK=MA.CHUNK, BINS=bins, FILL=MA.FILL), 4)
+    count = align | {"counts_ptr": "*i32", "cap": "i32", "num_blocks": "i32"}
+    compile_sm90(MA._count_kernel, count, dict(CHUNK=MA.CHUNK, BINS=bins, FILL=MA.FILL), 4)
     compile_sm90(MA._offsets_kernel, {"counts_ptr": "*i32", "chunks": "i32", "num_experts": "i32"},
                  dict(BLOCK_M=16, BINS=bins, ROWS=4096 // bins), 4)
     compile_sm90(MA._scatter_kernel, align | {"offsets_ptr": "*i32"},

@@ -55,7 +55,8 @@ def test_block_fp8_experts_hold_the_checkpoints_codes_and_scales(tmp_path):
         stem = f"model.layers.1.mlp.experts.{e}."
         codes = torch.cat([state[stem + "gate_proj.weight"], state[stem + "up_proj.weight"]])
         assert torch.equal(m.w13[e].view(torch.uint8), codes.view(torch.uint8))
-        assert torch.equal(m.w2[e].view(torch.uint8), state[stem + "down_proj.weight"].view(torch.uint8))
+        assert torch.equal(m.w2[e].view(torch.uint8),
+                           state[stem + "down_proj.weight"].view(torch.uint8))
         assert torch.equal(m.w13_scale[e], torch.cat([state[stem + "gate_proj.weight_scale_inv"],
                                                       state[stem + "up_proj.weight_scale_inv"]]))
         assert torch.equal(m.w2_scale[e], state[stem + "down_proj.weight_scale_inv"])
@@ -65,6 +66,44 @@ def test_block_fp8_experts_hold_the_checkpoints_codes_and_scales(tmp_path):
     weights = 8 * 3 * 128 * 64
     assert _expert_bytes(fp8) == weights + 4 * 8 * 3
     assert _expert_bytes(float_layers) == 4 * weights
+
+
+@pytest.mark.parametrize("fmt", ["channel", "block"])
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_holds_its_share_of_each_experts_quantized_matrices(fmt, rank):
+    """Float experts (quant=fp8), per-expert tensors or fused [E, 2I, H] / [E, H, I] ones, at
+    tp=2: each part quantized whole, then this rank's rows of gate and up and columns of down
+    kept with their scales — what quantizing the whole matrix and slicing it gives."""
+    from atom.kernels.backend import get_backend
+    from atom.kernels.fp8_weight import quantize
+    from atom.layers.model_context import ModelContext
+    from atom.layers.parallel_state import ParallelState
+
+    g = torch.Generator().manual_seed(rank)
+    e, hidden, inter = 2, 192, 256
+    w13 = torch.randn(e, 2 * inter, hidden, generator=g)
+    w2 = torch.randn(e, hidden, inter, generator=g)
+    mc = ModelContext(get_backend("torch"), ParallelState(tp_size=2, tp_rank=rank),
+                      fp8_experts=fmt)
+    fused, per_expert = FusedMoE(mc, e, hidden, inter), FusedMoE(mc, e, hidden, inter)
+    fused.weight_loader(fused.w13, w13, ("all", "gate_up"))
+    fused.weight_loader(fused.w2, w2, ("all", "down"))
+    for i in range(e):
+        per_expert.weight_loader(per_expert.w13, w13[i, :inter], (i, "gate"))
+        per_expert.weight_loader(per_expert.w13, w13[i, inter:], (i, "up"))
+        per_expert.weight_loader(per_expert.w2, w2[i], (i, "down"))
+    r, n, block = rank * 128, 128, fmt == "block"
+    for m in (fused, per_expert):
+        for i in range(e):
+            gate = quantize(w13[i, :inter], block).rows(r, n)
+            up = quantize(w13[i, inter:], block).rows(r, n)
+            down = quantize(w2[i], block).columns(r, n)
+            scales = [(w.block_scale if block else w.weight_scale) for w in (gate, up, down)]
+            assert torch.equal(m.w13[i].view(torch.uint8), torch.cat(
+                [gate.qweight, up.qweight]).view(torch.uint8))
+            assert torch.equal(m.w2[i].view(torch.uint8), down.qweight.view(torch.uint8))
+            assert torch.equal(m.w13_scale[i], torch.cat(scales[:2]))
+            assert torch.equal(m.w2_scale[i], scales[2])
 
 
 def _definition(x, w13, s13, w2, s2, weights, experts, block: bool) -> torch.Tensor:
