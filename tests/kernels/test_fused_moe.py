@@ -176,7 +176,7 @@ def fp8_reference(x, w13, w13_s, w2, w2_s, weights, experts) -> torch.Tensor:
             q, s = quant_per_token(a) if group is None else quant_per_token_group(a, group)
         else:
             q, s = ref_quant(a, group)
-        return q.float() * (s if group is None else s.repeat_interleave(128, 1))
+        return q.float() * (s if group is None else s.repeat_interleave(128, 1)[:, :a.shape[1]])
     out = torch.zeros_like(x, dtype=torch.float32)
     for e in experts.unique().tolist():
         tok, slot = (experts == e).nonzero(as_tuple=True)
@@ -197,6 +197,13 @@ def test_fp8_experts_match_the_fp8_per_expert_loop(t, cfg, block):
     x, w13, w2, weights, experts = moe_case(t, 8, 2, 256, 128, FP8_DTYPE)
     w13, w2 = blocks_of_varied_magnitude(w13), blocks_of_varied_magnitude(w2)
     check_fp8(x, w13, w2, weights, experts, block, cfg)
+
+
+@pytest.mark.parametrize("block", [False, True], ids=["per_channel", "block_128"])
+def test_fp8_experts_whose_hidden_ends_in_a_partial_block(block):
+    """hidden 192: w13's last K block and the activations' last group are 64 wide (the tiny
+    block-fp8 DeepSeek checkpoints' hidden of 64 is one partial block)."""
+    check_fp8(*moe_case(9, 8, 2, 192, 128, FP8_DTYPE), block, DECODE)
 
 
 def check_fp8(x, w13, w2, weights, experts, block: bool, cfg=None) -> None:
