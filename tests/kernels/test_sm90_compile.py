@@ -75,7 +75,7 @@ for bins in (16, 512):  # 8 experts and R1's 256
     count = align | {"counts_ptr": "*i32", "cap": "i32", "num_blocks": "i32"}
     compile_sm90(MA._count_kernel, count, dict(CHUNK=MA.CHUNK, BINS=bins, FILL=MA.FILL), 4)
     compile_sm90(MA._offsets_kernel, {"counts_ptr": "*i32", "chunks": "i32", "num_experts": "i32"},
-                 dict(BLOCK_M=16, BINS=bins, ROWS=4096 // bins), 4)
+                 dict(BLOCK_M=16, BINS=bins, ROWS=MA.OFFSET_TILE // bins), 8)
     compile_sm90(MA._scatter_kernel, align | {"offsets_ptr": "*i32"},
                  dict(BLOCK_M=64, CHUNK=MA.CHUNK, TILE=MA.TILE, BINS=bins), 4)
 from atom.kernels.triton import mla_decode as MD, mla_prefill as MP, mla_rope_store as MR
