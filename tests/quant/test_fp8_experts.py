@@ -210,11 +210,12 @@ def test_triton_fp8_experts_match_the_torch_reference(t, e, k, hidden, inter, bl
     from atom.kernels.triton_backend import TritonBackend
 
     g = torch.Generator(device="cuda").manual_seed(t + inter)
-    x = torch.randn(t, hidden, device="cuda", generator=g).to(torch.bfloat16)
-    c13, s13 = quantize_experts(torch.randn(e, 2 * inter, hidden, device="cuda", generator=g)
-                                * hidden ** -0.5, block)
-    c2, s2 = quantize_experts(torch.randn(e, hidden, inter, device="cuda", generator=g)
-                              * inter ** -0.5, block)
+
+    def randn(*shape: int) -> torch.Tensor:  # bf16 from the start: R1's w13 is 7.5 G values
+        return torch.randn(*shape, device="cuda", generator=g, dtype=torch.bfloat16)
+    x = randn(t, hidden)
+    c13, s13 = quantize_experts(randn(e, 2 * inter, hidden).mul_(hidden ** -0.5), block)
+    c2, s2 = quantize_experts(randn(e, hidden, inter).mul_(inter ** -0.5), block)
     weights, experts = softmax_topk(torch.randn(t, e, device="cuda", generator=g), k, True)
     ours = TritonBackend().fused_moe(x, c13, c2, weights, experts, w13_scale=s13, w2_scale=s2)
     ref = torch_ref.fused_moe(x, c13, c2, weights, experts, s13, s2)
