@@ -282,29 +282,37 @@ def test_each_block_fp8_gemm_alone_matches_its_reference(t, inter):
     assert rel_err(y, y_ref) < 5e-3
 
 
+@pytest.mark.parametrize("quant", [None, "block"], ids=["bf16", "fp8_block"])
 @pytest.mark.parametrize("t", [1, 48])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_the_moe_forward_replays_in_a_cuda_graph_with_new_routings(t):
+def test_the_moe_forward_replays_in_a_cuda_graph_with_new_routings(t, quant):
     """Captured once, replayed with new tokens and a new routing: right for each, which a
-    forward that sized anything from the routing on the host could not be."""
+    forward that sized anything from the routing on the host could not be. fp8 experts too:
+    their activations' quantization is inside the graph."""
     from atom.kernels.triton_backend import TritonBackend
 
     be = TritonBackend()
     x, w13, w2, weights, experts = moe_case(t, 64, 8, 1024, 256, torch.bfloat16)
-    be.fused_moe(x, w13, w2, weights, experts)  # compiled outside the capture
+    scales: dict = {}
+    if quant is not None:
+        (w13, s13), (w2, s2) = quantize_experts(w13, True), quantize_experts(w2, True)
+        scales = dict(w13_scale=s13, w2_scale=s2)
+    be.fused_moe(x, w13, w2, weights, experts, **scales)  # compiled outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = be.fused_moe(x, w13, w2, weights, experts)
+        out = be.fused_moe(x, w13, w2, weights, experts, **scales)
     for seed in (1, 2):
         nx, _, _, nw, ne = moe_case(t, 64, 8, 1024, 256, torch.bfloat16, seed=seed)
         x.copy_(nx)
         weights.copy_(nw)
         experts.copy_(ne)
         graph.replay()
-        ref = torch_ref.fused_moe(x.float(), w13.float(), w2.float(), weights, experts)
-        assert rel_err(out, ref) < tol(torch.bfloat16)
-
+        if quant is None:
+            ref = torch_ref.fused_moe(x.float(), w13.float(), w2.float(), weights, experts)
+        else:  # both sides quantize activations alike; 2e-2 as test_fp8_experts explains
+            ref = torch_ref.fused_moe(x, w13, w2, weights, experts, s13, s2)
+        assert rel_err(out, ref) < (tol(torch.bfloat16) if quant is None else 2e-2)
 
 
 @pytest.mark.parametrize("arch", ["qwen3_moe", "glm4_moe", "minimax_m2"])
