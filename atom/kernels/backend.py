@@ -61,12 +61,18 @@ class KernelBackend(Protocol):
         projection, which a backend may fuse (one launch instead of two at batch-1 decode)."""
 
     def fused_moe(self, x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
-                  weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+                  weights: torch.Tensor, experts: torch.Tensor,
+                  w13_scale: Optional[torch.Tensor] = None,
+                  w2_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The routed experts of one MoE layer: x [T, H]; w13 [E, 2I, H] (gate rows, then up
         rows); w2 [E, H, I]; weights [T, k] float32 and experts [T, k] (distinct per token),
         the router's choice → Σ_k weight · w2[e] · silu_and_mul(w13[e] · x), [T, H] in x's
         dtype, before any tensor-parallel all-reduce. An expert id of E marks a pair whose
-        expert another rank holds (expert parallelism): it adds nothing and costs no GEMM."""
+        expert another rank holds (expert parallelism): it adds nothing and costs no GEMM.
+        With scales, w13 and w2 are e4m3 codes (expert_quant.py: per output channel [E, N]
+        or per 128 × 128 block [E, N/128, K/128]) and each GEMM's input is quantized
+        dynamically, per token (and 128 columns with block scales), as fp8_reference.py
+        defines."""
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, k_scale: float, v_scale: float) -> None: ...

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from atom.kernels.backend import add_rms_norm_linear_unfused, rope_store_kv_unfused
-from atom.kernels.fp8_reference import EmulatedFp8Linear
+from atom.kernels.expert_quant import expert_weight
+from atom.kernels.fp8_reference import EmulatedFp8Linear, fp8_linear
 from atom.kernels.fp8_weight import Fp8Weight
 from atom.kernels.metadata import AttentionMetadata
 
@@ -167,11 +168,14 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
 
 
 def fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
-              experts: torch.Tensor) -> torch.Tensor:
+              experts: torch.Tensor, w13_scale: Optional[torch.Tensor] = None,
+              w2_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The per-expert loop: each expert's tokens gathered into one matmul, weighted and summed
     in float32. Reads the per-expert counts back to the host, so it cannot be captured in a
     CUDA graph; it is the oracle and the CPU path. Pairs of expert id E (another rank's
-    expert) sort last and are never visited."""
+    expert) sort last and are never visited. fp8 experts (codes with their scales) run as the
+    fp8 GEMMs compute them: each hit expert dequantized, its input rounded to e4m3 as the
+    kernels round it (fp8_reference.fp8_linear); kept as codes, dequantized per call."""
     out = torch.zeros_like(x, dtype=torch.float32)
     flat = experts.flatten()
     order = flat.argsort()
@@ -183,11 +187,18 @@ def fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: tor
         if c == 0:
             continue
         idx = token_of[start:start + c]
-        h = silu_and_mul(F.linear(x[idx], w13[e]))
-        y = F.linear(h, w2[e]).float() * w_sorted[start:start + c].unsqueeze(-1)
-        out.index_add_(0, idx, y)
+        h = silu_and_mul(_expert_linear(x[idx], w13[e], w13_scale, e))
+        y = _expert_linear(h, w2[e], w2_scale, e)
+        out.index_add_(0, idx, y.float() * w_sorted[start:start + c].unsqueeze(-1))
         start += c
     return out.to(x.dtype)
+
+
+def _expert_linear(x: torch.Tensor, w: torch.Tensor, scales: Optional[torch.Tensor],
+                   e: int) -> torch.Tensor:
+    if scales is None:
+        return F.linear(x, w)
+    return fp8_linear(x, expert_weight(w, scales[e]))
 
 
 class TorchBackend:
@@ -225,8 +236,8 @@ class TorchBackend:
     def add_rms_norm_linear(self, x, residual, norm_weight, eps, weight, bias=None):
         return add_rms_norm_linear_unfused(self, x, residual, norm_weight, eps, weight, bias)
 
-    def fused_moe(self, x, w13, w2, weights, experts):
-        return fused_moe(x, w13, w2, weights, experts)
+    def fused_moe(self, x, w13, w2, weights, experts, w13_scale=None, w2_scale=None):
+        return fused_moe(x, w13, w2, weights, experts, w13_scale, w2_scale)
 
     def store_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
         store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)

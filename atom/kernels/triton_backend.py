@@ -130,10 +130,12 @@ class TritonBackend:
         return add_rms_norm_linear_unfused(self, x, residual, norm_weight, eps, weight, bias)
 
     def fused_moe(self, x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
-                  weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+                  weights: torch.Tensor, experts: torch.Tensor,
+                  w13_scale: Optional[torch.Tensor] = None,
+                  w2_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Two grouped GEMMs over expert-sorted blocks, no host sync: captured in the decode
-        graphs like every other op of this backend."""
-        return fused_moe(x, w13, w2, weights, experts)
+        graphs like every other op of this backend. fp8 experts through the same kernel."""
+        return fused_moe(x, w13, w2, weights, experts, w13_scale=w13_scale, w2_scale=w2_scale)
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: float,

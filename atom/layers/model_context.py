@@ -7,6 +7,7 @@ process may run on different backends and ranks, each stepped through its own sl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from atom.kernels.backend import KernelBackend
 from atom.layers.forward_context import ForwardSlot
@@ -18,3 +19,7 @@ class ModelContext:
     backend: KernelBackend
     parallel: ParallelState = field(default_factory=ParallelState)
     forward: ForwardSlot = field(default_factory=ForwardSlot)
+    # The routed experts' storage: None in the model dtype, or e4m3 codes with float32 scales
+    # per output channel ("channel") or per 128 x 128 block ("block"); the loader decides it
+    # before the layers are built, so fp8 experts never take their float size in memory.
+    fp8_experts: Optional[str] = None

@@ -15,16 +15,26 @@ def fill_dummy(model: nn.Module, kind: str, seed: int = 0) -> None:
         return
     gen = torch.Generator(device="cpu").manual_seed(seed)
     for name, p in model.named_parameters():
-        if kind == "zero":
-            p.zero_()
-        elif p.dim() >= 2:
-            fan_in, fan_out = p.shape[-1], p.shape[-2]
-            bound = (6.0 / (fan_in + fan_out)) ** 0.5
-            if p.device.type == "cpu":
-                p.copy_(torch.rand(p.shape, generator=gen) * 2 * bound - bound)
-            else:
-                p.uniform_(-bound, bound)
-        elif "norm" in name:
-            p.fill_(1.0)
+        put = getattr(p, "put_dense_expert", None)
+        if put is not None:  # fp8 experts: each expert's values made in float, then quantized
+            for e in range(p.shape[0]):
+                put(e, _fill(torch.empty(p.shape[1:], device=p.device), kind, name, gen))
         else:
-            p.uniform_(-0.02, 0.02)
+            _fill(p.data, kind, name, gen)
+
+
+def _fill(t: torch.Tensor, kind: str, name: str, gen: torch.Generator) -> torch.Tensor:
+    if kind == "zero":
+        t.zero_()
+    elif t.dim() >= 2:
+        fan_in, fan_out = t.shape[-1], t.shape[-2]
+        bound = (6.0 / (fan_in + fan_out)) ** 0.5
+        if t.device.type == "cpu":
+            t.copy_(torch.rand(t.shape, generator=gen) * 2 * bound - bound)
+        else:
+            t.uniform_(-bound, bound)
+    elif "norm" in name:
+        t.fill_(1.0)
+    else:
+        t.uniform_(-0.02, 0.02)
+    return t

@@ -17,6 +17,7 @@ from safetensors import safe_open
 
 from atom.config.quant import Fp8Scheme
 from atom.kernels.fp8_weight import E4M3, Fp8Weight, from_checkpoint
+from atom.loader.weights import is_expert_weight
 
 SCALE_SUFFIXES = (".weight_scale", ".weight_scale_inv", ".input_scale")
 
@@ -31,6 +32,17 @@ def count_fp8_tensors(files: list[Path]) -> int:
         with safe_open(str(f), framework="pt") as h:
             n += sum(not _is_scale(k) for k in h.keys())
     return n
+
+
+def experts_are_fp8(files: list[Path]) -> bool:
+    """Whether the checkpoint's routed experts are e4m3 (its first expert matrix's dtype, from
+    the header: nothing is read). DeepSeek-V3/R1's and Qwen3's fp8 releases quantize them."""
+    for f in files:
+        with safe_open(str(f), framework="pt") as h:
+            for name in h.keys():
+                if is_expert_weight(name):
+                    return h.get_slice(name).get_dtype() == "F8_E4M3"
+    return False
 
 
 def _fp8_weight(base: str, weight: torch.Tensor, where: dict[str, Any],

@@ -1,9 +1,10 @@
 """fp8 weights from float ones: `quant=fp8` on a bf16/fp32 checkpoint, and fp8 dummy weights.
 
 Every linear layer's weight is quantized per output channel (per 128 x 128 block for
-fp8_block) to e4m3 as it loads; embeddings, the LM head, norms, routers and the weights a
-layer keeps in float (`LinearBase.keep_float`) stay in the model dtype, as vLLM's online fp8
-does. Activations are then quantized dynamically per token.
+fp8_block) to e4m3 as it loads, and so are the routed experts (FusedMoE quantizes each
+expert's parts itself, ModelContext.fp8_experts); embeddings, the LM head, norms, routers and
+the weights a layer keeps in float (`LinearBase.keep_float`) stay in the model dtype, as vLLM's
+online fp8 does. Activations are then quantized dynamically per token.
 """
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import logging
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -19,7 +20,7 @@ from atom.layers.model_context import ModelContext
 from atom.loader.dummy import fill_dummy
 from atom.loader.hf_config import architecture_of
 from atom.loader.safetensors_loader import checkpoint_files, count_tensors, iter_safetensors
-from atom.loader.fp8_checkpoint import count_fp8_tensors, iter_fp8_safetensors
+from atom.loader.fp8_checkpoint import count_fp8_tensors, experts_are_fp8, iter_fp8_safetensors
 from atom.loader.fp8_online import quantize_dummy
 from atom.loader.gguf_loader import count_gguf_tensors, iter_gguf
 from atom.loader.weights import (check_complete, iter_with_progress, load_named_tensors,
@@ -39,12 +40,15 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(prev)
 
 
+def _gguf(load: LoadConfig, src: Optional[Path]) -> bool:
+    return src is not None and (is_gguf(src) or load.format == "gguf")
+
+
 def fp8_scheme(method: str, load: LoadConfig, src: Optional[Path], hf: Any, device: torch.device,
                kernels: str) -> Optional[Fp8Scheme]:
     """The run's fp8 scheme (validation checked the config; this also knows the GPU), raised
     as a ConfigError before any weight is read."""
-    gguf = src is not None and (is_gguf(src) or load.format == "gguf")
-    scheme = resolve_scheme(method, getattr(hf, "quantization_config", None), gguf,
+    scheme = resolve_scheme(method, getattr(hf, "quantization_config", None), _gguf(load, src),
                             load.dummy is not None)
     if scheme is not None and device.type == "cuda":
         problem = fp8_capability_problem(torch.cuda.get_device_capability(device), kernels)
@@ -63,6 +67,9 @@ def build_model(load: LoadConfig, src: Optional[Path], hf: Any, mc: ModelContext
     architecture (an EAGLE-3 head) instead of the registry's."""
     cls = cls or model_class(architecture_of(hf))
     scheme = fp8_scheme(quant_method, load, src, hf, device, mc.backend.name)
+    files = (None if src is None or _gguf(load, src) or load.dummy is not None
+             else checkpoint_files(src))
+    mc = replace(mc, fp8_experts=fp8_experts(scheme, files))
     with _default_dtype(dtype), torch.device(device):
         model = cls(hf, mc)
         if mtp:  # validation admits only models that have next-n layers
@@ -81,11 +88,10 @@ def build_model(load: LoadConfig, src: Optional[Path], hf: Any, mc: ModelContext
     quantize = None
     if scheme is not None and scheme.online:
         quantize = functools.partial(quantize_fp8, block=scheme.block is not None)
-    if is_gguf(src) or load.format == "gguf":
+    if files is None:
         tensors = iter_with_progress(iter_gguf(src, hf), count_gguf_tensors(src),
                                      load.progress_bar, "loading GGUF")
     else:
-        files = checkpoint_files(src)
         skip = weight_skip(model)
         if scheme is not None and not scheme.online:
             items, total = iter_fp8_safetensors(files, scheme, skip), count_fp8_tensors(files)
@@ -101,6 +107,19 @@ def build_model(load: LoadConfig, src: Optional[Path], hf: Any, mc: ModelContext
         prepare_weights(model, mc.backend)
         process_after_loading(model)
     return model
+
+
+def fp8_experts(scheme: Optional[Fp8Scheme], files: Optional[list[Path]]) -> Optional[str]:
+    """How the routed experts are held (ModelContext.fp8_experts): in fp8 when the run
+    quantizes online or with dummy weights, or when the checkpoint's experts are e4m3 (`files`;
+    None: no checkpoint is read); in the model dtype when the checkpoint scales activations
+    statically (the fused kernel scales them per token), or has no fp8 at all."""
+    if scheme is None or scheme.static_input:
+        return None
+    if files is not None and not scheme.online:
+        if not experts_are_fp8(files):
+            return None
+    return "block" if scheme.block is not None else "channel"
 
 
 def prepare_weights(model: nn.Module, be: KernelBackend) -> None:

@@ -21,6 +21,11 @@ _EXPERT_PART = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down",
 _FUSED_EXPERT = re.compile(r"\.experts\.(gate_up_proj|down_proj)$")
 
 
+def is_expert_weight(name: str) -> bool:
+    """A routed expert's matrix, per expert or fused over experts."""
+    return _EXPERT.search(name) is not None or _FUSED_EXPERT.search(name) is not None
+
+
 def _route(name: str, mapping: dict) -> tuple[str, object]:
     """(parameter name, shard id) for a checkpoint tensor name."""
     m = _EXPERT.search(name)
@@ -64,9 +69,10 @@ def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tens
     """Load every tensor; return the names of parameters that received data. A quantized weight
     goes to the parameter's weight_loader as it is (the layer keeps it for the backend) or,
     where the parameter has no loader that takes one, in float. An Fp8Weight is taken by linear
-    layers only (fp8_linear_weights) and moves to the parameter's device first. `quantize`
-    (online fp8) turns the float weights of those layers into Fp8Weights, on the device (a
-    GGUF's blocks dequantized first)."""
+    layers (fp8_linear_weights), moving to the parameter's device first, and by fp8 experts
+    (FusedMoE), which also take float parts to quantize themselves. `quantize` (online fp8)
+    turns the linears' float weights into Fp8Weights, on the device (a GGUF's blocks
+    dequantized first)."""
     params = dict(model.named_parameters())
     fp8_params = fp8_linear_weights(model)
     mapping = getattr(model, "packed_modules_mapping", {})
@@ -82,7 +88,9 @@ def load_named_tensors(model: nn.Module, tensors: Iterable[tuple[str, torch.Tens
         if param is None:
             raise KeyError(f"checkpoint tensor {name!r} has no place in the model (looked for {pname!r})")
         loader = getattr(param, "weight_loader", None)
-        if isinstance(tensor, Fp8Weight):
+        if getattr(param, "fp8_experts", False):
+            pass  # FusedMoE keeps fp8 parts as read and quantizes float ones, expert by expert
+        elif isinstance(tensor, Fp8Weight):
             tensor = (tensor.to(param.device) if pname in fp8_params
                       else tensor.dequantize(param.dtype))
         elif quantize is not None and pname in fp8_params:  # GGUF blocks: their float values

@@ -138,6 +138,10 @@ def torch_layout(experts: torch.Tensor, num_experts: int, block_m: int):
     (200, 2, 8, 16, [5]),  # 400 pairs: the 1024 chunk; expert 5 alone in slot 0 of many
     (1100, 2, 8, 16, [1, 4, 6]),  # 2200 pairs: three 1024-pair chunks
     (3, 8, 256, 16, None),  # R1's expert count: 257 bins of 512
+    (300, 8, 256, 64, None),  # 2400 pairs: 10 chunks, more than one tile of R1's 512 bins
+    gpu_param(256, 8, 256, 16, None, id="r1-decode256"),
+    gpu_param(8192, 8, 256, 64, None, id="r1-prefill8192"),  # 256 chunks
+    gpu_param(4096, 8, 128, 64, None, id="qwen3-30b-prefill4096"),
 ])
 def test_align_lays_pairs_out_as_the_torch_counting_sort(t, k, num_experts, block_m, used):
     _, _, _, _, experts = moe_case(t, num_experts, k, 8, 8, torch.float32, used=used)
@@ -172,7 +176,7 @@ def fp8_reference(x, w13, w13_s, w2, w2_s, weights, experts) -> torch.Tensor:
             q, s = quant_per_token(a) if group is None else quant_per_token_group(a, group)
         else:
             q, s = ref_quant(a, group)
-        return q.float() * (s if group is None else s.repeat_interleave(128, 1))
+        return q.float() * (s if group is None else s.repeat_interleave(128, 1)[:, :a.shape[1]])
     out = torch.zeros_like(x, dtype=torch.float32)
     for e in experts.unique().tolist():
         tok, slot = (experts == e).nonzero(as_tuple=True)
@@ -193,6 +197,13 @@ def test_fp8_experts_match_the_fp8_per_expert_loop(t, cfg, block):
     x, w13, w2, weights, experts = moe_case(t, 8, 2, 256, 128, FP8_DTYPE)
     w13, w2 = blocks_of_varied_magnitude(w13), blocks_of_varied_magnitude(w2)
     check_fp8(x, w13, w2, weights, experts, block, cfg)
+
+
+@pytest.mark.parametrize("block", [False, True], ids=["per_channel", "block_128"])
+def test_fp8_experts_whose_hidden_ends_in_a_partial_block(block):
+    """hidden 192: w13's last K block and the activations' last group are 64 wide (the tiny
+    block-fp8 DeepSeek checkpoints' hidden of 64 is one partial block)."""
+    check_fp8(*moe_case(9, 8, 2, 192, 128, FP8_DTYPE), block, DECODE)
 
 
 def check_fp8(x, w13, w2, weights, experts, block: bool, cfg=None) -> None:
@@ -230,29 +241,78 @@ def test_fp8_experts_at_model_shapes(t, num_experts, k, hidden, inter, block):
     check_fp8(*moe_case(t, num_experts, k, hidden, inter, torch.bfloat16), block)
 
 
+@pytest.mark.parametrize("t,inter", [
+    gpu_param(64, 2048, id="r1-block-decode64"), gpu_param(2048, 2048, id="r1-block-prefill2048"),
+    gpu_param(16, 256, id="r1-tp8-block-decode16")])
+def test_each_block_fp8_gemm_alone_matches_its_reference(t, inter):
+    """The two grouped GEMMs one at a time, each against the fp8 loop fed the kernel's own
+    input, within bf16 noise: tighter than the end-to-end bound (above), where re-quantizing
+    the second GEMM's input to e4m3 lets a one-ulp bf16 difference in the first's output move
+    a code a whole e4m3 step."""
+    from dataclasses import replace
+
+    from atom.kernels.triton import fused_moe as fm
+
+    x, w13, w2, weights, experts = moe_case(t, 256, 8, 7168, inter, torch.bfloat16)
+    (c13, s13), (c2, s2) = quantize_experts(w13, True), quantize_experts(w2, True)
+    k, pairs = experts.shape[1], experts.numel()
+    cfg = fm.choose_config(pairs, 256)
+    cfg = replace(cfg, block_k=fm.SCALE_BLOCK, block_n=min(cfg.block_n, fm.SCALE_BLOCK))
+    blocks = moe_align.align(experts, 256, cfg.block_m)
+    w = weights.float().contiguous().view(-1)
+    h = x.new_empty(pairs, inter)
+    fm._grouped_gemm(fm._activations(x, 2), fm.Operand(c13, s13), h, blocks, w, k, gated=True,
+                     routed=False, cfg=cfg)
+    y = x.new_zeros(pairs, x.shape[1])
+    fm._grouped_gemm(fm._activations(h, 2), fm.Operand(c2, s2), y, blocks, w, 1, gated=False,
+                     routed=True, cfg=cfg)
+
+    def seen(a: torch.Tensor) -> torch.Tensor:
+        q, sc = ref_quant(a, 128)
+        return q.float() * sc.repeat_interleave(128, 1)[:, :a.shape[1]]
+    flat = experts.flatten()
+    h_ref, y_ref = torch.empty_like(h), torch.empty_like(y)
+    for e in flat.unique().tolist():
+        p = (flat == e).nonzero().squeeze(1)
+        g = (seen(x[p // k]) @ dequantize_experts(c13[e], s13[e]).T).to(x.dtype)
+        h_ref[p] = torch_ref.silu_and_mul(g)
+        y_ref[p] = ((seen(h[p]) @ dequantize_experts(c2[e], s2[e]).T).to(x.dtype).float()
+                    * w[p, None]).to(x.dtype)
+    assert rel_err(h, h_ref) < 5e-3
+    assert rel_err(y, y_ref) < 5e-3
+
+
+@pytest.mark.parametrize("quant", [None, "block"], ids=["bf16", "fp8_block"])
 @pytest.mark.parametrize("t", [1, 48])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_the_moe_forward_replays_in_a_cuda_graph_with_new_routings(t):
+def test_the_moe_forward_replays_in_a_cuda_graph_with_new_routings(t, quant):
     """Captured once, replayed with new tokens and a new routing: right for each, which a
-    forward that sized anything from the routing on the host could not be."""
+    forward that sized anything from the routing on the host could not be. fp8 experts too:
+    their activations' quantization is inside the graph."""
     from atom.kernels.triton_backend import TritonBackend
 
     be = TritonBackend()
     x, w13, w2, weights, experts = moe_case(t, 64, 8, 1024, 256, torch.bfloat16)
-    be.fused_moe(x, w13, w2, weights, experts)  # compiled outside the capture
+    scales: dict = {}
+    if quant is not None:
+        (w13, s13), (w2, s2) = quantize_experts(w13, True), quantize_experts(w2, True)
+        scales = dict(w13_scale=s13, w2_scale=s2)
+    be.fused_moe(x, w13, w2, weights, experts, **scales)  # compiled outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = be.fused_moe(x, w13, w2, weights, experts)
+        out = be.fused_moe(x, w13, w2, weights, experts, **scales)
     for seed in (1, 2):
         nx, _, _, nw, ne = moe_case(t, 64, 8, 1024, 256, torch.bfloat16, seed=seed)
         x.copy_(nx)
         weights.copy_(nw)
         experts.copy_(ne)
         graph.replay()
-        ref = torch_ref.fused_moe(x.float(), w13.float(), w2.float(), weights, experts)
-        assert rel_err(out, ref) < tol(torch.bfloat16)
-
+        if quant is None:
+            ref = torch_ref.fused_moe(x.float(), w13.float(), w2.float(), weights, experts)
+        else:  # both sides quantize activations alike; 2e-2 as test_fp8_experts explains
+            ref = torch_ref.fused_moe(x, w13, w2, weights, experts, s13, s2)
+        assert rel_err(out, ref) < (tol(torch.bfloat16) if quant is None else 2e-2)
 
 
 @pytest.mark.parametrize("arch", ["qwen3_moe", "glm4_moe", "minimax_m2"])

@@ -70,10 +70,14 @@ for quant in (0, 1, 2):
 
 from atom.kernels.triton import moe_align as MA
 align = {"experts_ptr": "*i64", "sorted_ptr": "*i32", "block_expert_ptr": "*i32",
-         "base_ptr": "*i32", "pairs": "i32", "num_experts": "i32", "cap": "i32",
-         "num_blocks": "i32"}
-for chunk, warps in ((256, 4), (1024, 8)):  # decode and prefill sizes, R1's 256 experts
-    compile_sm90(MA._align_kernel, align, dict(BLOCK_M=16, CHUNK=chunk, TILE=32, BINS=512), warps)
+         "pairs": "i32", "num_experts": "i32"}
+for bins in (16, 512):  # 8 experts and R1's 256
+    count = align | {"counts_ptr": "*i32", "cap": "i32", "num_blocks": "i32"}
+    compile_sm90(MA._count_kernel, count, dict(CHUNK=MA.CHUNK, BINS=bins, FILL=MA.FILL), 4)
+    compile_sm90(MA._offsets_kernel, {"counts_ptr": "*i32", "chunks": "i32", "num_experts": "i32"},
+                 dict(BLOCK_M=16, BINS=bins, ROWS=MA.OFFSET_TILE // bins), 8)
+    compile_sm90(MA._scatter_kernel, align | {"offsets_ptr": "*i32"},
+                 dict(BLOCK_M=64, CHUNK=MA.CHUNK, TILE=MA.TILE, BINS=bins), 4)
 from atom.kernels.triton import mla_decode as MD, mla_prefill as MP, mla_rope_store as MR
 i32 = lambda *names: {n: "i32" for n in names}
 mla = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_ptr", "bt_ptr")
@@ -203,8 +207,8 @@ def test_kernels_compile_for_sm90():
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
-        "_decode_kernel", "_decode_kernel", *["_moe_gemm_kernel"] * 12, "_align_kernel",
-        "_align_kernel", *["_mla_decode_kernel"] * 5, "_mla_merge_kernel", "_mla_rope_store_kernel",
+        "_decode_kernel", "_decode_kernel", *["_moe_gemm_kernel"] * 12,
+        *["_count_kernel", "_offsets_kernel", "_scatter_kernel"] * 2, *["_mla_decode_kernel"] * 5, "_mla_merge_kernel", "_mla_rope_store_kernel",
         "_gather_latents_kernel", "_mla_prefill_kernel", "_mla_prefill_kernel",
         "_per_token_kernel", "_per_group_kernel"]
         + ["_rms_norm_quant_kernel"] * 2

@@ -31,11 +31,12 @@ from tests.engine.checkpoints import make_checkpoint
 E4M3 = torch.float8_e4m3fn
 FORMATS = ("ct_tensor_static", "ct_channel_dynamic", "fbgemm", "fp8_block", "fp8_tensor_static")
 STATIC = ("ct_tensor_static", "fp8_tensor_static")
-# The linears a producer quantizes: every projection inside the decoder layers. The LM head,
-# embeddings, norms and routers stay float (compressed-tensors' `ignore: [lm_head]`), and so do
-# DeepSeek's routed experts here (atom's FusedMoE runs them in float either way).
-_QUANTIZED = re.compile(r"^model\.layers\.\d+\.(self_attn|mlp|mlp\.shared_experts)\."
-                        r"[a-z_]+_proj(_with_mqa)?\.weight$")
+# The linears a producer quantizes: every projection inside the decoder layers, DeepSeek's
+# routed experts included (`...mlp.experts.N.gate_proj.weight`, as R1 ships them). The LM head,
+# embeddings, norms and routers stay float (compressed-tensors' `ignore: [lm_head]`).
+_QUANTIZED = re.compile(r"^model\.layers\.\d+\.(self_attn|mlp|mlp\.shared_experts|"
+                        r"mlp\.experts\.\d+)\.[a-z_]+_proj(_with_mqa)?\.weight$")
+_EXPERT = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.\d+\.")
 # The ones atom runs as fp8 GEMMs: all of them but MLA's kv_b_proj, which it dequantizes (MLA
 # reads it as a matrix).
 _FLOAT_IN_ATOM = re.compile(r"\.kv_b_proj\.weight$")
@@ -72,6 +73,8 @@ class Fp8Checkpoint:
     dequantized: Path  # the same weights dequantized: a plain float checkpoint
     fmt: str
     fp8_modules: set[str] = field(default_factory=set)  # module names atom runs in fp8
+    # transformers' fused experts modules (`model.layers.N.mlp.experts`) whose experts are fp8
+    fp8_experts: set[str] = field(default_factory=set)
     input_scales: dict[str, float] = field(default_factory=dict)  # module → static scale
 
 
@@ -132,9 +135,12 @@ def write_fp8_checkpoint(arch: str, fmt: str, root: Path, seed: int = 0,
     state = load_file(str(base / "model.safetensors"))
     names = sorted(n for n in state if _QUANTIZED.match(n))
     modules = {n[:-len(".weight")] for n in names}
+    experts = {_EXPERT.match(n).group(1) for n in names if _EXPERT.match(n)}
     out = Fp8Checkpoint(root / f"{arch}-{fmt}", root / f"{arch}-{fmt}-dequantized", fmt,
-                        {n[:-len(".weight")] for n in names if not _FLOAT_IN_ATOM.search(n)})
+                        {n[:-len(".weight")] for n in names
+                         if not _FLOAT_IN_ATOM.search(n) and not _EXPERT.match(n)}, experts)
     if fmt in STATIC:
+        assert not experts, "no static input scales are calibrated for routed experts"
         out.input_scales = _calibrate(base, modules)
     fp8, plain = dict(state), dict(state)
     for n in names:

@@ -15,9 +15,10 @@ from transformers import AutoModelForCausalLM
 
 from atom import SamplingParams
 from atom.kernels.fp8_reference import EmulatedFp8Linear
+from atom.layers.moe import FusedMoE
 from atom.model_engine.messages import EngineRequest
 from tests.engine.checkpoints import local_engine
-from tests.quant.emulated import emulate_fp8
+from tests.quant.emulated import emulate_fp8, emulate_fp8_experts
 from tests.quant.fp8_checkpoints import FORMATS, STATIC, write_fp8_checkpoint
 
 ACTIVATIONS = {"ct_tensor_static": "static", "ct_channel_dynamic": "token", "fbgemm": "token",
@@ -28,8 +29,11 @@ BLOCK_SHAPES = {"llama": dict(num_key_value_heads=4, head_dim=32),
                 "qwen3": dict(num_key_value_heads=4),
                 "deepseek_v3_q_lora": dict(moe_intermediate_size=128),
                 "deepseek_v3_q_full": dict(moe_intermediate_size=128)}
+# The MoE cases' routed experts are fp8 too (R1's block format; the per-channel FP8-dynamic
+# and FBGEMM releases of Qwen3-MoE), held so by FusedMoE (test_fp8_experts.py).
 CASES = ([(a, f) for a in ("llama", "qwen3") for f in FORMATS]
-         + [("deepseek_v3_q_lora", "fp8_block"), ("deepseek_v3_q_full", "fp8_block")])
+         + [("deepseek_v3_q_lora", "fp8_block"), ("deepseek_v3_q_full", "fp8_block"),
+            ("qwen3_moe", "ct_channel_dynamic"), ("qwen3_moe", "fbgemm")])
 # e4m3 keeps 3 mantissa bits: each activation is rounded by up to 2^-4 of itself (~3.6% RMS
 # for uniformly placed mantissas), at the input of every linear of these 2-layer models. The
 # measured relative RMS error of the last-position logits is 1.1-4.5% over these cases.
@@ -46,6 +50,7 @@ def case(request, tmp_path_factory):
     emulated = emulate_fp8(AutoModelForCausalLM.from_pretrained(
         ckpt.dequantized, dtype=torch.float32).eval(), ckpt.fp8_modules, ACTIVATIONS[fmt],
         ckpt.input_scales or None)
+    emulate_fp8_experts(emulated, ckpt.fp8_experts, ACTIVATIONS[fmt])
     engine = local_engine(ckpt.path, "scheduler.max_num_batched_tokens=64",
                           "kv_cache.block_size=16")
     return ckpt, plain, emulated, engine
@@ -93,6 +98,11 @@ def test_linears_hold_the_checkpoints_fp8_weights(case):
     assert isinstance(model.lm_head.weight, torch.Tensor)
     if hasattr(attn, "kv_b_proj"):  # MLA reads it as a matrix: dequantized at load
         assert isinstance(attn.kv_b_proj.weight, torch.nn.Parameter)
+    moe = [m for m in model.modules() if isinstance(m, FusedMoE)]
+    assert bool(moe) == bool(ckpt.fp8_experts)
+    for m in moe:  # the routed experts as the checkpoint's codes
+        assert m.fp8 == ("block" if ckpt.fmt == "fp8_block" else "channel")
+        assert m.w13.dtype == m.w2.dtype == torch.float8_e4m3fn
 
 
 def test_logits_match_the_fp8_emulating_reference(case):

@@ -1,14 +1,17 @@
 """The router's choice laid out for a grouped GEMM: (token, slot) pairs grouped by expert, each
 expert's run padded to whole blocks of block_m rows, and the expert of every block.
 
-One launch of one program, on the device: in torch ops it is ~25 small launches (counts,
-prefix sums, an argsort, scatters) for what is a few µs of work at decode sizes. Every
+Three launches on the device, a counting sort over chunks of CHUNK pairs: per-chunk expert
+counts (one program a chunk), each chunk's first row per expert (one program: a prefix sum
+over experts and chunks), then each chunk's scatter (one program a chunk): no program walks
+more than one chunk's pairs but the middle one, which walks one count per chunk and expert. In
+torch ops it would be ~25 small launches (counts, prefix sums, an argsort, scatters). Every
 size depends only on T·k, the expert count and block_m, never on the routing: no host sync,
 so the MoE forward can be captured in a CUDA graph and replayed for any routing. The buffers
 hold at most T·k + min(E, T·k)·(block_m − 1) rows (each expert hit wastes at most
 block_m − 1 rows of padding); blocks past the last used one get expert −1 and their programs
-exit at once. Within an expert the pairs keep their order, so the layout is the same run to
-run.
+exit at once. Within an expert the pairs keep their order (chunk by chunk, no atomics), so the
+layout is the same run to run.
 """
 from __future__ import annotations
 
@@ -40,56 +43,82 @@ def capacity(pairs: int, num_experts: int, block_m: int) -> int:
 
 
 @triton.jit(do_not_specialize=["pairs", "cap", "num_blocks"])
-def _align_kernel(experts_ptr, sorted_ptr, block_expert_ptr, base_ptr, pairs, num_experts,
-                  cap, num_blocks, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr,
-                  TILE: tl.constexpr, BINS: tl.constexpr):
-    """Counting sort in one program: per-expert counts (a histogram per chunk of pairs), the
-    padded runs' starts (a prefix sum), then for each chunk a pair's row is its expert's next
-    free row plus the number of earlier pairs of the chunk with the same expert (counted by
-    comparing TILE pairs at a time: no sort). Registers cannot be indexed by a computed expert,
-    so the per-expert rows go through base_ptr, between barriers. Padding pairs take bin
-    num_experts and are never stored."""
-    fill = tl.arange(0, CHUNK)
-    for s in range(0, cap, CHUNK):
-        tl.store(sorted_ptr + s + fill, pairs, mask=s + fill < cap)
-    for s in range(0, num_blocks, CHUNK):
-        tl.store(block_expert_ptr + s + fill, -1, mask=s + fill < num_blocks)
+def _count_kernel(experts_ptr, counts_ptr, sorted_ptr, block_expert_ptr, pairs, num_experts, cap,
+                  num_blocks, CHUNK: tl.constexpr, BINS: tl.constexpr, FILL: tl.constexpr):
+    """Program c: the per-expert counts of pairs [c·CHUNK, (c+1)·CHUNK) into counts[c], and its
+    share of the fills (padding rows = the pair count, blocks = −1), which the scatter
+    overwrites after it. Padding pairs take bin num_experts."""
+    pid = tl.program_id(0)
+    progs = tl.num_programs(0)
+    f = tl.arange(0, FILL)
+    rows_each = tl.cdiv(cap, progs)
+    end = tl.minimum(cap, (pid + 1) * rows_each)
+    for s in range(pid * rows_each, end, FILL):
+        tl.store(sorted_ptr + s + f, pairs, mask=s + f < end)
+    blocks_each = tl.cdiv(num_blocks, progs)
+    end = tl.minimum(num_blocks, (pid + 1) * blocks_each)
+    for s in range(pid * blocks_each, end, FILL):
+        tl.store(block_expert_ptr + s + f, -1, mask=s + f < end)
+    idx = pid * CHUNK + tl.arange(0, CHUNK)
+    e = tl.load(experts_ptr + idx, mask=idx < pairs, other=num_experts).to(tl.int32)
+    tl.store(counts_ptr + pid * BINS + tl.arange(0, BINS), tl.histogram(e, BINS))
+
+
+@triton.jit(do_not_specialize=["chunks"])
+def _offsets_kernel(counts_ptr, chunks, num_experts, BLOCK_M: tl.constexpr, BINS: tl.constexpr,
+                    ROWS: tl.constexpr):
+    """One program, in place: counts[c, e] → the first row of chunk c's pairs of expert e
+    (the expert's padded run start, plus the pairs of e in the chunks before c), ROWS chunks'
+    counts at a time."""
     bins = tl.arange(0, BINS)
-    real_bin = bins < num_experts
-    counts = tl.zeros((BINS,), dtype=tl.int32)
-    for c0 in range(0, pairs, CHUNK):
-        idx = c0 + tl.arange(0, CHUNK)
-        e = tl.load(experts_ptr + idx, mask=idx < pairs, other=num_experts).to(tl.int32)
-        counts += tl.histogram(e, BINS)
-    padded = tl.where(real_bin, (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M, 0)
-    running = tl.cumsum(padded, 0) - padded  # each expert's next free row
-    for c0 in range(0, pairs, CHUNK):
-        i = tl.arange(0, CHUNK)
-        e = tl.load(experts_ptr + c0 + i, mask=c0 + i < pairs, other=num_experts).to(tl.int32)
-        tl.store(base_ptr + bins, running)
-        # The fills (first chunk) and base_ptr land before any thread reads or overwrites them.
-        tl.debug_barrier()
-        rank = tl.zeros((CHUNK,), dtype=tl.int32)
-        for j0 in range(0, CHUNK, TILE):
-            j = j0 + tl.arange(0, TILE)
-            ej = tl.load(experts_ptr + c0 + j, mask=c0 + j < pairs,
-                         other=num_experts).to(tl.int32)
-            before = (ej[None, :] == e[:, None]) & (j[None, :] < i[:, None])
-            rank += tl.sum(before.to(tl.int32), axis=1)
-        real = e < num_experts
-        row = tl.load(base_ptr + e, mask=real, other=0) + rank
-        tl.store(sorted_ptr + row, c0 + i, mask=real)
-        # A block's first row always holds a pair (padding only ends a run): it names the block.
-        tl.store(block_expert_ptr + row // BLOCK_M, e, mask=real & (row % BLOCK_M == 0))
-        running += tl.where(real_bin, tl.histogram(e, BINS), 0)
-        tl.debug_barrier()  # every row read from base_ptr before the next chunk rewrites it
+    rows = tl.arange(0, ROWS)
+    total = tl.zeros((BINS,), dtype=tl.int32)
+    for c0 in range(0, chunks, ROWS):
+        c = c0 + rows
+        tile = tl.load(counts_ptr + c[:, None] * BINS + bins[None, :], mask=c[:, None] < chunks,
+                       other=0)
+        total += tl.sum(tile, axis=0)
+    padded = tl.where(bins < num_experts, (total + BLOCK_M - 1) // BLOCK_M * BLOCK_M, 0)
+    carry = tl.cumsum(padded, 0) - padded
+    for c0 in range(0, chunks, ROWS):
+        c = c0 + rows
+        ptrs = counts_ptr + c[:, None] * BINS + bins[None, :]
+        tile = tl.load(ptrs, mask=c[:, None] < chunks, other=0)
+        tl.store(ptrs, carry[None, :] + tl.cumsum(tile, 0) - tile, mask=c[:, None] < chunks)
+        carry += tl.sum(tile, axis=0)
 
 
-def _chunk(pairs: int) -> int:
-    """Two sizes, not one per power of two: each is a compiled variant at start-up. The
-    pairwise count costs CHUNK² compares per chunk: 1024 keeps a prefill chunk's 65k pairs
-    (R1, T 8192) at 64 · 1M."""
-    return 256 if pairs <= 256 else 1024
+@triton.jit(do_not_specialize=["pairs"])
+def _scatter_kernel(experts_ptr, offsets_ptr, sorted_ptr, block_expert_ptr, pairs, num_experts,
+                    BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, TILE: tl.constexpr,
+                    BINS: tl.constexpr):
+    """Program c: each pair of its chunk to its row, the chunk's first row for its expert plus
+    the number of earlier pairs of the chunk with the same expert (counted by comparing TILE
+    pairs at a time: no sort)."""
+    pid = tl.program_id(0)
+    i = tl.arange(0, CHUNK)
+    first = pid * CHUNK
+    e = tl.load(experts_ptr + first + i, mask=first + i < pairs, other=num_experts).to(tl.int32)
+    rank = tl.zeros((CHUNK,), dtype=tl.int32)
+    for j0 in range(0, CHUNK, TILE):
+        j = j0 + tl.arange(0, TILE)
+        ej = tl.load(experts_ptr + first + j, mask=first + j < pairs,
+                     other=num_experts).to(tl.int32)
+        before = (ej[None, :] == e[:, None]) & (j[None, :] < i[:, None])
+        rank += tl.sum(before.to(tl.int32), axis=1)
+    real = e < num_experts
+    row = tl.load(offsets_ptr + pid * BINS + e, mask=real, other=0) + rank
+    tl.store(sorted_ptr + row, first + i, mask=real)
+    # A block's first row always holds a pair (padding only ends a run): it names the block.
+    tl.store(block_expert_ptr + row // BLOCK_M, e, mask=real & (row % BLOCK_M == 0))
+
+
+CHUNK = 256  # pairs a program: its in-chunk ranks cost CHUNK² / 2 compares
+TILE = 32
+FILL = 1024
+# Counts the offsets program reads at once (32 a thread at 8 warps): R1's prefill chunk of
+# 8192 tokens is 256 chunks of 512 bins, 16 tiles a pass.
+OFFSET_TILE = 8192
 
 
 def align(experts: torch.Tensor, num_experts: int, block_m: int) -> ExpertBlocks:
@@ -100,9 +129,12 @@ def align(experts: torch.Tensor, num_experts: int, block_m: int) -> ExpertBlocks
     sorted_ids = torch.empty(cap, dtype=torch.int32, device=flat.device)
     block_expert = torch.empty(cap // block_m, dtype=torch.int32, device=flat.device)
     bins = triton.next_power_of_2(num_experts + 1)
-    base = torch.empty(bins, dtype=torch.int32, device=flat.device)
-    chunk = _chunk(pairs)
-    _align_kernel[(1,)](flat, sorted_ids, block_expert, base, pairs, num_experts, cap,
-                        cap // block_m, BLOCK_M=block_m, CHUNK=chunk, TILE=32, BINS=bins,
-                        num_warps=4 if chunk == 256 else 8)
+    chunks = max(1, triton.cdiv(pairs, CHUNK))
+    counts = torch.empty(chunks, bins, dtype=torch.int32, device=flat.device)
+    _count_kernel[(chunks,)](flat, counts, sorted_ids, block_expert, pairs, num_experts, cap,
+                             cap // block_m, CHUNK=CHUNK, BINS=bins, FILL=FILL, num_warps=4)
+    _offsets_kernel[(1,)](counts, chunks, num_experts, BLOCK_M=block_m, BINS=bins,
+                          ROWS=max(1, OFFSET_TILE // bins), num_warps=8)
+    _scatter_kernel[(chunks,)](flat, counts, sorted_ids, block_expert, pairs, num_experts,
+                               BLOCK_M=block_m, CHUNK=CHUNK, TILE=TILE, BINS=bins, num_warps=4)
     return ExpertBlocks(sorted_ids, block_expert, block_m)
