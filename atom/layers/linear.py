@@ -139,14 +139,16 @@ class QKVParallelLinear(ColumnParallelLinear):
 
 
 class RowParallelLinear(LinearBase):
-    """Input features split across ranks; partial outputs summed with an all-reduce."""
+    """Input features split across ranks; partial outputs summed with an all-reduce, or, with
+    reduce_results=False, left partial for the caller to sum with others before one reduce."""
 
     def __init__(self, mc: ModelContext, in_features: int, out_features: int,
-                 bias: bool = False) -> None:
+                 bias: bool = False, reduce_results: bool = True) -> None:
         n = mc.parallel.tp_size
         assert in_features % n == 0, (in_features, n)
         super().__init__(mc, in_features // n, out_features, bias)
         self.adds_bias = mc.parallel.tp_rank == 0  # the reduced sum gets the bias once
+        self.reduce_results = reduce_results
 
     def weight_loader(self, param, loaded, shard_id=None):
         self._put(param, 0, _shard(loaded, 1, self.parallel) if param.dim() == 2 else loaded)
@@ -156,5 +158,7 @@ class RowParallelLinear(LinearBase):
         projected: a backend can fuse the activation into the projection (batch-1 GEMV)."""
         bias: Optional[torch.Tensor] = self.bias if self.adds_bias else None
         if silu_gate:
-            return self.parallel.all_reduce(self.backend.silu_and_mul_linear(x, self.weight, bias))
-        return self.parallel.all_reduce(self.backend.linear(x, self.weight, bias))
+            out = self.backend.silu_and_mul_linear(x, self.weight, bias)
+        else:
+            out = self.backend.linear(x, self.weight, bias)
+        return self.parallel.all_reduce(out) if self.reduce_results else out

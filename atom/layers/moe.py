@@ -86,11 +86,14 @@ class FusedMoE(nn.Module):
     tokens, as global expert ids. With `mc.fp8_experts` they are held as e4m3 codes (w13, w2)
     with float32 scales (w13_scale, w2_scale; expert_quant.py's layouts) and never exist in
     float: an fp8 checkpoint's parts are kept as read, a float one's quantized as each part
-    arrives (quant=fp8), one expert at a time."""
+    arrives (quant=fp8), one expert at a time. reduce_results=False leaves each rank's partial
+    sum for the caller to add to others (shared experts) before one all-reduce."""
 
-    def __init__(self, mc: ModelContext, num_experts: int, hidden: int, intermediate: int) -> None:
+    def __init__(self, mc: ModelContext, num_experts: int, hidden: int, intermediate: int,
+                 reduce_results: bool = True) -> None:
         super().__init__()
         self.backend, self.parallel = mc.backend, mc.parallel
+        self.reduce_results = reduce_results
         p = mc.parallel
         if num_experts % p.ep_size:
             raise ValueError(f"{num_experts} experts over {p.ep_size} expert-parallel ranks")
@@ -191,10 +194,10 @@ class FusedMoE(nn.Module):
     def forward(self, x: torch.Tensor, weights: torch.Tensor,
                 experts: torch.Tensor) -> torch.Tensor:
         """x: [T, H]; weights, experts: [T, k], the router's choice → Σ weight · expert(x) over
-        the experts held here, all-reduced."""
-        return self.parallel.all_reduce(self.backend.fused_moe(
-            x, self.w13, self.w2, weights, self.local_experts(experts),
-            w13_scale=self.w13_scale, w2_scale=self.w2_scale))
+        the experts held here, all-reduced unless the caller reduces."""
+        out = self.backend.fused_moe(x, self.w13, self.w2, weights, self.local_experts(experts),
+                                     w13_scale=self.w13_scale, w2_scale=self.w2_scale)
+        return self.parallel.all_reduce(out) if self.reduce_results else out
 
 
 def held_experts(model: nn.Module) -> str:

@@ -66,12 +66,12 @@ class LlamaAttention(nn.Module):
 
 class LlamaMLP(nn.Module):
     def __init__(self, mc: ModelContext, hidden: int, intermediate: int,
-                 act: str = "silu") -> None:
+                 act: str = "silu", reduce_results: bool = True) -> None:
         super().__init__()
         if act != "silu":
             raise NotImplementedError(f"hidden_act {act!r} is not implemented")
         self.gate_up_proj = MergedColumnParallelLinear(mc, hidden, [intermediate, intermediate])
-        self.down_proj = RowParallelLinear(mc, intermediate, hidden)
+        self.down_proj = RowParallelLinear(mc, intermediate, hidden, reduce_results=reduce_results)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.gate_up_proj(x), silu_gate=True)

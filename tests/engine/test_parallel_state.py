@@ -2,6 +2,8 @@
 whatever torch.distributed says: two states in one process build two different shards."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import pytest
 import torch
 
@@ -49,3 +51,39 @@ def test_fewer_kv_heads_than_ranks_each_rank_keeps_its_replica():
         k_rows = qkv.weight.data[q_rows:q_rows + head_dim]
         head = rank * 2 // 4
         torch.testing.assert_close(k_rows, kv[head * head_dim:(head + 1) * head_dim])
+
+
+@dataclass(frozen=True)
+class _CountingState(ParallelState):
+    """A rank of two that records each all-reduce and leaves x as this rank's part: what is
+    counted is how often a layer communicates, not the sum (the gloo tests check the sums)."""
+
+    reduced: list = field(default_factory=list)
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        self.reduced.append(tuple(x.shape))
+        return x
+
+
+def test_a_deepseek_moe_block_reduces_its_routed_and_shared_experts_once():
+    """The routed experts' and the shared expert's partial sums are added on each rank and
+    all-reduced together: one all-reduce per MoE block, not two (R1 at tp8: 123 a forward,
+    not 181); the block's output is the two partials' sum."""
+    import transformers
+
+    from atom.models.deepseek_v3 import DeepseekV3MoE
+    from tests.engine.checkpoints import COMMON, DEEPSEEK_ARCHS
+
+    _, extra = DEEPSEEK_ARCHS["deepseek_v3_q_lora"]
+    hf = transformers.DeepseekV3Config(**{**COMMON, **extra})
+    state = _CountingState(tp_size=2, tp_rank=0)
+    torch.manual_seed(0)
+    moe = DeepseekV3MoE(ModelContext(get_backend("torch"), state), hf)
+    for p in moe.parameters():
+        p.data.normal_(0, 0.1)
+    x = torch.randn(5, hf.hidden_size)
+    out = moe(x)
+    assert state.reduced == [(5, hf.hidden_size)]
+    routed = moe.experts(x, *moe.gate(x))
+    torch.testing.assert_close(out, routed + moe.shared_experts(x))
+    assert len(state.reduced) == 1  # the parts alone do not reduce either
