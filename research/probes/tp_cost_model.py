@@ -2,8 +2,8 @@
 atom/executor/README.md, computed from the collectives atom's layers issue.
 
 A forward all-reduces the hidden state once after the embedding, once after each attention
-block's output projection and once per MLP (dense) — and per MoE block twice: the routed experts
-and the shared expert each reduce their own partial sum (atom/models/deepseek_v3.py). The LM head
+block's output projection and once per MLP, dense or MoE (a DeepSeek MoE block adds the routed
+and the shared experts' partial sums before its one reduce: atom/models/deepseek_v3.py). The LM head
 gathers each rank's vocabulary slice of the sampled rows' logits. A collective costs
 alpha + bus_bytes / bus_bandwidth, ring algorithm bus bytes: 2(n-1)/n x S for an all-reduce of S
 bytes, (n-1)/n x S for an all-gather of S bytes in all. alpha and the bus bandwidth are
@@ -26,14 +26,13 @@ class Shape:
     layers: int
     hidden: int
     vocab: int
-    moe_layers: int  # layers whose MLP is routed + shared experts (two all-reduces)
 
     def all_reduces(self) -> int:
-        return 1 + 2 * self.layers + self.moe_layers
+        return 1 + 2 * self.layers
 
 
-LLAMA_8B = Shape("Llama-3.1-8B", 32, 4096, 128256, 0)
-DEEPSEEK_R1 = Shape("DeepSeek-R1", 61, 7168, 129280, 58)  # first_k_dense_replace = 3
+LLAMA_8B = Shape("Llama-3.1-8B", 32, 4096, 128256)
+DEEPSEEK_R1 = Shape("DeepSeek-R1", 61, 7168, 129280)
 
 
 def step_comm_us(shape: Shape, tokens: int, sampled: int, n: int, alpha_us: float,
