@@ -1,10 +1,13 @@
 #!/bin/bash
 # Serving-benchmark frontier against atom on the GPU (qwen3_0_6b shape, dummy weights).
+# MODEL, EXTRA (more server overrides), ISL/OSL, CONCS, PPC choose the run; issue 21's reduced-depth
+# R1 (3 dense + 2 MoE layers at real widths) through the real server:
+#   MODEL=deepseek_r1 EXTRA="model.hf_config.num_hidden_layers=5" CONCS=1,64,256 bash benchmarks/serving_frontier_gpu.sh
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi -L
 MODEL=${MODEL:-qwen3_0_6b}
-python3 -m atom.entrypoints.openai_server --host 127.0.0.1 --server-port 8000 model=$MODEL load=dummy \
+python3 -m atom.entrypoints.openai_server --host 127.0.0.1 --server-port 8000 model=$MODEL load=dummy ${EXTRA:-} \
   runtime.enable_log_stats=false server.disable_uvicorn_access_log=true > $OUT/server.log 2>&1 &
 SRV=$!
 t0=$(date +%s)
