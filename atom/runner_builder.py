@@ -182,8 +182,8 @@ def step_graphs(cfg: Config, runner: ModelRunner, draft_spec: Optional[KVCacheSp
         target_fn = drafter.target_forward(forward_fn)
     target = {q: graphs(target_fn, q, runner.slot, kv.caches, kv.scales, runner.split_counters)
               for q in plan.target}
-    runner.use_graphs(target[1], target[plan.target[-1]] if len(plan.target) > 1 else None)
     every = [g for g in target.values() if g is not None]
+    runner.use_graphs(target[1], [g for g in every if g.q_len > 1])
     if drafter is not None:
         for name, qs in ((CATCH_UP, plan.catch_up), (DECODE, plan.decode)):
             f = drafter.forwards[name]

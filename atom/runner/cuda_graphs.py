@@ -73,7 +73,7 @@ def multi_token_sizes(sizes: list[int], q_len: int, max_num_batched_tokens: int)
 class GraphPlan:
     """The query lengths captured for each forward of a run."""
 
-    target: tuple[int, ...]  # the target's steps: decode, then a verify of k drafts
+    target: tuple[int, ...]  # the target's steps: decode, then the verify lengths
     catch_up: tuple[int, ...] = ()  # a runner-side drafter over the target's step
     decode: tuple[int, ...] = ()  # its one-position draft depths
 
@@ -82,11 +82,15 @@ def plan_graphs(k: int, runner_drafter: bool, target_max_q: Optional[int],
                 drafter_max_q: Optional[int]) -> GraphPlan:
     """k: drafts a step verifies (0 without speculation); *_max_q: the longest query a
     model's layers can run captured (MLA's absorbed path: longer ones read host lengths), None
-    for no limit. A drafter catches up over whatever step the target ran, so it has both."""
+    for no limit. A runner-side drafter makes k drafts a row but at the edges of a sequence, so
+    its target verifies 1 + k; n-gram drafts as far as its match goes, so every length 2..1 + k
+    is captured (batch 1, where speculation pays most, is then always uniform). A drafter
+    catches up over whatever step the target ran, so it has both of its lengths."""
     def fits(q: int, cap: Optional[int]) -> bool:
         return cap is None or q <= cap
 
-    target = (1, 1 + k) if k and fits(1 + k, target_max_q) else (1,)
+    verify = ((1 + k,) if runner_drafter else tuple(range(2, 2 + k))) if k else ()
+    target = (1, *(q for q in verify if fits(q, target_max_q)))
     if not runner_drafter:
         return GraphPlan(target)
     catch_up = (1 + k, 1) if k and fits(1 + k, drafter_max_q) else (1,)

@@ -61,7 +61,7 @@ class ModelRunner:
         self.kv, self.split_counters = kv, split_counters
         # The captured steps (use_graphs); without them every step runs eager.
         self.graphs: Optional[StepGraphs] = None
-        self.verify_graphs: Optional[StepGraphs] = None
+        self.verify_graphs: list[StepGraphs] = []
         self.device, self.max_model_len, self.verify = device, max_model_len, verify
         # A plain int: a transformers config attribute read costs microseconds, and the hot
         # path reads this once per sequence per step.
@@ -78,10 +78,10 @@ class ModelRunner:
         self.drafter = drafter
         self._drafting_forward = None if drafter is None else drafter.target_forward(forward_fn)
 
-    def use_graphs(self, decode: Optional[StepGraphs], verify: Optional[StepGraphs]) -> None:
+    def use_graphs(self, decode: Optional[StepGraphs], verify: list[StepGraphs]) -> None:
         """decode: the decode step's graphs (one token per sequence), verify: the verify
-        step's (1 + k); each returns the logits of every token, or with a drafter what
-        drafter.target_forward returns. A step neither fits runs eager."""
+        steps' (one query length each); each returns the logits of every token, or with a
+        drafter what drafter.target_forward returns. A step none fits runs eager."""
         self.graphs, self.verify_graphs = decode, verify
 
     # -- one step ---------------------------------------------------------------------------
@@ -192,7 +192,7 @@ class ModelRunner:
         return self.model.compute_logits(hidden.index_select(0, logits_idx))
 
     def _graphs_for(self, meta: AttentionMetadata, n_tokens: int) -> Optional[StepGraphs]:
-        return first_fitting((self.graphs, self.verify_graphs), meta, n_tokens)
+        return first_fitting((self.graphs, *self.verify_graphs), meta, n_tokens)
 
     def _forward_drafting(self, input_ids: torch.Tensor, positions: torch.Tensor,
                           meta: AttentionMetadata) -> tuple[torch.Tensor, ...]:

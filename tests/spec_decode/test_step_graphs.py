@@ -68,11 +68,12 @@ def test_verify_sizes_stay_inside_the_step_token_budget():
 
 def test_the_plan_captures_the_verify_length_and_a_drafter_s_steps():
     assert plan_graphs(0, False, None, None) == GraphPlan((1,))
-    assert plan_graphs(3, False, None, None) == GraphPlan((1, 4))  # n-gram
+    assert plan_graphs(3, False, None, None) == GraphPlan((1, 2, 3, 4))  # n-gram: every length
     assert plan_graphs(3, True, 8, 8) == GraphPlan((1, 4), (4, 1), (1,))  # MTP on MLA
     assert plan_graphs(1, True, None, None) == GraphPlan((1, 2), (2, 1), (1,))  # draft model
     # k = 8 on MLA: 9 queries would take the up-projected path, which reads host lengths
     assert plan_graphs(8, True, 8, 8) == GraphPlan((1,), (1,), (1,))
+    assert plan_graphs(8, False, 8, None) == GraphPlan(tuple(range(1, 9)))
     # an MLA target with a GQA draft: the draft's catch-up still captures 1 + k
     assert plan_graphs(8, True, 8, None) == GraphPlan((1,), (9, 1), (1,))
 

@@ -1,0 +1,107 @@
+"""The CUDA-graph path of speculative steps, run on the CPU: which forward each step replays,
+the padded static buffers it replays over and the drafter's graphed catch-up and depths give
+the tokens the eager steps give, for n-gram, a draft model and DeepSeek's MTP layer.
+
+Nothing can be captured on a CPU, so `CpuGraph` stands in for torch.cuda.CUDAGraph alone: its
+replay runs the very forward a capture records, over the graph's static buffers and static
+metadata, into the outputs the capture returned (the Triton kernels interpreted). What a GPU
+capture adds, recording itself, is checked by the gpu tests in
+tests/engine/test_spec_decode_graphs.py."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from atom import SamplingParams
+from atom.layers.forward_context import ForwardContext
+from atom.runner.cuda_graphs import StepGraphs
+from atom.runner_builder import step_graphs
+from tests.engine.checkpoints import add_mtp_layer, make_checkpoint
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
+                                reason="the GPU captures real graphs: test_spec_decode_graphs")
+
+GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+PROMPTS = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6], [9, 10, 11, 12, 9, 10], [20, 21, 22]]
+
+
+class CpuGraph:
+    """A size of a StepGraphs, replayed by running its forward again (see the module doc)."""
+
+    def __init__(self, graphs: StepGraphs, bs: int, replays: Counter) -> None:
+        self.graphs, self.bs, self.replays = graphs, bs, replays
+        self.out = self._run()
+
+    @torch.inference_mode()
+    def _run(self) -> tuple[torch.Tensor, ...]:
+        g = self.graphs
+        with g.slot.using(ForwardContext(g.meta(self.bs), g.kv_caches, g.kv_scales)):
+            return g.forward(*g.args(self.bs))
+
+    def replay(self) -> None:
+        self.replays[(self.graphs.name, self.graphs.q_len)] += 1
+        for o, new in zip(self.out, self._run()):
+            o.copy_(new)
+
+
+def _engine(path, *overrides: str):
+    import atom
+
+    cfg = atom.compose(["model=local", f"model.path={path}", "runtime=cpu",
+                        "runtime.kernels=triton", "load.progress_bar=false",
+                        "kv_cache.block_size=4", "runtime.cudagraph_capture_sizes=[1,2,4]",
+                        *overrides])
+    return cfg, atom.build_engine(cfg)
+
+
+def _greedy(engine, prompts: list[list[int]]) -> list[list[int]]:
+    return [o["token_ids"] for o in engine.generate(prompts, GREEDY)]
+
+
+def _eager_then_graphed(path, *overrides: str, prompts: list[list[int]] = PROMPTS
+                        ) -> tuple[list, list, Counter]:
+    """One engine's greedy output eager, then with every planned graph attached (prefix-cache
+    hits only change how the prompts are chunked, never the tokens)."""
+    cfg, engine = _engine(path, *overrides)
+    eager = _greedy(engine, prompts)
+    runner, replays = engine.core.executor.runner, Counter()
+    for g in step_graphs(cfg, runner, None, 0):
+        for bs in g.sizes:
+            rec = CpuGraph(g, bs, replays)
+            g.graphs[bs] = (rec, rec.out)  # type: ignore[assignment]
+    return eager, _greedy(engine, prompts), replays
+
+
+def test_ngram_verify_steps_replay_the_graph_of_their_length(tmp_path):
+    """One repetitive prompt (batch 1: every step is uniform): the model's own repeats give
+    drafts as long as their match, and a step without any is a plain decode."""
+    path = make_checkpoint("llama", tmp_path)
+    eager, graphed, replays = _eager_then_graphed(
+        path, "specdecode=ngram", "specdecode.num_speculative_tokens=2", prompts=PROMPTS[:1])
+    assert graphed == eager
+    assert replays[("", 2)] > 0, "a verify of one draft (1 + 1 tokens) replays"
+    assert replays[("", 1)] > 0
+    assert set(replays) <= {("", 1), ("", 2), ("", 3)}
+
+
+def test_draft_model_steps_replay_the_target_s_and_the_draft_s_graphs(tmp_path):
+    target = make_checkpoint("llama", tmp_path, name="t")
+    draft = make_checkpoint("llama", tmp_path, seed=5, name="d")
+    eager, graphed, replays = _eager_then_graphed(
+        target, "specdecode=draft_model", f"specdecode.draft_model={draft}",
+        "specdecode.num_speculative_tokens=2")
+    assert graphed == eager
+    assert replays[("", 3)] > 0
+    assert replays[("draft_catch_up", 3)] > 0 and replays[("draft_decode", 1)] > 0
+
+
+def test_mtp_steps_replay_the_verify_and_the_layer_s_graphs(tmp_path):
+    """The MLA layers' absorbed path with 1 + k queries a sequence, captured."""
+    path = add_mtp_layer(make_checkpoint("deepseek_v3_q_lora", tmp_path))
+    eager, graphed, replays = _eager_then_graphed(
+        path, "specdecode=mtp", "specdecode.num_speculative_tokens=2")
+    assert graphed == eager
+    assert replays[("", 3)] > 0
+    assert replays[("draft_catch_up", 3)] > 0 and replays[("draft_decode", 1)] > 0
