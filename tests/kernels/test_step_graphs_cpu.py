@@ -23,7 +23,8 @@ from tests.engine.checkpoints import add_mtp_layer, make_checkpoint
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
                                 reason="the GPU captures real graphs: test_spec_decode_graphs")
 
-GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+# Few tokens: every interpreted kernel launch costs milliseconds.
+GREEDY = SamplingParams(temperature=0, max_tokens=7, ignore_eos=True)
 PROMPTS = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6], [9, 10, 11, 12, 9, 10], [20, 21, 22]]
 
 
@@ -87,8 +88,8 @@ def test_ngram_verify_steps_replay_the_graph_of_their_length(tmp_path):
 
 
 def test_draft_model_steps_replay_the_target_s_and_the_draft_s_graphs(tmp_path):
-    target = make_checkpoint("llama", tmp_path, name="t")
-    draft = make_checkpoint("llama", tmp_path, seed=5, name="d")
+    target = make_checkpoint("llama", tmp_path, name="t", num_hidden_layers=1)
+    draft = make_checkpoint("llama", tmp_path, seed=5, name="d", num_hidden_layers=1)
     eager, graphed, replays = _eager_then_graphed(
         target, "specdecode=draft_model", f"specdecode.draft_model={draft}",
         "specdecode.num_speculative_tokens=2")
