@@ -2,8 +2,9 @@
 
 Every piece is made here and handed to the next: the ranks (ParallelState), the kernel backend,
 the model built with both, its forward (compiled or not), the KV cache sized from the model's
-layers and the memory left, the decode CUDA graphs over that cache, then the runner over all of
-them. One function for every rank: the in-process executor calls it, and each worker process of
+layers and the memory left, the runner over all of them, then the CUDA graphs of its steps (the
+target's decode and verify steps, a drafter's catch-up and draft depths) over that cache, handed
+to the runner and its drafter. One function for every rank: the in-process executor calls it, and each worker process of
 a multi-process executor is handed it (it joins its group first, so the ranks come from there).
 """
 from __future__ import annotations
