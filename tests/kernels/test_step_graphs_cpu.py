@@ -106,3 +106,19 @@ def test_mtp_steps_replay_the_verify_and_the_layer_s_graphs(tmp_path):
     assert graphed == eager
     assert replays[("", 3)] > 0
     assert replays[("draft_catch_up", 3)] > 0 and replays[("draft_decode", 1)] > 0
+
+
+def test_eagle3_steps_replay_with_the_aux_states_as_the_target_s_outputs(tmp_path):
+    """The head's catch-up reads the aux states out of the target's graph outputs (on a GPU a
+    replay runs no hooks, so only those are fresh), staged into its own graph's inputs. Four
+    target layers: aux layers 2, 2 and 1."""
+    from tests.engine.test_eagle3_spec_decode import make_eagle3
+
+    target = make_checkpoint("llama", tmp_path, num_hidden_layers=4)
+    head = make_eagle3(tmp_path)
+    eager, graphed, replays = _eager_then_graphed(
+        target, "specdecode=eagle3", f"specdecode.draft_model={head}",
+        "specdecode.num_speculative_tokens=2", prompts=PROMPTS[1:])
+    assert graphed == eager
+    assert replays[("", 3)] > 0
+    assert replays[("draft_catch_up", 3)] > 0 and replays[("draft_decode", 1)] > 0
