@@ -110,3 +110,19 @@ def chain_pvalue(outs: list[list[int]], P: torch.Tensor, x: int) -> float:
     expected = [n * m / sum(mass) for m in mass]  # the top-k renormalisation's rounding only
     observed = [cells.get(t, 0) for t in support]
     return float(chisquare(observed, expected).pvalue)
+
+
+def record_proposals(runner) -> list[dict[int, list[int]]]:
+    """Every set of drafts the runner's drafter makes from now on (none without a drafter)."""
+    made: list[dict[int, list[int]]] = []
+    drafter = runner.drafter
+    if drafter is not None:
+        propose = drafter.propose
+
+        def recorded(*args):
+            out = propose(*args)
+            made.append(out)
+            return out
+
+        drafter.propose = recorded
+    return made

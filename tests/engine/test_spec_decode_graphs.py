@@ -15,7 +15,7 @@ from atom import SamplingParams
 from atom.runner.cuda_graphs import StepGraphs
 from tests.engine.checkpoints import (add_mtp_layer, local_engine, make_checkpoint,
                                       make_self_drafting_mtp)
-from tests.engine.spec_steps import flat, run
+from tests.engine.spec_steps import flat, record_proposals, run
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -60,16 +60,21 @@ def _outputs(engine, params: SamplingParams) -> list[list[int]]:
     return alone + [flat(c) for c in run(engine, prompts, params)[0]]
 
 
+def _run(engine, sampled: bool) -> tuple:
+    """Greedy (and seeded sampled) outputs, and every set of drafts a drafter made: greedy
+    output alone would hide wrong drafts (they are only rejected)."""
+    drafts = record_proposals(engine.core.executor.runner)
+    out = _outputs(engine, GREEDY), _outputs(engine, SAMPLED) if sampled else None
+    engine.shutdown()
+    return out, drafts
+
+
 def _graphed_equals_eager(path, replays: Counter, *spec: str, sampled: bool = False) -> None:
-    eager = _engine(path, False, *spec)
-    want = _outputs(eager, GREEDY), _outputs(eager, SAMPLED) if sampled else None
-    eager.shutdown()
+    want = _run(_engine(path, False, *spec), sampled)
     graphed = _engine(path, True, *spec)
     runner = graphed.core.executor.runner
     assert runner.graphs is not None and runner.verify_graphs
-    got = _outputs(graphed, GREEDY), _outputs(graphed, SAMPLED) if sampled else None
-    graphed.shutdown()
-    assert got == want
+    assert _run(graphed, sampled) == want
 
 
 def test_ngram_verify_graphs_give_eager_tokens(tmp_path, replays):

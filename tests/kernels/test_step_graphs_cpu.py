@@ -19,6 +19,7 @@ from atom.layers.forward_context import ForwardContext
 from atom.runner.cuda_graphs import StepGraphs
 from atom.runner_builder import step_graphs
 from tests.engine.checkpoints import add_mtp_layer, make_checkpoint
+from tests.engine.spec_steps import record_proposals
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
                                 reason="the GPU captures real graphs: test_spec_decode_graphs")
@@ -63,16 +64,21 @@ def _greedy(engine, prompts: list[list[int]]) -> list[list[int]]:
 
 def _eager_then_graphed(path, *overrides: str, prompts: list[list[int]] = PROMPTS
                         ) -> tuple[list, list, Counter]:
-    """One engine's greedy output eager, then with every planned graph attached (prefix-cache
-    hits only change how the prompts are chunked, never the tokens)."""
+    """One engine's greedy output eager, then with every planned graph attached; the drafts
+    a drafter made in both runs must be the same too (greedy output alone would hide wrong
+    drafts: they are only rejected)."""
     cfg, engine = _engine(path, *overrides)
-    eager = _greedy(engine, prompts)
     runner, replays = engine.core.executor.runner, Counter()
+    drafts = record_proposals(runner)
+    eager = _greedy(engine, prompts)
+    eager_drafts = list(drafts)
     for g in step_graphs(cfg, runner, None, 0):
         for bs in g.sizes:
             rec = CpuGraph(g, bs, replays)
             g.graphs[bs] = (rec, rec.out)  # type: ignore[assignment]
-    return eager, _greedy(engine, prompts), replays
+    graphed = _greedy(engine, prompts)
+    assert drafts[len(eager_drafts):] == eager_drafts
+    return eager, graphed, replays
 
 
 def test_ngram_verify_steps_replay_the_graph_of_their_length(tmp_path):
@@ -92,7 +98,7 @@ def test_draft_model_steps_replay_the_target_s_and_the_draft_s_graphs(tmp_path):
     draft = make_checkpoint("llama", tmp_path, seed=5, name="d", num_hidden_layers=1)
     eager, graphed, replays = _eager_then_graphed(
         target, "specdecode=draft_model", f"specdecode.draft_model={draft}",
-        "specdecode.num_speculative_tokens=2")
+        "specdecode.num_speculative_tokens=2", prompts=PROMPTS[1:])
     assert graphed == eager
     assert replays[("", 3)] > 0
     assert replays[("draft_catch_up", 3)] > 0 and replays[("draft_decode", 1)] > 0
