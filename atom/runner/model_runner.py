@@ -180,6 +180,9 @@ class ModelRunner:
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 logits_idx: torch.Tensor) -> torch.Tensor:
         """Logits of the rows in logits_idx (token indices, on the device)."""
+        if self.drafter is not None:  # its graphs return hidden states
+            hidden = self._forward_drafting(input_ids, positions, meta)[0]
+            return self.model.compute_logits(hidden.index_select(0, logits_idx))
         n = input_ids.shape[0]
         graphs = self._graphs_for(meta, n)
         if graphs is not None:
