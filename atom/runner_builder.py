@@ -163,34 +163,36 @@ def step_graphs(cfg: Config, runner: ModelRunner, draft_spec: Optional[KVCacheSp
     EAGLE-3 head's KV spec (None: the drafter is a layer of the target)."""
     drafter, kv = runner.drafter, runner.kv
     k = cfg.specdecode.num_speculative_tokens if cfg.specdecode.method else 0
-    plan = plan_graphs(k, drafter is not None, _max_captured_q(kv.spec),
-                       _max_captured_q(draft_spec or kv.spec))
+    target_q, drafter_q = _max_captured_q(kv.spec), _max_captured_q(draft_spec or kv.spec)
+    plan = plan_graphs(k, drafter is not None, target_q, drafter_q)
     sizes = capture_sizes(cfg.runtime.cudagraph_capture_sizes, cfg.scheduler.max_num_seqs)
     trace = cfg.profiler.torch_profiler_dir if cfg.profiler.mark_trace else None
     blocks = -(-runner.max_model_len // kv.spec.block_size)
 
     def graphs(fn: GraphFn, q: int, slot: ForwardSlot, caches: list, scales: list,
-               counters: torch.Tensor, inputs: tuple = (), name: str = ""
+               counters: torch.Tensor, ragged: bool, inputs: tuple = (), name: str = ""
                ) -> Optional[StepGraphs]:
         reach = multi_token_sizes(sizes, q, cfg.scheduler.max_num_batched_tokens)
         return (StepGraphs(fn, reach, q, blocks, slot, caches, scales, counters, runner.device,
-                           inputs, name, trace_dir=trace, rank=rank) if reach else None)
+                           inputs, name, ragged, trace_dir=trace, rank=rank) if reach else None)
 
     model, forward_fn = runner.model, runner.forward_fn
     if drafter is None:
         target_fn: GraphFn = lambda ids, pos: (model.compute_logits(forward_fn(ids, pos)),)
     else:
         target_fn = drafter.target_forward(forward_fn)
-    target = {q: graphs(target_fn, q, runner.slot, kv.caches, kv.scales, runner.split_counters)
-              for q in plan.target}
+    # GQA layers take steps of fewer queries in a graph of more (cuda_graphs.py): MLA's do not.
+    target = {q: graphs(target_fn, q, runner.slot, kv.caches, kv.scales, runner.split_counters,
+                        target_q is None) for q in plan.target}
     every = [g for g in target.values() if g is not None]
     runner.use_graphs(target[1], [g for g in every if g.q_len > 1])
     if drafter is not None:
         for name, qs in ((CATCH_UP, plan.catch_up), (DECODE, plan.decode)):
             f = drafter.forwards[name]
             mine = [g for g in (graphs(f.fn, q, drafter.slot, drafter.kv_caches,
-                                       drafter.kv_scales, drafter.split_counters, f.inputs,
-                                       f"draft_{name}") for q in qs) if g is not None]
+                                       drafter.kv_scales, drafter.split_counters,
+                                       drafter_q is None, f.inputs, f"draft_{name}")
+                                for q in qs) if g is not None]
             drafter.use_graphs(name, mine)
             every += mine
     return every

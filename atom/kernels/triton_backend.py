@@ -165,8 +165,9 @@ class TritonBackend:
         query longer than one token takes the varlen prefill kernel, except the batch's leading
         one-query sequences: through the prefill kernel each q head re-reads its KV (4x the
         bytes on Llama-3-8B), which made the decodes of mixed chunked-prefill steps slow. A
-        batch of a few queries a sequence (speculative verifies) takes the multi-query kernel,
-        split-KV with the group's heads sharing each KV read."""
+        batch of a few queries a sequence (speculative verifies, with or without one-query rows
+        beside them) takes the multi-query kernel whole, split-KV with the group's heads sharing
+        each KV read."""
         args = (scale, k_scale, v_scale, sliding_window)
         if meta.is_decode:
             return decode_attention(q, k_cache, v_cache, meta, *args)

@@ -6,14 +6,19 @@ one memory pool (largest first, so smaller ones reuse its blocks). A speculative
 same shape with q tokens per sequence: the target verifying k drafts (q = 1 + k), a drafter
 catching up over that step, and each draft depth (q = 1); one StepGraphs serves one q.
 
-A step replays the smallest captured size >= its sequence count B only when every sequence has
-exactly q queries (`takes`): then the attention kernels and their tiles, which follow the
-batch's longest query, are those the eager step runs. A batch of mixed lengths (an n-gram step
-where some rows found no drafts) runs eager. The inputs are copied into static buffers and the
-pad rows get slot -1 (no KV write) and context length 0 (attention writes zeros there). The
-attention kernels read every length from these buffers on the device, so one graph serves any
-contexts. A drafter's extra inputs (the target's hidden states, the previous depth's output)
-are static buffers too.
+A step replays the smallest captured size >= its sequence count B. A graph of q queries takes a
+step where every sequence has exactly q (`takes`): the attention kernels and their tiles, which
+follow the batch's longest query, are then those the eager step runs. A `ragged` graph (GQA
+attention, whose multi-query kernel computes a row the same whatever the batch's longest query)
+also takes steps of fewer queries in some sequences (an n-gram row with fewer drafts, a
+decode beside verifies): each sequence's tokens sit right-aligned in its q slots
+(`ragged_layout`), the slots before them pad queries at the positions just before the
+sequence's first token, which attend to its cached prefix (finite values, no KV write) and are
+dropped from the outputs. MLA's kernel tiles follow the longest query, so MLA graphs are exact-q
+only. The inputs are copied into static buffers and the pad rows get slot -1 (no KV write) and
+context length 0 (attention writes zeros there). The attention kernels read every length from
+these buffers on the device, so one graph serves any contexts. A drafter's extra inputs (the
+target's hidden states, the previous depth's output) are static buffers too.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
+import numpy as np
 import torch
 
 from atom.kernels.metadata import AttentionMetadata
@@ -47,6 +53,23 @@ def takes(meta: AttentionMetadata, n_tokens: int, q_len: int, max_bs: int) -> bo
     there are at most max_bs of them."""
     b = meta.num_seqs
     return 0 < b <= max_bs and meta.max_q_len == q_len and b * q_len == n_tokens
+
+
+def takes_ragged(meta: AttentionMetadata, q_len: int, max_bs: int) -> bool:
+    """Whether a ragged graph of q_len queries a sequence can replay a step: a multi-token step
+    (no sequence is longer than q_len) of at most max_bs sequences whose query lengths are on
+    the host (the layout is built from them)."""
+    return (0 < meta.num_seqs <= max_bs and not meta.is_decode
+            and meta.max_q_len <= q_len and meta.q_lens_cpu is not None)
+
+
+def ragged_layout(q_lens: Sequence[int], q_len: int) -> np.ndarray:
+    """Where each token of a step goes in a graph of q_len slots a sequence: sequence i's m_i
+    tokens in the last m_i of its slots [i * q_len, (i + 1) * q_len)."""
+    m = np.asarray(q_lens, dtype=np.int64)
+    ends = (np.arange(1, m.size + 1, dtype=np.int64) * q_len)
+    first = np.repeat(ends - m, m)
+    return first + (np.arange(int(m.sum())) - np.repeat(np.cumsum(m) - m, m))
 
 
 def bucket(sizes: Sequence[int], batch: int) -> int:
@@ -93,7 +116,7 @@ def plan_graphs(k: int, runner_drafter: bool, target_max_q: Optional[int],
     target = (1, *(q for q in verify if fits(q, target_max_q)))
     if not runner_drafter:
         return GraphPlan(target)
-    catch_up = (1 + k, 1) if k and fits(1 + k, drafter_max_q) else (1,)
+    catch_up = (1, 1 + k) if k and fits(1 + k, drafter_max_q) else (1,)
     return GraphPlan(target, catch_up, (1,))
 
 
@@ -111,10 +134,12 @@ class StepGraphs:
                  slot: ForwardSlot, kv_caches: list, kv_scales: list,
                  split_counters: torch.Tensor, device: torch.device,
                  inputs: Sequence[tuple[int, torch.dtype]] = (), name: str = "",
-                 trace_dir: Optional[str] = None, rank: int = 0) -> None:
+                 ragged: bool = False, trace_dir: Optional[str] = None, rank: int = 0) -> None:
         """inputs: width and dtype of each input after (ids, positions), one row per token;
-        name: what the trace files and log lines call this forward ("" = the target's)."""
+        name: what the trace files and log lines call this forward ("" = the target's);
+        ragged: also take steps of fewer queries in some sequences (module doc)."""
         self.forward, self.slot, self.q_len, self.name = forward, slot, q_len, name
+        self.ragged = ragged and q_len > 1
         self.sizes = sorted(set(int(s) for s in sizes))
         self.max_bs = self.sizes[-1]
         self.kv_caches, self.kv_scales = kv_caches, kv_scales
@@ -148,32 +173,52 @@ class StepGraphs:
         return (self.ids[:n], self.pos[:n], *(x[:n] for x in self.inputs))
 
     def fits(self, meta: AttentionMetadata, n_tokens: int) -> bool:
+        if self.ragged:
+            return takes_ragged(meta, self.q_len, self.max_bs)
         return takes(meta, n_tokens, self.q_len, self.max_bs)
 
     def stage(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-              *inputs: torch.Tensor) -> int:
-        """Copy a fitting step into the static buffers, pad rows past it; returns the size."""
-        b, n = meta.num_seqs, input_ids.shape[0]
+              *inputs: torch.Tensor) -> tuple[int, Optional[torch.Tensor]]:
+        """Copy a fitting step into the static buffers, pad rows past it; returns the size
+        and, for a ragged step, where its tokens went (None: the first n slots)."""
+        b, n, q = meta.num_seqs, input_ids.shape[0], self.q_len
         bs = bucket(self.sizes, b)
-        self.ids[:n].copy_(input_ids, non_blocking=True)
-        self.pos[:n].copy_(positions, non_blocking=True)
-        self.slots[:n].copy_(meta.slot_mapping, non_blocking=True)
+        where = None
+        if n != b * q:
+            assert meta.q_lens_cpu is not None
+            where = torch.from_numpy(ragged_layout(meta.q_lens_cpu, q)).to(self.ids.device)
+        if where is None:
+            self.ids[:n].copy_(input_ids, non_blocking=True)
+            self.pos[:n].copy_(positions, non_blocking=True)
+            self.slots[:n].copy_(meta.slot_mapping, non_blocking=True)
+            for buf, x in zip(self.inputs, inputs):
+                buf[:n].copy_(x, non_blocking=True)
+        else:
+            # Pad queries at the positions before each sequence's first token (ctx - q + j),
+            # writing no KV.
+            back = torch.arange(q, device=self.pos.device) - q
+            self.pos[:b * q].copy_((meta.context_lens[:, None] + back).clamp_(min=0).view(-1))
+            self.slots[:b * q].fill_(-1)
+            for buf, x in ((self.ids, input_ids), (self.pos, positions),
+                           (self.slots, meta.slot_mapping), *zip(self.inputs, inputs)):
+                buf.index_copy_(0, where, x)
         self.ctx[:b].copy_(meta.context_lens, non_blocking=True)
-        for buf, x in zip(self.inputs, inputs):
-            buf[:n].copy_(x, non_blocking=True)
         if bs > b:
-            self.slots[n:bs * self.q_len].fill_(-1)
+            self.slots[b * q:bs * q].fill_(-1)
             self.ctx[b:bs].fill_(0)
         w = meta.block_tables.shape[1]
         self.tables[:b, :w].copy_(meta.block_tables, non_blocking=True)
-        return bs
+        return bs, where
 
     def replay(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The forward's outputs for the step's tokens; views overwritten by the next replay."""
-        bs = self.stage(input_ids, positions, meta, *inputs)
+        """The forward's outputs for the step's tokens: views overwritten by the next replay
+        (a ragged step's are gathered copies)."""
+        bs, where = self.stage(input_ids, positions, meta, *inputs)
         graph, out = self.graphs[bs]
         graph.replay()
+        if where is not None:
+            return tuple(o.index_select(0, where) for o in out)
         n = input_ids.shape[0]
         return tuple(o[:n] for o in out)
 

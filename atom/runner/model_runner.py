@@ -82,7 +82,8 @@ class ModelRunner:
         """decode: the decode step's graphs (one token per sequence), verify: the verify
         steps' (one query length each); each returns the logits of every token, or with a
         drafter what drafter.target_forward returns. A step none fits runs eager."""
-        self.graphs, self.verify_graphs = decode, verify
+        self.graphs = decode
+        self.verify_graphs = sorted(verify, key=lambda g: g.q_len)  # the shortest that fits
 
     # -- one step ---------------------------------------------------------------------------
     def _track(self, out: SchedulerOutput) -> None:

@@ -166,7 +166,8 @@ class Drafter(ABC):
         return forward
 
     def use_graphs(self, name: str, graphs: list[Graphed]) -> None:
-        """Captured forms of forwards[name]; a step that none fits runs eager."""
+        """Captured forms of forwards[name], tried in this order (the shortest query first: a
+        graph may take steps of shorter ones); a step that none fits runs eager."""
         self._graphs[name] = graphs
 
     def _forward(self, name: str, ids: torch.Tensor, positions: torch.Tensor,

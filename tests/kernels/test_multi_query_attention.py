@@ -47,9 +47,10 @@ def test_a_padding_row_of_context_zero_gives_zeros():
 
 
 def test_the_backend_sends_verify_batches_here_and_longer_chunks_to_prefill():
+    """Decodes beside verifies too; an all-decode batch is the decode kernel's."""
     be = get_backend("triton")
     for q_lens, ctx, here in (([4, 4], [6, 9], True), ([2, 9], [6, 12], False),
-                              ([1, 3], [6, 9], False)):
+                              ([1, 3], [6, 9], True), ([1, 1], [6, 9], False)):
         q, kc, vc, meta = paged_case(q_lens, ctx, 4, 2, 16, 4, torch.float32, torch.float32)
         meta.num_decode_seqs = next((i for i, n in enumerate(q_lens) if n != 1), 0)
         assert mq.takes(meta) == here

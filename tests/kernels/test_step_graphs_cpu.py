@@ -10,6 +10,7 @@ tests/engine/test_spec_decode_graphs.py."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Optional
 
 import pytest
 import torch
@@ -62,11 +63,12 @@ def _greedy(engine, prompts: list[list[int]]) -> list[list[int]]:
     return [o["token_ids"] for o in engine.generate(prompts, GREEDY)]
 
 
-def _eager_then_graphed(path, *overrides: str, prompts: list[list[int]] = PROMPTS
-                        ) -> tuple[list, list, Counter]:
+def _eager_then_graphed(path, *overrides: str, prompts: list[list[int]] = PROMPTS,
+                        chosen: Optional[list] = None) -> tuple[list, list, Counter]:
     """One engine's greedy output eager, then with every planned graph attached; the drafts
     a drafter made in both runs must be the same too (greedy output alone would hide wrong
-    drafts: they are only rejected)."""
+    drafts: they are only rejected). `chosen` collects, per target step of the second run,
+    its longest query and whether a graph took it."""
     cfg, engine = _engine(path, *overrides)
     runner, replays = engine.core.executor.runner, Counter()
     drafts = record_proposals(runner)
@@ -76,21 +78,35 @@ def _eager_then_graphed(path, *overrides: str, prompts: list[list[int]] = PROMPT
         for bs in g.sizes:
             rec = CpuGraph(g, bs, replays)
             g.graphs[bs] = (rec, rec.out)  # type: ignore[assignment]
+    if chosen is not None:
+        pick = runner._graphs_for
+
+        def recorded(meta, n_tokens):
+            g = pick(meta, n_tokens)
+            chosen.append((meta.max_q_len, g is not None))
+            return g
+
+        runner._graphs_for = recorded
     graphed = _greedy(engine, prompts)
     assert drafts[len(eager_drafts):] == eager_drafts
     return eager, graphed, replays
 
 
-def test_ngram_verify_steps_replay_the_graph_of_their_length(tmp_path):
-    """One repetitive prompt (batch 1: every step is uniform): the model's own repeats give
-    drafts as long as their match, and a step without any is a plain decode."""
+@pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS], ids=["batch-1", "batch-3"])
+def test_ngram_verify_steps_replay_the_graph_of_their_length(tmp_path, prompts):
+    """The model's own repeats give drafts as long as their match: batch 1 replays the graph
+    of its length, batch 3's rows of 1, 2 and 3 tokens replay the shortest graph that holds
+    the longest (GQA: ragged), so every step past the prompts' replays."""
     path = make_checkpoint("llama", tmp_path)
+    chosen: list[tuple[int, bool]] = []
     eager, graphed, replays = _eager_then_graphed(
-        path, "specdecode=ngram", "specdecode.num_speculative_tokens=2", prompts=PROMPTS[:1])
+        path, "specdecode=ngram", "specdecode.num_speculative_tokens=2", prompts=prompts,
+        chosen=chosen)
     assert graphed == eager
     assert replays[("", 2)] > 0, "a verify of one draft (1 + 1 tokens) replays"
     assert replays[("", 1)] > 0
     assert set(replays) <= {("", 1), ("", 2), ("", 3)}
+    assert all(hit for longest, hit in chosen if longest <= 3), chosen
 
 
 def test_draft_model_steps_replay_the_target_s_and_the_draft_s_graphs(tmp_path):

@@ -8,7 +8,8 @@ import torch
 from atom.kernels.metadata import AttentionMetadata, leading_decodes
 from atom.layers.forward_context import ForwardSlot
 from atom.runner.cuda_graphs import (GraphPlan, StepGraphs, bucket, first_fitting,
-                                     multi_token_sizes, plan_graphs, takes)
+                                     multi_token_sizes, plan_graphs, ragged_layout, takes,
+                                     takes_ragged)
 
 
 def _meta(q_lens: list[int], ctx: list[int], width: int = 3) -> AttentionMetadata:
@@ -22,9 +23,10 @@ def _meta(q_lens: list[int], ctx: list[int], width: int = 3) -> AttentionMetadat
                              leading_decodes(q_lens))
 
 
-def _graphs(q: int, sizes: list[int], inputs=()) -> StepGraphs:
+def _graphs(q: int, sizes: list[int], inputs=(), ragged: bool = False) -> StepGraphs:
     return StepGraphs(lambda *a: (), sizes, q, 8, ForwardSlot(), [], [],
-                      torch.zeros(1, dtype=torch.int32), torch.device("cpu"), inputs)
+                      torch.zeros(1, dtype=torch.int32), torch.device("cpu"), inputs,
+                      ragged=ragged)
 
 
 def test_a_uniform_verify_batch_takes_the_graph_of_its_query_length():
@@ -69,13 +71,13 @@ def test_verify_sizes_stay_inside_the_step_token_budget():
 def test_the_plan_captures_the_verify_length_and_a_drafter_s_steps():
     assert plan_graphs(0, False, None, None) == GraphPlan((1,))
     assert plan_graphs(3, False, None, None) == GraphPlan((1, 2, 3, 4))  # n-gram: every length
-    assert plan_graphs(3, True, 8, 8) == GraphPlan((1, 4), (4, 1), (1,))  # MTP on MLA
-    assert plan_graphs(1, True, None, None) == GraphPlan((1, 2), (2, 1), (1,))  # draft model
+    assert plan_graphs(3, True, 8, 8) == GraphPlan((1, 4), (1, 4), (1,))  # MTP on MLA
+    assert plan_graphs(1, True, None, None) == GraphPlan((1, 2), (1, 2), (1,))  # draft model
     # k = 8 on MLA: 9 queries would take the up-projected path, which reads host lengths
     assert plan_graphs(8, True, 8, 8) == GraphPlan((1,), (1,), (1,))
     assert plan_graphs(8, False, 8, None) == GraphPlan(tuple(range(1, 9)))
     # an MLA target with a GQA draft: the draft's catch-up still captures 1 + k
-    assert plan_graphs(8, True, 8, None) == GraphPlan((1,), (9, 1), (1,))
+    assert plan_graphs(8, True, 8, None) == GraphPlan((1,), (1, 9), (1,))
 
 
 def test_a_verify_batch_is_padded_to_its_bucket():
@@ -88,7 +90,7 @@ def test_a_verify_batch_is_padded_to_its_bucket():
     m = _meta([4, 4, 4], [10, 20, 30])
     ids, pos = torch.arange(1000, 1012), torch.arange(12) + 50
     hidden = torch.randn(12, 5)
-    assert g.stage(ids, pos, m, hidden) == 4
+    assert g.stage(ids, pos, m, hidden) == (4, None)
     assert torch.equal(g.ids[:12], ids) and torch.equal(g.pos[:12], pos)
     assert torch.equal(g.inputs[0][:12], hidden)
     assert torch.equal(g.slots[:12], m.slot_mapping)
@@ -108,4 +110,40 @@ def test_the_decode_graph_s_metadata_is_a_decode_batch():
     static = g.meta(2)
     assert static.is_decode and static.max_q_len == 1 and static.q_lens_cpu is None
     assert static.cu_seqlens_q.tolist() == [0, 1, 2]
-    assert g.stage(torch.tensor([5]), torch.tensor([3]), _meta([1], [4])) == 1
+    assert g.stage(torch.tensor([5]), torch.tensor([3]), _meta([1], [4])) == (1, None)
+
+
+def test_a_ragged_graph_takes_shorter_queries_and_exact_ones_do_not():
+    """An n-gram step of 2, 1 and 4 queries: a GQA graph of 4 a sequence takes it, an MLA
+    (exact) one does not, nor does a ragged one of 3 (a sequence is longer)."""
+    m = _meta([2, 1, 4], [10, 20, 30])
+    assert takes_ragged(m, 4, 8) and not takes_ragged(m, 3, 8)
+    assert not takes_ragged(m, 4, 2)  # three sequences past the largest size
+    assert not takes_ragged(_meta([1, 1], [5, 6]), 4, 8)  # a decode step is the decode graph's
+    assert not _graphs(4, [4]).fits(m, 7) and _graphs(4, [4], ragged=True).fits(m, 7)
+    # tried shortest first, a step takes the shortest graph that holds its longest query
+    two, four = _graphs(2, [4], ragged=True), _graphs(4, [4], ragged=True)
+    assert first_fitting((two, four), _meta([2, 1], [5, 6]), 3) is two
+    assert first_fitting((two, four), m, 7) is four
+
+
+def test_ragged_tokens_sit_right_aligned_in_their_sequence_s_slots():
+    assert ragged_layout([4, 2, 1], 4).tolist() == [0, 1, 2, 3, 6, 7, 11]
+    assert ragged_layout([3, 3], 3).tolist() == list(range(6))
+
+
+def test_a_ragged_step_is_staged_with_pad_queries_before_each_sequence():
+    """Pad queries sit at the positions just before their sequence's first token (ctx - 4 + j,
+    from 0 up), write no KV, and the outputs gather the step's own tokens back."""
+    g = _graphs(4, [4], inputs=[(2, torch.float32)], ragged=True)
+    m = _meta([2, 1, 4], [10, 2, 30])
+    ids, pos = torch.tensor([11, 12, 21, 31, 32, 33, 34]), torch.tensor([8, 9, 1, 26, 27, 28, 29])
+    hidden = torch.arange(14, dtype=torch.float32).view(7, 2)
+    bs, where = g.stage(ids, pos, m, hidden)
+    assert bs == 4 and where.tolist() == [2, 3, 7, 8, 9, 10, 11]
+    assert g.ids[where].tolist() == ids.tolist()
+    assert g.pos[:12].tolist() == [6, 7, 8, 9, 0, 0, 0, 1, 26, 27, 28, 29]
+    assert g.slots[:16].tolist() == [-1, -1, 100, 101, -1, -1, -1, 102,
+                                     103, 104, 105, 106, -1, -1, -1, -1]
+    assert torch.equal(g.inputs[0][where], hidden)
+    assert g.ctx.tolist()[:4] == [10, 2, 30, 0]

@@ -112,9 +112,10 @@ def _multi_query_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, o_tok_stride, o_hea
 
 
 def takes(meta: AttentionMetadata) -> bool:
-    """A batch this kernel serves whole: no leading one-query run (the decode kernel's, in the
-    backend's mixed path) and no sequence longer than MAX_QUERIES."""
-    return not meta.is_decode and meta.num_decode_seqs == 0 and meta.max_q_len <= MAX_QUERIES
+    """A batch this kernel serves whole: several queries in some sequence, none longer than
+    MAX_QUERIES (one-query sequences beside them too: a verify step's rows without drafts, so a
+    CUDA graph of the step runs the kernels the eager step runs)."""
+    return not meta.is_decode and meta.max_q_len <= MAX_QUERIES
 
 
 def multi_query_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
