@@ -184,24 +184,17 @@ class StepGraphs:
         b, n, q = meta.num_seqs, input_ids.shape[0], self.q_len
         bs = bucket(self.sizes, b)
         where = None
-        if n != b * q:
-            assert meta.q_lens_cpu is not None
-            where = torch.from_numpy(ragged_layout(meta.q_lens_cpu, q)).to(self.ids.device)
-        if where is None:
-            self.ids[:n].copy_(input_ids, non_blocking=True)
-            self.pos[:n].copy_(positions, non_blocking=True)
-            self.slots[:n].copy_(meta.slot_mapping, non_blocking=True)
-            for buf, x in zip(self.inputs, inputs):
+        sources = ((self.ids, input_ids), (self.pos, positions),
+                   (self.slots, meta.slot_mapping), *zip(self.inputs, inputs))
+        if n == b * q:
+            for buf, x in sources:
                 buf[:n].copy_(x, non_blocking=True)
         else:
-            # Pad queries at the positions before each sequence's first token (ctx - q + j),
-            # writing no KV.
-            back = torch.arange(q, device=self.pos.device) - q
-            self.pos[:b * q].copy_((meta.context_lens[:, None] + back).clamp_(min=0).view(-1))
-            self.slots[:b * q].fill_(-1)
-            for buf, x in ((self.ids, input_ids), (self.pos, positions),
-                           (self.slots, meta.slot_mapping), *zip(self.inputs, inputs)):
-                buf.index_copy_(0, where, x)
+            assert meta.q_lens_cpu is not None
+            where = torch.from_numpy(ragged_layout(meta.q_lens_cpu, q)).to(self.ids.device)
+            self._pad_queries(meta.context_lens)
+            for buf, x in sources:
+                buf.index_copy_(0, where, x.to(buf.dtype))
         self.ctx[:b].copy_(meta.context_lens, non_blocking=True)
         if bs > b:
             self.slots[b * q:bs * q].fill_(-1)
@@ -209,6 +202,14 @@ class StepGraphs:
         w = meta.block_tables.shape[1]
         self.tables[:b, :w].copy_(meta.block_tables, non_blocking=True)
         return bs, where
+
+    def _pad_queries(self, context_lens: torch.Tensor) -> None:
+        """Every slot of the step's sequences as a pad query at the position its place gives
+        (ctx - q + j, from 0 up), writing no KV; the step's own tokens are copied over them."""
+        q, b = self.q_len, context_lens.shape[0]
+        back = torch.arange(q, device=self.pos.device) - q
+        self.pos[:b * q].copy_((context_lens[:, None] + back).clamp_(min=0).view(-1))
+        self.slots[:b * q].fill_(-1)
 
     def replay(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
