@@ -107,8 +107,9 @@ def plan_graphs(k: int, runner_drafter: bool, target_max_q: Optional[int],
     model's layers can run captured (MLA's absorbed path: longer ones read host lengths), None
     for no limit. A runner-side drafter makes k drafts a row but at the edges of a sequence, so
     its target verifies 1 + k; n-gram drafts as far as its match goes, so every length 2..1 + k
-    is captured (batch 1, where speculation pays most, is then always uniform). A drafter
-    catches up over whatever step the target ran, so it has both of its lengths."""
+    is captured: a step replays the one of its longest row (exact on MLA, the fewest pad
+    queries on GQA). A drafter catches up over whatever step the target ran, so it has both of
+    its lengths."""
     def fits(q: int, cap: Optional[int]) -> bool:
         return cap is None or q <= cap
 

@@ -126,3 +126,15 @@ def record_proposals(runner) -> list[dict[int, list[int]]]:
 
         drafter.propose = recorded
     return made
+
+
+def record_graph_choices(runner, into: list[tuple[int, bool]]) -> None:
+    """Per target step from now on, its longest query and whether a CUDA graph took it."""
+    pick = runner._graphs_for
+
+    def recorded(meta, n_tokens):
+        graphs = pick(meta, n_tokens)
+        into.append((meta.max_q_len, graphs is not None))
+        return graphs
+
+    runner._graphs_for = recorded

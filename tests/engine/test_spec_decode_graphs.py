@@ -15,7 +15,7 @@ from atom import SamplingParams
 from atom.runner.cuda_graphs import StepGraphs
 from tests.engine.checkpoints import (add_mtp_layer, local_engine, make_checkpoint,
                                       make_self_drafting_mtp)
-from tests.engine.spec_steps import flat, record_proposals, run
+from tests.engine.spec_steps import flat, record_graph_choices, record_proposals, run
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -69,19 +69,28 @@ def _run(engine, sampled: bool) -> tuple:
     return out, drafts
 
 
-def _graphed_equals_eager(path, replays: Counter, *spec: str, sampled: bool = False) -> None:
+def _graphed_equals_eager(path, replays: Counter, *spec: str, sampled: bool = False
+                          ) -> list[tuple[int, bool]]:
+    """Returns the graphed run's (longest query, replayed) per target step."""
     want = _run(_engine(path, False, *spec), sampled)
     graphed = _engine(path, True, *spec)
     runner = graphed.core.executor.runner
     assert runner.graphs is not None and runner.verify_graphs
+    chosen: list[tuple[int, bool]] = []
+    record_graph_choices(runner, chosen)
     assert _run(graphed, sampled) == want
+    return chosen
 
 
 def test_ngram_verify_graphs_give_eager_tokens(tmp_path, replays):
+    """Rows with fewer drafts beside others replay too (GQA: ragged graphs): every step but
+    the prompts' is a replay."""
     path = make_checkpoint("llama", tmp_path)
-    _graphed_equals_eager(path, replays, "specdecode=ngram", "specdecode.num_speculative_tokens=3")
+    chosen = _graphed_equals_eager(path, replays, "specdecode=ngram",
+                                   "specdecode.num_speculative_tokens=3")
     assert sum(n for (name, q), n in replays.items() if q > 1) > 0
     assert replays[("", 1)] > 0
+    assert all(hit for longest, hit in chosen if longest <= 4), chosen
 
 
 @pytest.mark.parametrize("k", [1, 3])

@@ -20,7 +20,7 @@ from atom.layers.forward_context import ForwardContext
 from atom.runner.cuda_graphs import StepGraphs
 from atom.runner_builder import step_graphs
 from tests.engine.checkpoints import add_mtp_layer, make_checkpoint
-from tests.engine.spec_steps import record_proposals
+from tests.engine.spec_steps import record_graph_choices, record_proposals
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
                                 reason="the GPU captures real graphs: test_spec_decode_graphs")
@@ -79,14 +79,7 @@ def _eager_then_graphed(path, *overrides: str, prompts: list[list[int]] = PROMPT
             rec = CpuGraph(g, bs, replays)
             g.graphs[bs] = (rec, rec.out)  # type: ignore[assignment]
     if chosen is not None:
-        pick = runner._graphs_for
-
-        def recorded(meta, n_tokens):
-            g = pick(meta, n_tokens)
-            chosen.append((meta.max_q_len, g is not None))
-            return g
-
-        runner._graphs_for = recorded
+        record_graph_choices(runner, chosen)
     graphed = _greedy(engine, prompts)
     assert drafts[len(eager_drafts):] == eager_drafts
     return eager, graphed, replays
