@@ -105,15 +105,21 @@ def plan_graphs(k: int, runner_drafter: bool, target_max_q: Optional[int],
                 drafter_max_q: Optional[int]) -> GraphPlan:
     """k: drafts a step verifies (0 without speculation); *_max_q: the longest query a
     model's layers can run captured (MLA's absorbed path: longer ones read host lengths), None
-    for no limit. A runner-side drafter makes k drafts a row but at the edges of a sequence, so
-    its target verifies 1 + k; n-gram drafts as far as its match goes, so every length 2..1 + k
-    is captured: a step replays the one of its longest row (exact on MLA, the fewest pad
-    queries on GQA). A drafter catches up over whatever step the target ran, so it has both of
-    its lengths."""
+    for no limit (GQA, whose graphs are ragged). A runner-side drafter makes k drafts a row but
+    at the edges of a sequence, so its target verifies 1 + k. n-gram drafts as far as its match
+    goes: an exact-length (MLA) target captures every length 2..1 + k, a ragged one the powers
+    of two below 1 + k and 1 + k (a step replays the shortest that holds its longest row, at
+    most twice its tokens). A drafter catches up over whatever step the target ran, so it has
+    both of its lengths."""
     def fits(q: int, cap: Optional[int]) -> bool:
         return cap is None or q <= cap
 
-    verify = ((1 + k,) if runner_drafter else tuple(range(2, 2 + k))) if k else ()
+    if runner_drafter or not k:
+        verify: tuple[int, ...] = (1 + k,) if k else ()
+    elif target_max_q is None:
+        verify = tuple(sorted({2 ** i for i in range(1, (1 + k).bit_length())} | {1 + k}))
+    else:
+        verify = tuple(range(2, 2 + k))
     target = (1, *(q for q in verify if fits(q, target_max_q)))
     if not runner_drafter:
         return GraphPlan(target)

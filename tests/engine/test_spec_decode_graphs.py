@@ -1,5 +1,5 @@
 """On the GPU, the CUDA graphs of speculative steps give the tokens the eager steps give: the
-target's verify graphs (every length 2..1 + k for n-gram, 1 + k with a runner-side drafter)
+target's verify graphs (2, 4 for n-gram at k = 3, 1 + k with a runner-side drafter)
 and the drafter's catch-up and draft-depth graphs, for n-gram, DeepSeek's MTP layer (MLA's
 absorbed path at 1 + k queries, on the Triton kernels), a draft model and an EAGLE-3 head.
 float32, as the other GPU speculation tests: bf16 near-ties would make the comparison about

@@ -70,7 +70,11 @@ def test_verify_sizes_stay_inside_the_step_token_budget():
 
 def test_the_plan_captures_the_verify_length_and_a_drafter_s_steps():
     assert plan_graphs(0, False, None, None) == GraphPlan((1,))
-    assert plan_graphs(3, False, None, None) == GraphPlan((1, 2, 3, 4))  # n-gram: every length
+    # n-gram on GQA (ragged graphs): powers of two and 1 + k; on MLA (exact): every length
+    assert plan_graphs(3, False, None, None) == GraphPlan((1, 2, 4))
+    assert plan_graphs(6, False, None, None) == GraphPlan((1, 2, 4, 7))
+    assert plan_graphs(1, False, None, None) == GraphPlan((1, 2))
+    assert plan_graphs(3, False, 8, None) == GraphPlan((1, 2, 3, 4))
     assert plan_graphs(3, True, 8, 8) == GraphPlan((1, 4), (1, 4), (1,))  # MTP on MLA
     assert plan_graphs(1, True, None, None) == GraphPlan((1, 2), (1, 2), (1,))  # draft model
     # k = 8 on MLA: 9 queries would take the up-projected path, which reads host lengths
