@@ -50,8 +50,8 @@ class RunnerRequest:
 class ModelRunner:
     """Runs the steps of one model over its KV cache. It builds nothing: atom/runner_builder.py
     hands it the loaded model, the forward to call, the slot the model's layers read their
-    forward context from, the allocated cache and the captured graphs, so a second runner (a
-    draft model's) is the same assembly over other parts."""
+    forward context from and the allocated cache, then the graphs captured over them
+    (use_graphs), so a second runner (a draft model's) is the same assembly over other parts."""
 
     def __init__(self, model: torch.nn.Module, forward_fn: ForwardFn, slot: ForwardSlot,
                  kv: KVCache, split_counters: torch.Tensor, *, device: torch.device,
