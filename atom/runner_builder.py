@@ -4,8 +4,9 @@ Every piece is made here and handed to the next: the ranks (ParallelState), the 
 the model built with both, its forward (compiled or not), the KV cache sized from the model's
 layers and the memory left, the runner over all of them, then the CUDA graphs of its steps (the
 target's decode and verify steps, a drafter's catch-up and draft depths) over that cache, handed
-to the runner and its drafter. One function for every rank: the in-process executor calls it, and each worker process of
-a multi-process executor is handed it (it joins its group first, so the ranks come from there).
+to the runner and its drafter. One function for every rank: the in-process executor calls it,
+and each worker process of a multi-process executor is handed it (it joins its group first, so
+the ranks come from there).
 """
 from __future__ import annotations
 
@@ -163,8 +164,8 @@ def step_graphs(cfg: Config, runner: ModelRunner, draft_spec: Optional[KVCacheSp
     EAGLE-3 head's KV spec (None: the drafter is a layer of the target)."""
     drafter, kv = runner.drafter, runner.kv
     k = cfg.specdecode.num_speculative_tokens if cfg.specdecode.method else 0
-    target_q, drafter_q = _max_captured_q(kv.spec), _max_captured_q(draft_spec or kv.spec)
-    plan = plan_graphs(k, drafter is not None, target_q, drafter_q)
+    target_cap, drafter_cap = _max_captured_q(kv.spec), _max_captured_q(draft_spec or kv.spec)
+    plan = plan_graphs(k, drafter is not None, target_cap, drafter_cap)
     sizes = capture_sizes(cfg.runtime.cudagraph_capture_sizes, cfg.scheduler.max_num_seqs)
     trace = cfg.profiler.torch_profiler_dir if cfg.profiler.mark_trace else None
     blocks = -(-runner.max_model_len // kv.spec.block_size)
@@ -183,7 +184,7 @@ def step_graphs(cfg: Config, runner: ModelRunner, draft_spec: Optional[KVCacheSp
         target_fn = drafter.target_forward(forward_fn)
     # GQA layers take steps of fewer queries in a graph of more (cuda_graphs.py): MLA's do not.
     target = {q: graphs(target_fn, q, runner.slot, kv.caches, kv.scales, runner.split_counters,
-                        target_q is None) for q in plan.target}
+                        target_cap is None) for q in plan.target}
     every = [g for g in target.values() if g is not None]
     runner.use_graphs(target[1], [g for g in every if g.q_len > 1])
     if drafter is not None:
@@ -191,7 +192,7 @@ def step_graphs(cfg: Config, runner: ModelRunner, draft_spec: Optional[KVCacheSp
             f = drafter.forwards[name]
             mine = [g for g in (graphs(f.fn, q, drafter.slot, drafter.kv_caches,
                                        drafter.kv_scales, drafter.split_counters,
-                                       drafter_q is None, f.inputs, f"draft_{name}")
+                                       drafter_cap is None, f.inputs, f"draft_{name}")
                                 for q in qs) if g is not None]
             drafter.use_graphs(name, mine)
             every += mine

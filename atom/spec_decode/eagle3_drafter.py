@@ -3,11 +3,12 @@ and high hidden states, in a KV pool of its own.
 
 The target's residual stream at the inputs of its aux layers (2, L/2, L - 3 unless the head's
 config names others) is captured during the target's forward by pre-hooks on those layers
-(AuxCapture), so the target's model is unchanged, and leave that forward beside its hidden states
-(`target_outputs`: a CUDA graph of the forward runs no hooks). After the step the head catches
-up like MTP's next-n layer (drafter.next_tokens: position i reads the captured states at i and the token after it), at
-the target's positions and slots in its own pool (the target's block count, as the draft
-model's: draft_model_drafter.py), then decodes depths 2..k on its own pre-norm output. Its
+(AuxCapture), so the target's model is unchanged, and leave that forward beside its hidden
+states (`target_outputs`: a CUDA graph of the forward runs no hooks). After the step the head
+catches up like MTP's next-n layer (drafter.next_tokens: position i reads the captured states
+at i and the token after it), at the target's positions and slots in its own pool (the target's
+block count, as the draft model's: draft_model_drafter.py), then decodes depths 2..k on its own
+pre-norm output. Its
 logits are over the target's vocabulary (ids outside its reduced one at -inf), so greedy and
 sampled drafts and q are drafter.py's as they are.
 """
