@@ -9,8 +9,8 @@ catching up over that step, and each draft depth (q = 1); one StepGraphs serves 
 A step replays the smallest captured size >= its sequence count B. A graph of q queries takes a
 step where every sequence has exactly q (`takes`): the attention kernels and their tiles, which
 follow the batch's longest query, are then those the eager step runs. A `ragged` graph (GQA
-attention, whose multi-query kernel computes a row the same whatever the batch's longest query)
-also takes steps of fewer queries in some sequences (an n-gram row with fewer drafts, a
+attention, whose multi-query kernel gives a row the same keys, splits and summation order
+whatever the batch's longest query) also takes steps of fewer queries in some sequences (an n-gram row with fewer drafts, a
 decode beside verifies): each sequence's tokens sit right-aligned in its q slots
 (`ragged_layout`), the slots before them pad queries at the positions just before the
 sequence's first token, which attend to its cached prefix (finite values, no KV write) and are
