@@ -2,9 +2,11 @@
 
 Every piece is made here and handed to the next: the ranks (ParallelState), the kernel backend,
 the model built with both, its forward (compiled or not), the KV cache sized from the model's
-layers and the memory left, the decode CUDA graphs over that cache, then the runner over all of
-them. One function for every rank: the in-process executor calls it, and each worker process of
-a multi-process executor is handed it (it joins its group first, so the ranks come from there).
+layers and the memory left, the runner over all of them, then the CUDA graphs of its steps (the
+target's decode and verify steps, a drafter's catch-up and draft depths) over that cache, handed
+to the runner and its drafter. One function for every rank: the in-process executor calls it,
+and each worker process of a multi-process executor is handed it (it joins its group first, so
+the ranks come from there).
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import torch
 from atom.config.schema import Config
 from atom.kernels.backend import get_backend, resolve_backend_name
 from atom.layers.forward_context import ForwardSlot
+from atom.layers.kv_spec import MLASpec
+from atom.layers.mla import ABSORBED_MAX_Q
 from atom.layers.model_context import ModelContext
 from atom.layers.moe import held_experts
 from atom.layers.parallel_state import ParallelState
@@ -24,7 +28,8 @@ from atom.models.eagle3 import Eagle3Draft
 from atom.loader.hf_config import load_hf_config, model_source
 from atom.runner.compile import ForwardFn, compile_forward, describe_level
 from atom.runner.cpu_threads import cpu_threads
-from atom.runner.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
+from atom.runner.cuda_graphs import (GraphFn, StepGraphs, capture_sizes, graphs_enabled,
+                                     multi_token_sizes, plan_graphs)
 from atom.runner.device import resolve_device, resolve_dtype
 from atom.runner.kv_cache import (KVCache, KVCacheSpec, allocate, describe_kv_dtype, kv_dtype,
                                   model_kv_spec, num_blocks_for)
@@ -34,7 +39,7 @@ from atom.runner.model_runner import ModelRunner
 from atom.runner.profiler import StepProfiler
 from atom.spec_decode.acceptance import build_verifier
 from atom.spec_decode.draft_model_drafter import DraftModelDrafter, draft_model_config
-from atom.spec_decode.drafter import Drafter
+from atom.spec_decode.drafter import CATCH_UP, DECODE, Drafter
 from atom.spec_decode.eagle3_drafter import AuxCapture, Eagle3Drafter
 from atom.spec_decode.mtp_drafter import MTPDrafter
 
@@ -73,22 +78,21 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
     # every step and every captured graph.
     split_counters = torch.zeros(cfg.scheduler.max_num_seqs * spec.max_kv_heads(),
                                  dtype=torch.int32, device=device)
-    logits = lambda ids, pos: model.compute_logits(forward_fn(ids, pos))
     kv = _kv_cache(cfg, spec, device, mc.forward, model, forward_fn, split_counters,
                    max_model_len, draft_spec)
     log.info("KV cache: %d blocks x %d tokens = %d tokens, %.2f GiB, %s; kernels=%s",
              kv.num_blocks, spec.block_size, kv.num_blocks * spec.block_size,
              kv.num_blocks * spec.bytes_per_block / 2**30,
              describe_kv_dtype(cfg.kv_cache, spec.dtype), backend_name)
-    drafter = _drafter(cfg, model, kv, max_model_len, draft, draft_spec, aux, device)
-    if graphs_on and drafter is not None:
-        log.info("CUDA graphs: none with a runner-side drafter (its steps run eager)")
-    graphs = (_decode_graphs(cfg, logits, kv, split_counters, device, mc, max_model_len)
-              if graphs_on and drafter is None else None)
-    return ModelRunner(model, forward_fn, mc.forward, kv, graphs, split_counters, device=device,
-                       max_model_len=max_model_len, vocab_size=int(hf.vocab_size),
-                       verify=build_verifier(cfg.specdecode, cfg.runtime.seed, accept_drafts),
-                       profiler=StepProfiler(cfg.profiler.torch_profiler_dir), drafter=drafter)
+    drafter = _drafter(cfg, model, kv, max_model_len, draft, draft_spec, aux, device, dtype,
+                       split_counters)
+    runner = ModelRunner(model, forward_fn, mc.forward, kv, split_counters, device=device,
+                         max_model_len=max_model_len, vocab_size=int(hf.vocab_size),
+                         verify=build_verifier(cfg.specdecode, cfg.runtime.seed, accept_drafts),
+                         profiler=StepProfiler(cfg.profiler.torch_profiler_dir), drafter=drafter)
+    if graphs_on:
+        _capture(step_graphs(cfg, runner, draft_spec, mc.parallel.tp_rank))
+    return runner
 
 
 def _draft_model(cfg: Config, mc: ModelContext, device: torch.device,
@@ -105,12 +109,14 @@ def _draft_model(cfg: Config, mc: ModelContext, device: torch.device,
 
 def _drafter(cfg: Config, model: torch.nn.Module, kv: KVCache, max_model_len: int,
              draft: Optional[torch.nn.Module], draft_spec: Optional[KVCacheSpec],
-             aux: Optional[AuxCapture], device: torch.device) -> Optional[Drafter]:
+             aux: Optional[AuxCapture], device: torch.device, dtype: torch.dtype,
+             target_counters: torch.Tensor) -> Optional[Drafter]:
     """The runner-side drafter a method needs; None for core-side proposers (n-gram) and none.
     A draft model's or EAGLE-3 head's pool: the target's block count over its layers."""
     k, bs = cfg.specdecode.num_speculative_tokens, cfg.kv_cache.block_size
     if cfg.specdecode.method == "mtp":
-        return MTPDrafter(model, k, bs, max_model_len, kv.caches, kv.scales)
+        return MTPDrafter(model, k, bs, max_model_len, kv.caches, kv.scales, target_counters,
+                          dtype)
     if draft is None or draft_spec is None:
         return None
     _, caches, scales = allocate(draft_spec, kv.num_blocks, device)
@@ -120,7 +126,7 @@ def _drafter(cfg: Config, model: torch.nn.Module, kv: KVCache, max_model_len: in
                                  dtype=torch.int32, device=device)
     if aux is not None:
         return Eagle3Drafter(model, draft, aux, k, bs, max_model_len, caches, scales,
-                             split_counters)
+                             split_counters, dtype)
     return DraftModelDrafter(draft, k, bs, max_model_len, caches, scales, split_counters,
                              int(model.hf_config.vocab_size))
 
@@ -144,16 +150,60 @@ def _kv_cache(cfg: Config, spec: KVCacheSpec, device: torch.device, slot: Forwar
     return KVCache(spec, blocks, *allocate(spec, blocks, device))
 
 
-def _decode_graphs(cfg: Config, logits: ForwardFn, kv: KVCache, split_counters: torch.Tensor,
-                   device: torch.device, mc: ModelContext, max_model_len: int) -> DecodeGraphs:
-    """Decode CUDA graphs of runtime.cudagraph_capture_sizes, captured over the cache (with
-    --mark-trace, one trace file per size and rank)."""
+def _max_captured_q(spec: KVCacheSpec) -> Optional[int]:
+    """The longest query per sequence a model's forward can be captured with: MLA layers take
+    their absorbed path (device lengths only) up to ABSORBED_MAX_Q queries."""
+    return ABSORBED_MAX_Q if any(isinstance(s, MLASpec) for s in spec.layers) else None
+
+
+def step_graphs(cfg: Config, runner: ModelRunner, draft_spec: Optional[KVCacheSpec],
+                rank: int) -> list[StepGraphs]:
+    """The target's decode and verify graphs over runtime.cudagraph_capture_sizes (handed to
+    the runner) and a runner-side drafter's (handed to it), not yet captured; with
+    --mark-trace, one trace file per forward, size and rank. draft_spec: a draft model's or
+    EAGLE-3 head's KV spec (None: the drafter is a layer of the target)."""
+    drafter, kv = runner.drafter, runner.kv
+    k = cfg.specdecode.num_speculative_tokens if cfg.specdecode.method else 0
+    target_cap, drafter_cap = _max_captured_q(kv.spec), _max_captured_q(draft_spec or kv.spec)
+    plan = plan_graphs(k, drafter is not None, target_cap, drafter_cap)
     sizes = capture_sizes(cfg.runtime.cudagraph_capture_sizes, cfg.scheduler.max_num_seqs)
     trace = cfg.profiler.torch_profiler_dir if cfg.profiler.mark_trace else None
-    graphs = DecodeGraphs(logits, sizes, -(-max_model_len // kv.spec.block_size), kv.caches,
-                          kv.scales, split_counters, device, mc.forward, trace_dir=trace,
-                          rank=mc.parallel.tp_rank)
-    secs = graphs.capture()
-    log.info("CUDA graphs: captured %d decode sizes (1..%d) in %.1f s", len(sizes), sizes[-1],
-             secs)
-    return graphs
+    blocks = -(-runner.max_model_len // kv.spec.block_size)
+
+    def graphs(fn: GraphFn, q: int, slot: ForwardSlot, caches: list, scales: list,
+               counters: torch.Tensor, ragged: bool, inputs: tuple = (), name: str = ""
+               ) -> Optional[StepGraphs]:
+        reach = multi_token_sizes(sizes, q, cfg.scheduler.max_num_batched_tokens)
+        return (StepGraphs(fn, reach, q, blocks, slot, caches, scales, counters, runner.device,
+                           inputs, name, ragged, trace_dir=trace, rank=rank) if reach else None)
+
+    model, forward_fn = runner.model, runner.forward_fn
+    if drafter is None:
+        target_fn: GraphFn = lambda ids, pos: (model.compute_logits(forward_fn(ids, pos)),)
+    else:
+        target_fn = drafter.target_forward(forward_fn)
+    # GQA layers take steps of fewer queries in a graph of more (cuda_graphs.py): MLA's do not.
+    target = {q: graphs(target_fn, q, runner.slot, kv.caches, kv.scales, runner.split_counters,
+                        target_cap is None) for q in plan.target}
+    every = [g for g in target.values() if g is not None]
+    runner.use_graphs(target[1], [g for g in every if g.q_len > 1])
+    if drafter is not None:
+        for name, qs in ((CATCH_UP, plan.catch_up), (DECODE, plan.decode)):
+            f = drafter.forwards[name]
+            mine = [g for g in (graphs(f.fn, q, drafter.slot, drafter.kv_caches,
+                                       drafter.kv_scales, drafter.split_counters,
+                                       drafter_cap is None, f.inputs, f"draft_{name}")
+                                for q in qs) if g is not None]
+            drafter.use_graphs(name, mine)
+            every += mine
+    return every
+
+
+def _capture(every: list[StepGraphs]) -> None:
+    """Every forward's graphs into one memory pool, the largest first (the rest reuse its
+    blocks)."""
+    pool = None
+    for g in sorted(every, key=lambda g: -g.max_bs * g.q_len):
+        secs, pool = g.capture(pool)
+        log.info("CUDA graphs: captured %d sizes (1..%d) of %s, %d token(s) a sequence, in "
+                 "%.1f s", len(g.sizes), g.max_bs, g.name or "the target", g.q_len, secs)

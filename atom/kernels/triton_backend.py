@@ -19,6 +19,7 @@ from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.triton import (activation, blas_table, gemv, kv_store, mla_decode, mla_prefill,
                                  mla_rope_store, rms_norm, rope_kv_store, rotary)
 from atom.kernels.triton.fused_moe import fused_moe
+from atom.kernels.triton import paged_multi_query_attention as multi_query
 from atom.kernels.triton.paged_decode_attention import decode_attention
 from atom.kernels.triton.paged_prefill_attention import prefill_attention
 
@@ -164,10 +165,15 @@ class TritonBackend:
         """Decode-only batches take the split-KV kernel (the CUDA-graph path); anything with a
         query longer than one token takes the varlen prefill kernel, except the batch's leading
         one-query sequences: through the prefill kernel each q head re-reads its KV (4x the
-        bytes on Llama-3-8B), which made the decodes of mixed chunked-prefill steps slow."""
+        bytes on Llama-3-8B), which made the decodes of mixed chunked-prefill steps slow. A
+        batch of a few queries a sequence (speculative verifies, with or without one-query rows
+        beside them) takes the multi-query kernel whole, split-KV with the group's heads sharing
+        each KV read."""
         args = (scale, k_scale, v_scale, sliding_window)
         if meta.is_decode:
             return decode_attention(q, k_cache, v_cache, meta, *args)
+        if multi_query.takes(meta):
+            return multi_query.multi_query_attention(q, k_cache, v_cache, meta, *args)
         if meta.num_decode_seqs == 0:
             return prefill_attention(q, k_cache, v_cache, meta, *args)
         n = meta.num_decode_seqs

@@ -13,7 +13,7 @@ from atom.layers.forward_context import ForwardContext, ForwardSlot
 from atom.layers.sampler import PenaltyBatch, SamplingBatch, compute_logprobs, sample
 from atom.runner.annotation import annotate
 from atom.runner.compile import ForwardFn
-from atom.runner.cuda_graphs import DecodeGraphs
+from atom.runner.cuda_graphs import StepGraphs, first_fitting
 from atom.runner.host_staging import HostStager
 from atom.runner.kv_cache import KVCache
 from atom.runner.launched_step import LaunchedStep
@@ -50,15 +50,18 @@ class RunnerRequest:
 class ModelRunner:
     """Runs the steps of one model over its KV cache. It builds nothing: atom/runner_builder.py
     hands it the loaded model, the forward to call, the slot the model's layers read their
-    forward context from, the allocated cache and the captured graphs, so a second runner (a
-    draft model's) is the same assembly over other parts."""
+    forward context from and the allocated cache, then the graphs captured over them
+    (use_graphs), so a second runner (a draft model's) is the same assembly over other parts."""
 
     def __init__(self, model: torch.nn.Module, forward_fn: ForwardFn, slot: ForwardSlot,
-                 kv: KVCache, graphs: Optional[DecodeGraphs], split_counters: torch.Tensor, *,
-                 device: torch.device, max_model_len: int, vocab_size: int, verify: Verifier,
-                 profiler: StepProfiler, drafter: Optional[Drafter] = None) -> None:
+                 kv: KVCache, split_counters: torch.Tensor, *, device: torch.device,
+                 max_model_len: int, vocab_size: int, verify: Verifier, profiler: StepProfiler,
+                 drafter: Optional[Drafter] = None) -> None:
         self.model, self.forward_fn, self.slot = model, forward_fn, slot
-        self.kv, self.graphs, self.split_counters = kv, graphs, split_counters
+        self.kv, self.split_counters = kv, split_counters
+        # The captured steps (use_graphs); without them every step runs eager.
+        self.graphs: Optional[StepGraphs] = None
+        self.verify_graphs: list[StepGraphs] = []
         self.device, self.max_model_len, self.verify = device, max_model_len, verify
         # A plain int: a transformers config attribute read costs microseconds, and the hot
         # path reads this once per sequence per step.
@@ -73,6 +76,14 @@ class ModelRunner:
         # A runner-side proposer (specdecode=mtp: a layer of the model; draft_model, eagle3: a
         # model of their own), run after each step's verification.
         self.drafter = drafter
+        self._drafting_forward = None if drafter is None else drafter.target_forward(forward_fn)
+
+    def use_graphs(self, decode: Optional[StepGraphs], verify: list[StepGraphs]) -> None:
+        """decode: the decode step's graphs (one token per sequence), verify: the verify
+        steps' (one query length each); each returns the logits of every token, or with a
+        drafter what drafter.target_forward returns. A step none fits runs eager."""
+        self.graphs = decode
+        self.verify_graphs = sorted(verify, key=lambda g: g.q_len)  # the shortest that fits
 
     # -- one step ---------------------------------------------------------------------------
     def _track(self, out: SchedulerOutput) -> None:
@@ -170,20 +181,33 @@ class ModelRunner:
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 logits_idx: torch.Tensor) -> torch.Tensor:
         """Logits of the rows in logits_idx (token indices, on the device)."""
-        b = input_ids.shape[0]
-        if meta.is_decode and self.graphs is not None and self.graphs.fits(b):
-            logits = self.graphs.replay(input_ids, positions, meta)
-            if logits_idx.shape[0] == b:
+        if self.drafter is not None:  # its graphs return hidden states
+            hidden = self._forward_drafting(input_ids, positions, meta)[0]
+            return self.model.compute_logits(hidden.index_select(0, logits_idx))
+        n = input_ids.shape[0]
+        graphs = self._graphs_for(meta, n)
+        if graphs is not None:
+            (logits,) = graphs.replay(input_ids, positions, meta)
+            if logits_idx.shape[0] == n:  # every token samples, in order
                 return logits
             return logits.index_select(0, logits_idx)
-        hidden = self._forward_hidden(input_ids, positions, meta)
+        with self.slot.using(ForwardContext(meta, self.kv.caches, self.kv.scales)):
+            hidden = self.forward_fn(input_ids, positions)
         return self.model.compute_logits(hidden.index_select(0, logits_idx))
 
-    def _forward_hidden(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                        meta: AttentionMetadata) -> torch.Tensor:
-        """The target's final hidden state at every token (eager): what a draft head reads."""
+    def _graphs_for(self, meta: AttentionMetadata, n_tokens: int) -> Optional[StepGraphs]:
+        return first_fitting((self.graphs, *self.verify_graphs), meta, n_tokens)
+
+    def _forward_drafting(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                          meta: AttentionMetadata) -> tuple[torch.Tensor, ...]:
+        """The target's final hidden state at every token, then what the drafter reads besides
+        (drafter.target_forward), replayed where a graph fits."""
+        assert self._drafting_forward is not None
+        graphs = self._graphs_for(meta, input_ids.shape[0])
+        if graphs is not None:
+            return graphs.replay(input_ids, positions, meta)
         with self.slot.using(ForwardContext(meta, self.kv.caches, self.kv.scales)):
-            return self.forward_fn(input_ids, positions)
+            return self._drafting_forward(input_ids, positions)
 
     def _sampling_batch(self, states: list[RunnerRequest], histories: list[Optional[list[int]]],
                         temps: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor
@@ -250,7 +274,7 @@ class ModelRunner:
         """A step with a runner-side drafter: the target's hidden states stay for the draft
         layer, which runs once this step's kept tokens are known (spec_decode/drafter.py)."""
         assert self.drafter is not None
-        hidden = self._forward_hidden(inputs.input_ids, inputs.positions, inputs.meta)
+        hidden, *extras = self._forward_drafting(inputs.input_ids, inputs.positions, inputs.meta)
         step = (self._sampled_step(out, inputs, self.model.compute_logits(
                     hidden.index_select(0, inputs.logits_idx)))
                 if inputs.rows else LaunchedStep([], None))
@@ -258,7 +282,7 @@ class ModelRunner:
         states = [self._requests[out.requests[row].request_id] for row in inputs.rows]
         draft_step = DraftStep(inputs.input_ids, inputs.positions, inputs.meta, hidden,
                                inputs.rows, counts, [st.params for st in states],
-                               [st.generator for st in states])
+                               [st.generator for st in states], tuple(extras))
         step.proposals = self.drafter.propose(out.requests, draft_step, step.result()[0])
         return step
 

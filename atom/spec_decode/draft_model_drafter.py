@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 from atom.config.schema import Config
 from atom.kernels.metadata import AttentionMetadata
-from atom.layers.forward_context import ForwardContext
-from atom.spec_decode.drafter import CaughtUp, Drafter, DraftStep, ScheduledRequest, last_kept
+from atom.spec_decode.drafter import (CATCH_UP, DECODE, CaughtUp, Drafter, DraftForward,
+                                      DraftStep, ScheduledRequest, last_kept)
 
 
 def draft_model_config(cfg: Config) -> Config:
@@ -38,19 +38,19 @@ class DraftModelDrafter(Drafter):
     def __init__(self, model: torch.nn.Module, k: int, block_size: int, max_model_len: int,
                  kv_caches: list, kv_scales: list, split_counters: torch.Tensor,
                  vocab_size: int) -> None:
-        super().__init__(k, block_size, max_model_len)
-        self.model, self.slot = model, model.context.forward  # the draft's own slot
+        """split_counters: the decode kernel's, sized by the draft's KV heads (which may exceed
+        the target's)."""
+        self.model = model
         # The target's and the draft's: validation admits different sizes only as paddings of
         # one tokenizer, so ids past either are no tokens.
         self.vocab_size, self.draft_vocab = vocab_size, int(model.hf_config.vocab_size)
-        self.kv_caches, self.kv_scales = kv_caches, kv_scales
-        # The decode kernel's counters sized by the draft's KV heads, which may exceed the
-        # target's.
-        self.split_counters = split_counters
+        super().__init__(k, block_size, max_model_len, model.context.forward, kv_caches,
+                         kv_scales, split_counters,
+                         {CATCH_UP: DraftForward(self._hidden), DECODE: DraftForward(self._next)})
 
     def _catch_up(self, reqs: list[ScheduledRequest], step: DraftStep,
                   kept: dict[int, list[int]]) -> CaughtUp:
-        self._forward(step.input_ids, step.positions, step.meta)
+        self._forward(CATCH_UP, step.input_ids, step.positions, step.meta)
         if not step.rows:
             return CaughtUp([], None, None, None)
         _, last_pos = last_kept(reqs, step, kept)
@@ -60,19 +60,22 @@ class DraftModelDrafter(Drafter):
     def _decode(self, positions: torch.Tensor, tokens: torch.Tensor,
                 state: Optional[torch.Tensor], meta: AttentionMetadata
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        logits = self.model.compute_logits(self._forward(tokens, positions, meta))
+        (logits,) = self._forward(DECODE, tokens, positions, meta)
+        return logits, None
+
+    def _hidden(self, ids: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor]:
+        if self.draft_vocab < self.vocab_size:  # a target id past the tokenizer's
+            ids = ids.clamp(max=self.draft_vocab - 1)
+        return (self.model(ids, positions),)
+
+    def _next(self, ids: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor]:
+        """The draft's logits cut or padded (-inf) to the target's vocabulary."""
+        (hidden,) = self._hidden(ids, positions)
+        logits = self.model.compute_logits(hidden)
         extra = self.vocab_size - logits.shape[-1]
         if extra < 0:
             logits = logits[:, :self.vocab_size]
         elif extra > 0:
             logits = F.pad(logits, (0, extra), value=float("-inf"))
-        return logits, None
-
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor,
-                 meta: AttentionMetadata) -> torch.Tensor:
-        meta = dataclasses.replace(meta, split_counters=self.split_counters)
-        if self.draft_vocab < self.vocab_size:  # a target id past the tokenizer's
-            ids = ids.clamp(max=self.draft_vocab - 1)
-        with self.slot.using(ForwardContext(meta, self.kv_caches, self.kv_scales)):
-            return self.model(ids, positions)
+        return (logits,)
 

@@ -11,17 +11,24 @@ and top-p on the drafter's logits) with their own generator, and q is kept for t
 sampler at the step that verifies them. Positions past a rejection hold tokens that were not
 kept: their slots lie past the sequence's kept length and the next step, which starts there,
 writes them again before any query reads them.
+
+Each drafter's forwards (its catch-up and its one-position decode) are `DraftForward`s: a
+function of (ids, positions, *inputs) run under the drafter's forward context, which the runner
+may capture as CUDA graphs (`use_graphs`); a step a graph fits replays it, any other runs the
+same function eagerly.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Optional, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 import torch
 
 from atom.kernels.metadata import AttentionMetadata
+from atom.layers.forward_context import ForwardContext, ForwardSlot
 from atom.layers.sampler import probabilities
 from atom.sampling_params import SamplingParams
 from atom.spec_decode.rejection import DraftedRows
@@ -50,6 +57,7 @@ class DraftStep:
     counts: list[int]  # sampled positions of each row
     params: list[SamplingParams]  # per row
     generators: list[Optional[torch.Generator]]  # per row (seeded requests at temperature > 0)
+    extras: tuple[torch.Tensor, ...] = ()  # [T, ...] what target_outputs added to the forward
 
 
 @dataclass
@@ -65,6 +73,26 @@ class CaughtUp:
 
 
 Column = tuple[list[int], torch.Tensor, Optional[torch.Tensor]]  # live rows, drafts, their q
+
+CATCH_UP, DECODE = "catch_up", "decode"  # the names of a drafter's two forwards
+
+
+@dataclass(frozen=True)
+class DraftForward:
+    """A forward in the form a CUDA graph captures: fn(ids, positions, *inputs) → outputs, one
+    row per token; `inputs` gives each input's width and dtype (the graph's static buffers)."""
+
+    fn: Callable[..., tuple[torch.Tensor, ...]]
+    inputs: tuple[tuple[int, torch.dtype], ...] = ()
+
+
+class Graphed(Protocol):
+    """A captured forward (runner/cuda_graphs.py's StepGraphs, which sits above this package)."""
+
+    def fits(self, meta: AttentionMetadata, n_tokens: int) -> bool: ...
+
+    def replay(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+               *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
 
 
 def last_kept(reqs: list[ScheduledRequest], step: DraftStep, kept: dict[int, list[int]]
@@ -106,12 +134,52 @@ def next_tokens(reqs: list[ScheduledRequest], step: DraftStep, kept: dict[int, l
 
 
 class Drafter(ABC):
-    """The shared loop; a drafter supplies `_catch_up` and `_decode`."""
+    """The shared loop; a drafter supplies `_catch_up` and `_decode` over its `forwards`."""
 
-    def __init__(self, k: int, block_size: int, max_model_len: int) -> None:
+    def __init__(self, k: int, block_size: int, max_model_len: int, slot: ForwardSlot,
+                 kv_caches: list, kv_scales: list, split_counters: torch.Tensor,
+                 forwards: dict[str, DraftForward]) -> None:
+        """slot, kv_caches, kv_scales: the forward context the drafter's layers read (the
+        target's for MTP's layer, its own for a draft model's); split_counters: its decode
+        kernel's (sized by its own KV heads); forwards: its CATCH_UP and DECODE, the runner
+        may capture them."""
         self.k, self.block_size, self.max_model_len = k, block_size, max_model_len
+        self.forwards = forwards
+        self.slot, self.kv_caches, self.kv_scales = slot, kv_caches, kv_scales
+        self.split_counters = split_counters
         # request id → (the sampled drafts, their q [len, V]) until the step that verifies them
         self._q: dict[str, tuple[list[int], torch.Tensor]] = {}
+        self._graphs: dict[str, list[Graphed]] = {}
+
+    def target_outputs(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """What the drafter reads of the target's forward besides its final hidden states,
+        taken inside that forward (a CUDA graph of it returns them): none by default."""
+        return ()
+
+    def target_forward(self, forward_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+                       ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]:
+        """The target's forward as a drafting step runs it, eager or captured: its final
+        hidden states, then target_outputs."""
+        def forward(ids: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            hidden = forward_fn(ids, positions)
+            return (hidden, *self.target_outputs(hidden))
+        return forward
+
+    def use_graphs(self, name: str, graphs: list[Graphed]) -> None:
+        """Captured forms of forwards[name], tried in this order (the shortest query first: a
+        graph may take steps of shorter ones); a step that none fits runs eager."""
+        self._graphs[name] = graphs
+
+    def _forward(self, name: str, ids: torch.Tensor, positions: torch.Tensor,
+                 meta: AttentionMetadata, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """forwards[name] over one step: replayed where a graph fits, else eager."""
+        n = ids.shape[0]
+        graph = next((g for g in self._graphs.get(name, ()) if g.fits(meta, n)), None)
+        if graph is not None:
+            return graph.replay(ids, positions, meta, *inputs)
+        meta = dataclasses.replace(meta, split_counters=self.split_counters)
+        with self.slot.using(ForwardContext(meta, self.kv_caches, self.kv_scales)):
+            return self.forwards[name].fn(ids, positions, *inputs)
 
     @abstractmethod
     def _catch_up(self, reqs: list[ScheduledRequest], step: DraftStep,
@@ -171,8 +239,7 @@ class Drafter(ABC):
             pos = [up.next_pos[i] + depth for i in live]
             tables = step.meta.block_tables.index_select(
                 0, torch.tensor([step.rows[i] for i in live], device=dev))
-            meta = self._decode_meta([reqs[step.rows[i]] for i in live], tables, pos,
-                                     step.meta.split_counters)
+            meta = self._decode_meta([reqs[step.rows[i]] for i in live], tables, pos)
             assert tokens is not None
             logits, state = self._decode(torch.tensor(pos, device=dev),
                                          tokens.index_select(0, sel),
@@ -185,8 +252,8 @@ class Drafter(ABC):
     def _has_slot(self, req: ScheduledRequest, pos: int) -> bool:
         return pos < min(len(req.block_table) * self.block_size, self.max_model_len)
 
-    def _decode_meta(self, reqs: list[ScheduledRequest], tables: torch.Tensor, pos: list[int],
-                     split_counters: Optional[torch.Tensor]) -> AttentionMetadata:
+    def _decode_meta(self, reqs: list[ScheduledRequest], tables: torch.Tensor, pos: list[int]
+                     ) -> AttentionMetadata:
         """One query per row at `pos`, attending to everything before it in the row's blocks."""
         dev, bs, n = tables.device, self.block_size, len(pos)
         slots = [r.block_table[p // bs] * bs + p % bs for r, p in zip(reqs, pos)]
@@ -196,7 +263,7 @@ class Drafter(ABC):
             context_lens=torch.tensor(ctx, dtype=torch.int32, device=dev), block_tables=tables,
             slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev), max_q_len=1,
             max_context_len=max(ctx), is_decode=True, q_lens_cpu=[1] * n, context_lens_cpu=ctx,
-            split_counters=split_counters)
+            split_counters=self.split_counters)
 
     def _pick(self, logits: torch.Tensor, step: DraftStep, live: list[int]
               ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:

@@ -3,25 +3,25 @@ and high hidden states, in a KV pool of its own.
 
 The target's residual stream at the inputs of its aux layers (2, L/2, L - 3 unless the head's
 config names others) is captured during the target's forward by pre-hooks on those layers
-(AuxCapture), so the target's forward is unchanged. After the step the head catches up like MTP's next-n layer
-(drafter.next_tokens: position i reads the captured states at i and the token after it), at
-the target's positions and slots in its own pool (the target's block count, as the draft
-model's: draft_model_drafter.py), then decodes depths 2..k on its own pre-norm output. Its
+(AuxCapture), so the target's model is unchanged, and leave that forward beside its hidden
+states (`target_outputs`: a CUDA graph of the forward runs no hooks). After the step the head
+catches up like MTP's next-n layer (drafter.next_tokens: position i reads the captured states
+at i and the token after it), at the target's positions and slots in its own pool (the target's
+block count, as the draft model's: draft_model_drafter.py), then decodes depths 2..k on its own
+pre-norm output. Its
 logits are over the target's vocabulary (ids outside its reduced one at -inf), so greedy and
 sampled drafts and q are drafter.py's as they are.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Optional
 
 import torch
 
 from atom.kernels.metadata import AttentionMetadata
-from atom.layers.forward_context import ForwardContext
 from atom.models.eagle3 import aux_layer_ids
-from atom.spec_decode.drafter import (CaughtUp, Drafter, DraftStep, ScheduledRequest, last_kept,
-                                      next_tokens)
+from atom.spec_decode.drafter import (CATCH_UP, DECODE, CaughtUp, Drafter, DraftForward,
+                                      DraftStep, ScheduledRequest, last_kept, next_tokens)
 
 
 class AuxCapture:
@@ -50,16 +50,36 @@ class AuxCapture:
 class Eagle3Drafter(Drafter):
     def __init__(self, target: torch.nn.Module, head: torch.nn.Module, aux: AuxCapture, k: int,
                  block_size: int, max_model_len: int, kv_caches: list, kv_scales: list,
-                 split_counters: torch.Tensor) -> None:
-        super().__init__(k, block_size, max_model_len)
-        self.head, self.slot, self.aux = head, head.context.forward, aux
+                 split_counters: torch.Tensor, dtype: torch.dtype) -> None:
+        """dtype: the target's activations' (its captured states and the head's outputs)."""
+        self.head, self.aux = head, aux
         self.embed = target.model.embed_tokens
-        self.kv_caches, self.kv_scales, self.split_counters = kv_caches, kv_scales, split_counters
+        states = len(aux.ids) * int(target.hf_config.hidden_size)
+        width = int(head.hf_config.hidden_size)
+        super().__init__(k, block_size, max_model_len, head.context.forward, kv_caches,
+                         kv_scales, split_counters,
+                         {CATCH_UP: DraftForward(self._hidden, ((states, dtype),)),
+                          DECODE: DraftForward(self._next, ((width, dtype),))})
+
+    def target_outputs(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The aux layers' inputs: the hooks keep them in Python, which a graph's replay does
+        not run, so they leave the target's forward as an output."""
+        return (self.aux.states(),)
+
+    def _hidden(self, ids: torch.Tensor, positions: torch.Tensor,
+                hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.head.draft_hidden(positions, self.embed(ids), hidden)
+
+    def _next(self, ids: torch.Tensor, positions: torch.Tensor,
+              hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        normed, pre = self._hidden(ids, positions, hidden)
+        return self.head.compute_logits(normed), pre
 
     def _catch_up(self, reqs: list[ScheduledRequest], step: DraftStep,
                   kept: dict[int, list[int]]) -> CaughtUp:
-        normed, pre = self._run(step.positions, next_tokens(reqs, step, kept), self.aux.states(),
-                                step.meta)
+        (states,) = step.extras
+        normed, pre = self._forward(CATCH_UP, next_tokens(reqs, step, kept), step.positions,
+                                    step.meta, states)
         if not step.rows:
             return CaughtUp([], None, None, None)
         last_idx, last_pos = last_kept(reqs, step, kept)
@@ -71,11 +91,5 @@ class Eagle3Drafter(Drafter):
                 state: Optional[torch.Tensor], meta: AttentionMetadata
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         assert state is not None
-        normed, pre = self._run(positions, tokens, state, meta)
-        return self.head.compute_logits(normed), pre
-
-    def _run(self, positions: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor,
-             meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
-        meta = dataclasses.replace(meta, split_counters=self.split_counters)
-        with self.slot.using(ForwardContext(meta, self.kv_caches, self.kv_scales)):
-            return self.head.draft_hidden(positions, self.embed(ids), hidden)
+        logits, pre = self._forward(DECODE, tokens, positions, meta, state)
+        return logits, pre

@@ -26,25 +26,39 @@ from typing import Optional
 import torch
 
 from atom.kernels.metadata import AttentionMetadata
-from atom.layers.forward_context import ForwardContext
-from atom.spec_decode.drafter import (CaughtUp, Drafter, DraftStep, ScheduledRequest, last_kept,
-                                      next_tokens)
+from atom.spec_decode.drafter import (CATCH_UP, DECODE, CaughtUp, Drafter, DraftForward,
+                                      DraftStep, ScheduledRequest, last_kept, next_tokens)
 
 
 class MTPDrafter(Drafter):
     def __init__(self, model: torch.nn.Module, k: int, block_size: int, max_model_len: int,
-                 kv_caches: list, kv_scales: list) -> None:
-        super().__init__(k, block_size, max_model_len)
+                 kv_caches: list, kv_scales: list, split_counters: torch.Tensor,
+                 dtype: torch.dtype) -> None:
+        """kv_caches, kv_scales, split_counters: the target's (its pool holds the layer);
+        dtype: the target's hidden states'."""
         self.layer = model.mtp
         self.embed = model.model.embed_tokens
-        self.slot = model.context.forward  # the target's: its layer is one of the model's
-        self.kv_caches, self.kv_scales = kv_caches, kv_scales  # the target's pool holds it
+        state = ((int(model.hf_config.hidden_size), dtype),)
+        # The target's slot: the layer is one of the model's.
+        super().__init__(k, block_size, max_model_len, model.context.forward, kv_caches,
+                         kv_scales, split_counters,
+                         {CATCH_UP: DraftForward(self._hidden, state),
+                          DECODE: DraftForward(self._next, state)})
+
+    def _hidden(self, ids: torch.Tensor, positions: torch.Tensor,
+                hidden: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.layer.draft_hidden(positions, self.embed(ids), hidden),)
+
+    def _next(self, ids: torch.Tensor, positions: torch.Tensor,
+              hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        (y,) = self._hidden(ids, positions, hidden)
+        return self.layer.compute_logits(y), y
 
     def _catch_up(self, reqs: list[ScheduledRequest], step: DraftStep,
                   kept: dict[int, list[int]]) -> CaughtUp:
         last_idx, last_pos = last_kept(reqs, step, kept)
-        y = self._run(step.positions, next_tokens(reqs, step, kept), step.hidden,
-                      step.meta)
+        (y,) = self._forward(CATCH_UP, next_tokens(reqs, step, kept), step.positions,
+                             step.meta, step.hidden)
         if not step.rows:
             return CaughtUp([], None, None, None)
         y = y.index_select(0, torch.tensor(last_idx, device=y.device))
@@ -54,10 +68,5 @@ class MTPDrafter(Drafter):
                 state: Optional[torch.Tensor], meta: AttentionMetadata
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         assert state is not None
-        y = self._run(positions, tokens, state, meta)
-        return self.layer.compute_logits(y), y
-
-    def _run(self, positions: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor,
-             meta: AttentionMetadata) -> torch.Tensor:
-        with self.slot.using(ForwardContext(meta, self.kv_caches, self.kv_scales)):
-            return self.layer.draft_hidden(positions, self.embed(ids), hidden)
+        logits, y = self._forward(DECODE, tokens, positions, meta, state)
+        return logits, y

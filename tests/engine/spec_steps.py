@@ -110,3 +110,31 @@ def chain_pvalue(outs: list[list[int]], P: torch.Tensor, x: int) -> float:
     expected = [n * m / sum(mass) for m in mass]  # the top-k renormalisation's rounding only
     observed = [cells.get(t, 0) for t in support]
     return float(chisquare(observed, expected).pvalue)
+
+
+def record_proposals(runner) -> list[dict[int, list[int]]]:
+    """Every set of drafts the runner's drafter makes from now on (none without a drafter)."""
+    made: list[dict[int, list[int]]] = []
+    drafter = runner.drafter
+    if drafter is not None:
+        propose = drafter.propose
+
+        def recorded(*args):
+            out = propose(*args)
+            made.append(out)
+            return out
+
+        drafter.propose = recorded
+    return made
+
+
+def record_graph_choices(runner, into: list[tuple[int, bool]]) -> None:
+    """Per target step from now on, its longest query and whether a CUDA graph took it."""
+    pick = runner._graphs_for
+
+    def recorded(meta, n_tokens):
+        graphs = pick(meta, n_tokens)
+        into.append((meta.max_q_len, graphs is not None))
+        return graphs
+
+    runner._graphs_for = recorded

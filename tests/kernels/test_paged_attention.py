@@ -58,7 +58,7 @@ def test_backend_dispatches_decode_and_prefill():
 
 @pytest.mark.parametrize("kv_dtype", [torch.float32, FP8], ids=["kv-f32", "kv-fp8"])
 @pytest.mark.parametrize("q_lens,ctx,hq,hk,d,page", [
-    pytest.param([1, 1, 5, 1, 3], [9, 30, 12, 4, 3], 4, 2, 16, 4, id="small"),
+    pytest.param([1, 1, 12, 1, 3], [9, 30, 12, 4, 3], 4, 2, 16, 4, id="small"),
     gpu_param([1] * 64 + [1024, 1], list(range(40, 40 + 64 * 31, 31)) + [1024, 1500], 32, 8, 128,
               16, id="llama8b-mixed"),
 ])

@@ -1,4 +1,4 @@
-"""The sampler's, the decode attention's, the MLA, fused-MoE, fp8 weight and rejection-sampler
+"""The sampler's, the decode and multi-query attention's, the MLA, fused-MoE, fp8 weight and rejection-sampler
 kernels compile for sm_90 on this GPU-less machine.
 
 Why: TRITON_INTERPRET runs a kernel as numpy and skips the compiler's checks, so a kernel can
@@ -49,6 +49,25 @@ for split in (False, True):  # the kernel's two variants: every split count > 1 
         GROUP=2, G_PAD=16, PAGE=16, BLOCK_N=64 if split else 128, HEAD_DIM=128, SPLIT=split,
         SPLIT_PAD=A.MAX_SPLITS, HAS_WINDOW=False, DOT=tl.bfloat16, PREC="tf32", PDL=False,
         E4M3_PAIRS=False), 4)
+
+from atom.kernels.triton import paged_multi_query_attention as MQ
+mq = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_ptr", "bt_ptr")
+          else "*bf16") for n in ("q_ptr", "kc_ptr", "vc_ptr", "o_ptr", "mid_o_ptr", "mid_lse_ptr",
+                                  "cu_q_ptr", "ctx_ptr", "bt_ptr")}
+mq |= {n: "i32" for n in ("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride",
+                          "c_blk_stride", "c_tok_stride", "c_head_stride", "bt_stride", "window",
+                          "head_dim", "n_q_heads", "n_splits")} | {"qk_scale": "fp32", "v_scale": "fp32"}
+# Llama-3-8B at k = 7 (8 queries x 4 heads) split, Qwen3-0.6B at k = 1 unsplit, an fp8 cache
+for g_pad, q_pad, split, kv, dot in ((4, 8, True, "*bf16", tl.bfloat16),
+                                     (2, 2, False, "*bf16", tl.bfloat16),
+                                     (4, 4, True, "*fp8e4nv", tl.float16)):
+    compile_sm90(MQ._multi_query_kernel, mq | {"kc_ptr": kv, "vc_ptr": kv}, dict(
+        GROUP=g_pad, G_PAD=g_pad, Q_PAD=q_pad, ROWS=max(16, g_pad * q_pad), PAGE=16, BLOCK_N=64,
+        HEAD_DIM=128, SPLIT=split, HAS_WINDOW=False, DOT=dot, PREC="tf32"), 4)
+compile_sm90(MQ._multi_query_merge_kernel, {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": "*bf16",
+             "v_scale": "fp32"} | {n: "i32" for n in ("o_tok_stride", "o_head_stride", "n_q_heads",
+                                                      "head_dim", "n_splits")},
+             dict(GROUP=4, SPLIT_PAD=MQ.MAX_SPLITS, HEAD_DIM=128), 4)
 
 from atom.kernels.triton import fused_moe as M
 moe = {"sorted_ptr": "*i32", "block_expert_ptr": "*i32", "weight_ptr": "*fp32",
@@ -207,8 +226,10 @@ def test_kernels_compile_for_sm90():
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
-        "_decode_kernel", "_decode_kernel", *["_moe_gemm_kernel"] * 12,
-        *["_count_kernel", "_offsets_kernel", "_scatter_kernel"] * 2, *["_mla_decode_kernel"] * 5, "_mla_merge_kernel", "_mla_rope_store_kernel",
+        "_decode_kernel", "_decode_kernel", *["_multi_query_kernel"] * 3,
+        "_multi_query_merge_kernel", *["_moe_gemm_kernel"] * 12,
+        *["_count_kernel", "_offsets_kernel", "_scatter_kernel"] * 2, *["_mla_decode_kernel"] * 5,
+        "_mla_merge_kernel", "_mla_rope_store_kernel",
         "_gather_latents_kernel", "_mla_prefill_kernel", "_mla_prefill_kernel",
         "_per_token_kernel", "_per_group_kernel"]
         + ["_rms_norm_quant_kernel"] * 2
