@@ -2,7 +2,9 @@
 
 A full block is identified by the hash chain of every token up to its end, so two sequences
 share a block only when their whole prefixes agree. Freed blocks keep their hash and stay
-findable until reused (oldest-freed first), which is what makes a repeated prompt hit.
+findable until reused (oldest-freed first, after every block never used), which is what makes
+a repeated prompt hit. Bookkeeping is per block ever used, not per block in the pool: a tiny
+model on an H200 has tens of millions of blocks, and building a table of them all took minutes.
 """
 from __future__ import annotations
 
@@ -19,16 +21,17 @@ class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool) -> None:
         self.num_blocks, self.block_size = num_blocks, block_size
         self.prefix_caching = enable_prefix_caching
-        self.ref_count = [0] * num_blocks
-        self.block_hash: list[int | None] = [None] * num_blocks
-        self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self.ref_count: dict[int, int] = {}  # held blocks only
+        self.block_hash: dict[int, int] = {}  # blocks whose contents are registered
+        self.free: OrderedDict[int, None] = OrderedDict()  # blocks freed, oldest first
+        self.fresh = 0  # blocks [fresh, num_blocks) were never used
         self.cached: dict[int, int] = {}  # hash → block id
         self.queries = 0  # prompt blocks looked up in the prefix cache
         self.hits = 0
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self.free)
+        return len(self.free) + self.num_blocks - self.fresh
 
     def blocks_needed(self, seq: Sequence, num_tokens: int) -> int:
         """Blocks to add so the sequence can hold `num_tokens` tokens in total."""
@@ -36,11 +39,13 @@ class BlockManager:
         return max(0, need - len(seq.block_table))
 
     def _take(self) -> int:
-        block, _ = self.free.popitem(last=False)
-        old = self.block_hash[block]
-        if old is not None and self.cached.get(old) == block:
-            del self.cached[old]
-        self.block_hash[block] = None
+        if self.fresh < self.num_blocks:
+            block, self.fresh = self.fresh, self.fresh + 1
+        else:
+            block, _ = self.free.popitem(last=False)
+            old = self.block_hash.pop(block, None)
+            if old is not None and self.cached.get(old) == block:
+                del self.cached[old]
         self.ref_count[block] = 1
         return block
 
@@ -64,9 +69,10 @@ class BlockManager:
             block = self.cached.get(h)
             if block is None:
                 break
-            if self.ref_count[block] == 0:
+            held = self.ref_count.get(block, 0)
+            if held == 0:
                 del self.free[block]
-            self.ref_count[block] += 1
+            self.ref_count[block] = held + 1
             seq.block_table.append(block)
         seq.num_cached_tokens = len(seq.block_table) * self.block_size
         seq.num_computed_tokens = seq.num_cached_tokens
@@ -88,7 +94,7 @@ class BlockManager:
     def try_allocate(self, seq: Sequence, num_tokens: int) -> bool:
         """Allocate what `num_tokens` needs if the pool has it; False (nothing taken) if not."""
         need = self.blocks_needed(seq, num_tokens)
-        if need > len(self.free):
+        if need > self.num_free_blocks:
             return False
         for _ in range(need):
             seq.block_table.append(self._take())
@@ -111,8 +117,11 @@ class BlockManager:
 
     def free_seq(self, seq: Sequence) -> None:
         for block in reversed(seq.block_table):
-            self.ref_count[block] -= 1
-            if self.ref_count[block] == 0:
+            held = self.ref_count[block] - 1
+            if held:
+                self.ref_count[block] = held
+            else:
+                del self.ref_count[block]
                 self.free[block] = None
         seq.block_table = []
         seq.num_hashed_blocks = 0
