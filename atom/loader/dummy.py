@@ -24,7 +24,9 @@ def fill_dummy(model: nn.Module, kind: str, seed: int = 0) -> None:
 
 
 def _fill(t: torch.Tensor, kind: str, name: str, gen: torch.Generator) -> torch.Tensor:
-    if kind == "zero":
+    if kind == "zero" or not t.is_floating_point():
+        # Integer tensors are tables (EAGLE-3's d2t: target id = draft id + d2t[draft id]):
+        # zeros are a valid one (the draft's ids are the target's first ones), random ints not.
         t.zero_()
     elif t.dim() >= 2:
         fan_in, fan_out = t.shape[-1], t.shape[-2]

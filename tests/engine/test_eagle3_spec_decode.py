@@ -390,3 +390,26 @@ def test_greedy_output_over_a_qwen_target_is_the_plain_output(tmp_path, heads, a
     got, _ = run(engine, _prompts(), GREEDY)
     assert [flat(c) for c in got] == want
     assert engine.core.stats().spec_draft_tokens > 0
+
+
+def test_a_head_with_a_reduced_vocabulary_runs_on_dummy_weights(target, tmp_path):
+    """The GPU benchmark's set-up (benchmarks/eagle3_bench.py): a head given by its config alone,
+    load.dummy=xavier for target and head; d2t, an integer table, is filled with zeros (the
+    draft's ids are the target's first DRAFT_VOCAB), so every draft is a target id and forced
+    acceptance gives its rate."""
+    head = tmp_path / "dummy_head"
+    head.mkdir()
+    config = {**COMMON, **ARCHS["llama"][1], "architectures": ["LlamaForCausalLMEagle3"],
+              "model_type": "llama", "num_hidden_layers": 1, "draft_vocab_size": DRAFT_VOCAB,
+              "hidden_act": "silu", "torch_dtype": "float32"}
+    (head / "config.json").write_text(json.dumps(config))
+    engine = _engine(target, "load.dummy=xavier", *_eagle3(head, 3),
+                     "specdecode.acceptance_length=3.0")
+    d2t = engine.core.executor.runner.drafter.head.d2t
+    assert d2t is not None and d2t.shape == (DRAFT_VOCAB,) and not d2t.any()
+    got, _ = run(engine, _prompts(), SamplingParams(temperature=0, max_tokens=48,
+                                                    ignore_eos=True))
+    assert all(len(flat(c)) == 48 for c in got)
+    s = engine.core.stats()
+    assert s.spec_draft_tokens > 50
+    assert abs(1 + s.spec_accepted_tokens / s.spec_verify_forwards - 3.0) < 0.4
