@@ -25,9 +25,10 @@ import zmq
 from atom.config.hosts import resolve_hosts
 from atom.config.schema import Config
 from atom.executor.rendezvous import Endpoints, endpoints, node_ranks, rank_env
+from atom.executor.step_ledger import RanksOutOfStep, StepLedger
 from atom.executor.worker import WorkerSpec
-from atom.executor.worker_ipc import (NO_MULTICAST_ENV, FromWorker, Flush, HostAlive, RunStep,
-                                      StepResult, Stop, WorkerFailed, WorkerReady)
+from atom.executor.worker_ipc import (NO_MULTICAST_ENV, FromWorker, Flush, HostAlive, Launched,
+                                      RunStep, StepResult, Stop, WorkerFailed, WorkerReady)
 from atom.runner.scheduler_output import SchedulerOutput
 
 log = logging.getLogger("atom.executor")
@@ -36,10 +37,18 @@ _POLL_MS = 200  # how often a wait checks that every rank is still alive
 _STOP_LINGER_MS = 2000  # at shutdown, how long unsent Stop frames to other hosts may take
 # Another host's launcher says it is alive every second; this much silence fails the engine.
 HOST_SILENCE_S = 10.0
+# After rank 0 says a step raised, how long the other ranks have to say it too: they raise at
+# the same point of the same host-side preparation, so this bounds a hang, not a wait.
+AGREE_S = 10.0
 
 
 class WorkerDied(RuntimeError):
     """A rank failed or exited: the engine cannot run another step."""
+
+
+class StepRaised(RuntimeError):
+    """A step raised on every rank before it ran: the ranks are as they were, and the engine
+    isolates the request behind it as it does in one process."""
 
 
 def start_ranks(spec: WorkerSpec, ranks: list[int], folder: str) -> list[subprocess.Popen]:
@@ -61,6 +70,11 @@ class RemoteStep:
     def __init__(self, executor: "MultiprocExecutor", number: int, rows: list[int]) -> None:
         self._executor, self._number, self.rows = executor, number, rows
         self.proposals: dict[int, list[int]] = {}  # rank 0's drafter's, set by result()
+
+    def launch_failure(self) -> Optional[Exception]:
+        """Whether the ranks raised launching this step (rank 0 says so before it answers the
+        step before, so asking after that answer costs no wait)."""
+        return self._executor.launch_failure(self._number)
 
     def result(self) -> tuple[dict[int, list[int]], dict]:
         if not self.rows:
@@ -84,10 +98,8 @@ class MultiprocExecutor:
         self._encode = msgspec.msgpack.Encoder().encode
         self._decode = msgspec.msgpack.Decoder(FromWorker).decode
         self._sent = 0  # steps sent
-        self._answered = 0  # steps whose result arrived
         self._flushed = 0  # the last step a Flush was sent for
-        self._results: dict[int, StepResult] = {}
-        self._rowless: set[int] = set()  # steps that sample nothing: their answer is dropped
+        self.ledger = StepLedger()
         self._procs: list[subprocess.Popen] = []
         self._push: list[zmq.Socket] = []
         self._heard: dict[int, float] = {}  # another host → when its launcher last spoke
@@ -146,34 +158,51 @@ class MultiprocExecutor:
         self._sent += 1
         rows = [i for i, r in enumerate(out.requests) if r.num_sampled]
         if not rows:
-            self._rowless.add(self._sent)
+            self.ledger.sent_rowless(self._sent)
         return RemoteStep(self, self._sent, rows)
 
     def wait(self, number: int) -> StepResult:
         """Rank 0's answer to step `number` (answers come in step order). The ranks hold the
         newest step until another arrives, so waiting for it asks them to finish it now."""
-        if number == self._sent and self._flushed < number and number > self._answered:
+        if number == self._sent and self._flushed < number and number > self.ledger.answered:
             frame = self._encode(Flush())
             for sock in self._push:
                 sock.send(frame)
             self._flushed = number
-        while self._answered < number:
-            msg = self._recv(None)
-            if isinstance(msg, StepResult):
-                self._answered += 1
-                if self._answered in self._rowless:
-                    self._rowless.discard(self._answered)
-                else:
-                    self._results[self._answered] = msg
-        return self._results.pop(number)
+        while (result := self.ledger.result(number)) is None:
+            self._take(self._recv(None))
+        return result
 
-    def _recv(self, deadline: Optional[float]) -> Any:
+    def launch_failure(self, number: int) -> Optional[Exception]:
+        """StepRaised if every rank raised launching step `number`, None if it launched; if
+        only some ranks raised, the others wait in a collective without them: WorkerDied."""
+        while not (status := self.ledger.launched(number))[0]:
+            self._take(self._recv(None))
+        error = status[1]
+        if error is None:
+            return None
+        deadline = time.monotonic() + AGREE_S
+        while not self.ledger.raised_everywhere(number, self.world_size):
+            self._take(self._recv(deadline, f"step {number} raised on rank 0 ({error}) but not "
+                                            f"on every rank within {AGREE_S:.0f} s"))
+        return StepRaised(error)
+
+    def _take(self, msg: Any) -> None:
+        if not isinstance(msg, (Launched, StepResult)):
+            return
+        try:
+            self.ledger.take(msg)
+        except RanksOutOfStep as e:
+            raise WorkerDied(str(e)) from None
+
+    def _recv(self, deadline: Optional[float],
+              late: str = "the ranks did not report ready in time") -> Any:
         """The next message of a rank (another host's liveness beats are taken in here)."""
         while True:
             while not self._pull.poll(_POLL_MS):
                 self._check_alive()
                 if deadline is not None and time.monotonic() > deadline:
-                    raise WorkerDied("the ranks did not report ready in time")
+                    raise WorkerDied(late)
             msg = self._decode(self._pull.recv())
             if isinstance(msg, WorkerFailed):
                 raise WorkerDied(f"rank {msg.rank} failed: {msg.message}")

@@ -29,8 +29,8 @@ from typing import Any, Callable
 import msgspec
 import zmq
 
-from atom.executor.worker_ipc import (Flush, RunStep, StepResult, Stop, ToWorker, WorkerFailed,
-                                      WorkerReady)
+from atom.executor.worker_ipc import (Flush, Launched, RunStep, StepResult, Stop, ToWorker,
+                                      WorkerFailed, WorkerReady)
 from atom.log_setup import configure_logging
 
 log = logging.getLogger("atom.worker")
@@ -105,19 +105,36 @@ def serve(spec: WorkerSpec, rank: int) -> None:
         blocks = _min_blocks(runner.num_blocks, backend)
         push.send(encode(WorkerReady(rank, blocks, runner.max_model_len, runner.vocab_size,
                                      runner.device.type)))
-        in_flight = None
+        in_flight, number = None, 0
 
         def answer(step: Any) -> None:
             if rank == 0:
                 sampled, logprobs = step.result()
                 push.send(encode(StepResult(sampled, logprobs, step.proposals)))
 
+        def raised(number: int, exc: Exception, in_flight: Any) -> None:
+            """Step `number` raised before it ran, on this rank (and, the same preparation of
+            the same step, on every rank): said, so the engine isolates its request; the step
+            before is answered."""
+            log.warning("rank %d: step %d raised %s: %s", rank, number, type(exc).__name__, exc)
+            push.send(encode(Launched(rank, number, f"{type(exc).__name__}: {exc}")))
+            if in_flight is not None:
+                answer(in_flight)
+
         while True:
             if not pull.poll(_POLL_MS):
                 if os.getppid() != spec.parent_pid:
                     return  # the engine is gone: nobody will ask for another step
                 continue
-            msg = decode(pull.recv())
+            try:
+                msg = decode(pull.recv())
+            except msgspec.ValidationError as exc:
+                # Flush and Stop carry nothing to refuse: a frame that does not decode is a
+                # step (its SamplingParams validate on decode), failed like a launch that raised.
+                number += 1
+                raised(number, exc, in_flight)
+                in_flight = None
+                continue
             if isinstance(msg, Stop):
                 return
             if isinstance(msg, Flush):
@@ -126,7 +143,15 @@ def serve(spec: WorkerSpec, rank: int) -> None:
                     in_flight = None
                 continue
             assert isinstance(msg, RunStep)
-            step = runner.launch(msg.out)
+            number += 1
+            try:
+                step = runner.launch(msg.out)
+            except Exception as exc:
+                raised(number, exc, in_flight)
+                in_flight = None
+                continue
+            if rank == 0:
+                push.send(encode(Launched(rank, number)))
             if in_flight is not None:
                 answer(in_flight)
             in_flight = step

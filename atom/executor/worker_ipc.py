@@ -6,7 +6,7 @@ pickle: with several hosts these frames cross a network.
 """
 from __future__ import annotations
 
-from typing import Union
+from typing import Optional, Union
 
 import msgspec
 
@@ -41,6 +41,18 @@ class StepResult(msgspec.Struct, tag="result"):
     proposals: dict[int, list[int]] = msgspec.field(default_factory=dict)
 
 
+class Launched(msgspec.Struct, tag="launched"):
+    """Whether step `number` (the ranks count the steps they are sent) launched: rank 0 says it
+    of every step, before answering the one before; another rank only when its launch raised.
+    A launch that raised changed nothing on the rank, so the engine can isolate the request
+    behind it (engine_core._isolate) if every rank raised it; if only some did, the others are
+    inside a collective without them and the engine fails."""
+
+    rank: int
+    number: int
+    error: Optional[str] = None
+
+
 class WorkerFailed(msgspec.Struct, tag="failed"):
     rank: int
     message: str
@@ -54,7 +66,7 @@ class HostAlive(msgspec.Struct, tag="alive"):
 
 
 ToWorker = Union[RunStep, Flush, Stop]
-FromWorker = Union[WorkerReady, StepResult, WorkerFailed, HostAlive]
+FromWorker = Union[WorkerReady, Launched, StepResult, WorkerFailed, HostAlive]
 
 
 # Every rank's process runs with NVLink multicast off: a program that uses it can take a shared

@@ -45,6 +45,7 @@ class EngineCore:
         self._penalized: set[str] = set()  # live requests whose sampling reads host token lists
         self._pending: list[StepOutput] = []
         self._gone: list[str] = []  # requests the executor may forget, told with the next step
+        self._told: tuple[list[Sequence], list[str]] = ([], [])  # what the last launch told
         self.async_scheduling = async_scheduling
         self._inflight: Optional[tuple[ScheduledBatch, LaunchedStepProtocol]] = None
         self._stats = EngineStats(kv_blocks_total=executor.num_blocks)
@@ -112,6 +113,11 @@ class EngineCore:
                 failure = exc
         if self._inflight is not None:
             outputs += self._resolve()
+        if launched is not None:
+            late = launched.launch_failure()  # ranks in other processes: known by now
+            if late is not None:
+                self._retell()
+                launched, failure = None, late
         if failure is not None:
             outputs += self._isolate(batch, failure)
         if launched is not None:
@@ -142,6 +148,10 @@ class EngineCore:
                                  {j: d for j, (_, _, d) in enumerate(part) if d})
             try:
                 launched = self._launch(sub)
+                late = launched.launch_failure()
+                if late is not None:
+                    self._retell()
+                    raise late
             except Exception as exc:
                 self._raise_if_device_lost(exc)
                 if len(part) == 1:
@@ -183,7 +193,21 @@ class EngineCore:
 
     def _launch(self, batch: ScheduledBatch) -> LaunchedStepProtocol:
         gone, self._gone = self._gone, []
-        return self.executor.execute(batch.output(gone))
+        self._told = ([s for s in batch.seqs if not s.announced], gone)
+        try:
+            return self.executor.execute(batch.output(gone))
+        except Exception:
+            self._retell()
+            raise
+
+    def _retell(self) -> None:
+        """The last launch raised, maybe before the runner read it (other ranks: the step failed
+        to encode or to decode), so what it told the runner (new requests, finished ones) is told
+        again with the next step; telling a runner twice changes nothing."""
+        fresh, gone = self._told
+        for seq in fresh:
+            seq.announced = False
+        self._gone = gone + self._gone
 
     def _resolve(self) -> list[StepOutput]:
         assert self._inflight is not None

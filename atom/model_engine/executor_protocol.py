@@ -2,12 +2,16 @@
 failure, and what it was built with. The builder hands the core one (atom/executor/)."""
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Optional, Protocol
 
 from atom.runner.scheduler_output import SchedulerOutput
 
 
 class LaunchedStepProtocol(Protocol):
+    def launch_failure(self) -> Optional[Exception]:
+        """The exception the step's launch raised where it ran, or None. In one process a launch
+        raises in the call; other ranks say so after it (asked once the step before resolved)."""
+
     def result(self) -> tuple[dict[int, list[int]], dict]:
         """(batch index → tokens kept, batch index → their logprob records); waits for it."""
 

@@ -60,6 +60,10 @@ class LaunchedStep:
             self._event = torch.cuda.Event()
             self._event.record()
 
+    def launch_failure(self) -> Optional[Exception]:
+        """None: a launch in this process that raised raised in the call."""
+        return None
+
     def result(self) -> tuple[dict[int, list[int]], dict[int, list[TokenLogprob]]]:
         """(batch index → the tokens it keeps, batch index → their logprob records); waits for
         this step. Read once: a drafter reads it inside the launch, and the forced schedule

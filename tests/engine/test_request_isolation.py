@@ -116,3 +116,35 @@ def test_a_prompt_larger_than_the_whole_cache_is_refused_not_fatal(ckpt):
         engine.add_request(list(range(3, 53)), SamplingParams(max_tokens=2))
     assert engine.generate([[4, 5, 6]], SamplingParams(temperature=0, max_tokens=3))[0]["token_ids"]
     _assert_drained(engine)
+
+
+def _too_many_logprobs() -> SamplingParams:
+    sp = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    sp.logprobs = 10**6  # torch.topk past the vocabulary raises, inside the rank's step
+    return sp
+
+
+@pytest.mark.parametrize("poison", [_poisoned, _too_many_logprobs], ids=["seed", "logprobs"])
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "async"])
+def test_on_two_ranks_a_request_whose_step_raises_fails_alone(ckpt, overlap, poison):
+    """Tensor parallelism on two gloo ranks: a step that raises in every rank's launch (the
+    logprob count) or while the core encodes it for them (a seed msgpack cannot carry) fails its
+    request alone; the ranks stay in step and give the others one process's tokens."""
+    greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    prompts = _prompts()
+    clean = _engine(ckpt, overlap).generate(prompts, greedy)
+    engine = local_engine(ckpt, "scheduler.max_num_batched_tokens=64", "kv_cache.block_size=16",
+                          f"scheduler.async_scheduling={str(overlap).lower()}",
+                          "parallel.tensor_parallel_size=2")
+    try:
+        params = [poison() if i == 2 else greedy for i in range(len(prompts))]
+        outs = engine.generate(prompts, params)
+        assert outs[2]["finish_reason"] == "error" and outs[2]["token_ids"] == []
+        for i, out in enumerate(outs):
+            if i != 2:
+                assert out["error"] is None and out["token_ids"] == clean[i]["token_ids"], i
+        _assert_drained(engine)
+        again = engine.generate(prompts, greedy)
+        assert [o["token_ids"] for o in again] == [o["token_ids"] for o in clean]
+    finally:
+        engine.shutdown()
