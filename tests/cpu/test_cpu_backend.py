@@ -75,8 +75,9 @@ def _paged(ctx_lens: list[int], hq: int, hk: int, d: int, page: int):
 
 
 @pytest.mark.parametrize("window", [None, 5])
-def test_batched_decode_attention_matches_reference(window):
-    q, kc, vc, meta = _paged([1, 7, 16, 33], hq=6, hk=2, d=16, page=8)
+@pytest.mark.parametrize("ctx", [[1, 7, 16, 33], [21]], ids=["4-seqs", "1-seq"])  # 1: heads batched
+def test_batched_decode_attention_matches_reference(window, ctx):
+    q, kc, vc, meta = _paged(ctx, hq=6, hk=2, d=16, page=8)
     be = get_backend("cpu")
     out = be.attention(q, kc, vc, meta, 0.25, 1.0, 1.0, window)
     ref = torch_ref.attention(q, kc, vc, meta, 0.25, 1.0, 1.0, window)
@@ -84,14 +85,15 @@ def test_batched_decode_attention_matches_reference(window):
 
 
 @pytest.mark.parametrize("t", [1, 3])  # one row: its views' row strides are arbitrary
-def test_rope_store_kv_matches_reference(t):
+@pytest.mark.parametrize("rot", [12, 16], ids=["partial", "full"])
+def test_rope_store_kv_matches_reference(t, rot):
     hq, hk, d, page = 4, 2, 16, 4
     qkv = torch.randn(t, (hq + 2 * hk) * d)
     q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
     q, k, v = q.reshape(-1, hq, d), k.reshape(-1, hk, d), v.reshape(-1, hk, d)  # as the model does
     assert cpu_backend._adjacent_heads(q, k) is not None  # the one-rotation path, not the fallback
     positions = torch.tensor([0, 5, 9])[:t]
-    cos_sin = torch.randn(16, 12)  # partial rotary: 12 of 16 dims
+    cos_sin = torch.randn(16, rot)
     slots = torch.tensor([3, -1, 6])[:t]
     results = []
     for be in (get_backend("cpu"), get_backend("torch")):
@@ -100,3 +102,19 @@ def test_rope_store_kv_matches_reference(t):
         results.append((qr, kc, vc))
     for a, b in zip(*results):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_rope_tables_are_shared_by_equal_layers_only():
+    """Every layer holds its own copy of one rotary table: the cpu backend builds the step's
+    rows once for equal copies, and never reuses them for a table that differs."""
+    hq, hk, d = 2, 1, 8
+    q, k, v = torch.randn(1, hq + 2 * hk, d).split([hq, hk, hk], dim=1)
+    positions, slots = torch.tensor([3]), torch.tensor([1])
+    table = torch.randn(8, d)
+    cpu, ref = get_backend("cpu"), get_backend("torch")
+    for cache in (table, table.clone(), table * 0.5):
+        out = [be.rope_store_kv(positions, q, k, v, torch.zeros(1, 4, hk, d),
+                                torch.zeros(1, 4, hk, d), slots, 1.0, 1.0, cache, True)
+               for be in (cpu, ref)]
+        assert torch.allclose(out[0], out[1], atol=1e-6)
+    assert len({id(c) for _, c in cpu._rope_alias.values()}) == 2
