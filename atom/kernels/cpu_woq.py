@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
 from atom.kernels.quantized_weight import QuantizedWeight
 
-TIMED_ROWS = (1, 2, 4, 8, 16, 32)  # row counts timed per shape (decode batches; prefill is dense)
+# Row counts timed per shape (decode batches; prefill is dense). At 32 rows int4 ran 2-4x
+# slower than dense bf16 for every SmolLM2 shape, so past the last count a shape is dense.
+TIMED_ROWS = (1, 2, 4, 8, 16)
 
 
 @dataclass
@@ -89,44 +91,72 @@ class CpuQuantizedLinear:
         self.int4, self.dense, self.int4_max_rows = int4, dense, int4_max_rows
 
     def __call__(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-        flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
-        xb = flat.to(torch.bfloat16)
-        if self.int4 is not None and xb.shape[0] <= self.int4_max_rows:
-            y = self.int4(xb)
+        two_d = x.dim() == 2
+        xb = (x if two_d else x.reshape(-1, x.shape[-1])).to(torch.bfloat16)
+        int4 = self.int4
+        if int4 is not None and xb.shape[0] <= self.int4_max_rows:
+            y = int4(xb)
         else:
             y = F.linear(xb, self.dense)
         y = y.to(x.dtype)
-        if x.dim() != 2:
+        if not two_d:
             y = y.view(*x.shape[:-1], y.shape[-1])
         return y if bias is None else y + bias
 
 
-def _seconds(fn: Callable[[], object], reps: int = 2) -> float:
-    fn()
-    best = float("inf")
+Key = tuple  # (weight shape, planes, group size): weights that share a kernel choice
+
+
+def _key(lin: CpuQuantizedLinear) -> Key:
+    assert lin.int4 is not None
+    return (tuple(lin.dense.shape), lin.int4.planes, lin.int4.group_size)
+
+
+def _sweep(linears: list[CpuQuantizedLinear], keys: list[Key], xs: dict[int, torch.Tensor],
+           timed: set, int4: bool, reps: int = 3) -> dict[Key, float]:
+    """Every weight in the model's order, as a forward reads them; the CPU seconds spent in
+    each timed shape's weights (the best of reps), those run by the int4 kernel or dense bf16.
+    The other shapes run dense, as they will. CPU time, not wall: a neighbour that takes the
+    core for a while moves wall time by more than the two kernels differ."""
+    best: dict[Key, float] = {}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
+        spent = dict.fromkeys(timed, 0.0)
+        for lin, key in zip(linears, keys):
+            x = xs[lin.dense.shape[1]]
+            if key not in timed:
+                F.linear(x, lin.dense)
+                continue
+            t0 = time.process_time()
+            lin.int4(x) if int4 else F.linear(x, lin.dense)  # type: ignore[misc]
+            spent[key] += time.process_time() - t0
+        best = {k: min(v, best.get(k, v)) for k, v in spent.items()}
     return best
 
 
-def int4_max_rows(linears: list[CpuQuantizedLinear], rows: tuple[int, ...] = TIMED_ROWS) -> int:
-    """The largest timed row count at which the int4 kernel beats dense bf16 (0: never), timed
-    over every layer's weight of one shape in turn, as a forward reads them: one weight timed
-    alone stays in the core's cache, where dense bf16's 4x bytes cost nothing, and in a real
-    forward they come from memory (dense bf16 ran 2-3x slower in the engine than alone at 8
-    rows). Stopped at the first loss: int4's cost grows with the rows, dense bf16's barely
-    does, so past one crossover there is no other."""
-    k = linears[0].dense.shape[1]
-    best = 0
+def int4_max_rows(linears: list[CpuQuantizedLinear], rows: tuple[int, ...] = TIMED_ROWS
+                  ) -> dict[Key, int]:
+    """Per shape, the largest timed row count at which the int4 kernel beats dense bf16 (0:
+    never). Timed inside sweeps over every weight in the model's order, as a forward reads
+    them: timed shape by shape, a shape's weights stay in the cache between repeats, where
+    dense bf16's 4x bytes cost nothing (that chose dense for the MLP's down projection at 8
+    rows, which in the engine ran 6% slower for it). Past its first loss a shape stays dense:
+    int4's cost grows with the rows (it is compute-bound above ~4), dense bf16's barely does."""
+    keys = [_key(lin) for lin in linears]
+    widths = {lin.dense.shape[1] for lin in linears}
+    best = dict.fromkeys(keys, 0)
+    alive = set(keys)
     for m in rows:
-        x = torch.randn(m, k).to(torch.bfloat16)
-        int4 = _seconds(lambda: [lin.int4(x) for lin in linears])  # type: ignore[misc]
-        dense = _seconds(lambda: [F.linear(x, lin.dense) for lin in linears])
-        if int4 >= dense:
+        xs = {k: torch.randn(m, k).to(torch.bfloat16) for k in widths}
+        _sweep(linears, keys, xs, alive, True, reps=1)  # warm-up
+        int4 = _sweep(linears, keys, xs, alive, True)
+        dense = _sweep(linears, keys, xs, alive, False)
+        for key in list(alive):
+            if int4[key] < dense[key]:
+                best[key] = m
+            else:
+                alive.discard(key)
+        if not alive:
             break
-        best = m
     return best
 
 
@@ -135,19 +165,13 @@ def prepare(qw: QuantizedWeight) -> CpuQuantizedLinear:
     return CpuQuantizedLinear(int4_planes(qw), qw.dequantize(torch.float32).to(torch.bfloat16), 0)
 
 
-def choose(linears: list[CpuQuantizedLinear]) -> dict[tuple, int]:
-    """Time each shape once over all its weights; drop the int4 kernel where it never wins.
-    Returns the crossover per (shape, planes, group)."""
-    groups: dict[tuple, list[CpuQuantizedLinear]] = {}
-    for lin in linears:
-        if lin.int4 is not None:
-            key = (tuple(lin.dense.shape), lin.int4.planes, lin.int4.group_size)
-            groups.setdefault(key, []).append(lin)
-    out = {}
-    for key, group in groups.items():
-        out[key] = limit = int4_max_rows(group)
-        for lin in group:
-            lin.int4_max_rows = limit
-            if limit == 0:
-                lin.int4 = None
+def choose(linears: list[CpuQuantizedLinear]) -> dict[Key, int]:
+    """Time every shape's crossover over the whole model at once (int4_max_rows); drop the
+    int4 kernel where it never wins. Returns the crossover per (shape, planes, group)."""
+    packed = [lin for lin in linears if lin.int4 is not None]
+    out = int4_max_rows(packed) if packed else {}
+    for lin in packed:
+        lin.int4_max_rows = out[_key(lin)]
+        if lin.int4_max_rows == 0:
+            lin.int4 = None
     return out
