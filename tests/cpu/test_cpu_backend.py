@@ -32,7 +32,8 @@ def test_quantized_linear_matches_dequantized_float(qt, rows):
     ref = torch.nn.functional.linear(x, qw.dequantize(), bias)
     int4 = cpu_woq.int4_planes(qw)
     assert int4 is not None and int4.planes == (2 if qt in (T.Q5_1, T.Q8_0) else 1)
-    dense = qw.dequantize().to(torch.bfloat16)
+    dense = cpu_woq.DenseBf16(qw.dequantize().to(torch.bfloat16))
+    assert dense.packed  # oneDNN's blocked layout, the path this machine runs
     for limit in (0, 64):  # dense bf16 only, int4 only
         out = cpu_woq.CpuQuantizedLinear(int4, dense, limit)(x, bias)
         assert out.dtype == x.dtype and rel_err(out, ref) < BF16_TOL, (limit, rel_err(out, ref))
