@@ -38,21 +38,33 @@ class DecodeGather:
             keep &= kpos > last - sliding_window
         # Additive, [B, 1, keys]: each layer adds it inside its first matmul.
         self.bias = torch.zeros(keep.shape).masked_fill_(~keep, float("-inf")).unsqueeze(1)
+        # One sequence whose pages follow each other in the pool (a lone stream's usually do):
+        # its keys are one run of cache slots from here, read in place, not gathered.
+        self.first_slot: Optional[int] = None
+        p = self.pages
+        if block_tables.shape[0] == 1 and (nblocks == 1 or bool((p[1:] - p[:-1] == 1).all())):
+            self.first_slot = int(p[0]) * block_size
+
+    def keys_of(self, cache: torch.Tensor) -> torch.Tensor:
+        """cache's keys (or values) of every sequence, [B * keys, Hk, D]."""
+        if self.first_slot is not None:
+            return cache.view(-1, *cache.shape[2:]).narrow(0, self.first_slot, self.keys)
+        return cache.index_select(0, self.pages)
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      g: DecodeGather, scale: float, k_scale: float, v_scale: float) -> torch.Tensor:
     """One query per sequence: q [B, Hq, D] over each sequence's first context_lens keys.
-    One index_select per cache gathers every sequence's pages as [B, keys, Hk, D]; with one
-    sequence its KV heads are the batch of three BLAS ops (29 against 51 us per layer for one
+    One index_select per cache gathers every sequence's pages as [B, keys, Hk, D] (one
+    sequence on consecutive pages reads them in place); with one sequence its KV heads are the batch of three BLAS ops (29 against 51 us per layer for one
     batched matmul per head at SmolLM2's 9 query / 3 KV heads); with more, the gathered pages
     go to scaled_dot_product_attention as [B, Hk, keys, D] views, GQA groups sharing their KV
     head (68 against 109 us per layer at 8 sequences of 48 keys, 1.23 against 1.45 ms at 32 of
     150, than one batched matmul per KV head)."""
     b, hq, d = q.shape
     hk = k_cache.shape[2]
-    k = _read(k_cache.index_select(0, g.pages), k_scale, q.dtype)
-    v = _read(v_cache.index_select(0, g.pages), v_scale, q.dtype)
+    k = _read(g.keys_of(k_cache), k_scale, q.dtype)
+    v = _read(g.keys_of(v_cache), v_scale, q.dtype)
     if b == 1:
         scores = torch.baddbmm(g.bias, q.view(hk, hq // hk, d),
                                k.view(g.keys, hk, d).permute(1, 2, 0), alpha=scale)

@@ -76,10 +76,14 @@ def _paged(ctx_lens: list[int], hq: int, hk: int, d: int, page: int):
 
 
 @pytest.mark.parametrize("window", [None, 5])
-@pytest.mark.parametrize("ctx", [[1, 7, 16, 33], [21]], ids=["4-seqs", "1-seq"])  # 1: heads batched
-def test_batched_decode_attention_matches_reference(window, ctx):
+@pytest.mark.parametrize("ctx,in_place", [([1, 7, 16, 33], False), ([21], False), ([21], True)],
+                         ids=["4-seqs", "1-seq", "1-seq-consecutive-pages"])  # 1: heads batched
+def test_batched_decode_attention_matches_reference(window, ctx, in_place):
     q, kc, vc, meta = _paged(ctx, hq=6, hk=2, d=16, page=8)
+    if in_place:  # pages 2, 3, 4 of the pool: read where they lie, not gathered
+        meta.block_tables[0] = torch.arange(2, 2 + meta.block_tables.shape[1])
     be = get_backend("cpu")
+    assert (be._decode_gather(meta, len(ctx), kc, window).first_slot is not None) == in_place
     out = be.attention(q, kc, vc, meta, 0.25, 1.0, 1.0, window)
     ref = torch_ref.attention(q, kc, vc, meta, 0.25, 1.0, 1.0, window)
     assert rel_err(out, ref) < 1e-6
