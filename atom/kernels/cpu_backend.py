@@ -45,15 +45,17 @@ class DecodeGather:
         if block_tables.shape[0] == 1 and (nblocks == 1 or bool((p[1:] - p[:-1] == 1).all())):
             self.first_slot = int(p[0]) * block_size
 
-    def keys_of(self, cache: torch.Tensor) -> torch.Tensor:
-        """cache's keys (or values) of every sequence, [B * keys, Hk, D]."""
+    def keys_of(self, cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """cache's keys (or values) of every sequence, [B * keys, Hk, D]; slots is the cache
+        viewed as [num_blocks * block_size, Hk, D]."""
         if self.first_slot is not None:
-            return cache.view(-1, *cache.shape[2:]).narrow(0, self.first_slot, self.keys)
-        return cache.index_select(0, self.pages)
+            return slots.narrow(0, self.first_slot, self.keys)
+        return cache.index_select(0, self.pages).view(-1, *cache.shape[2:])
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     g: DecodeGather, scale: float, k_scale: float, v_scale: float) -> torch.Tensor:
+                     k_slots: torch.Tensor, v_slots: torch.Tensor, g: DecodeGather, scale: float,
+                     k_scale: float, v_scale: float) -> torch.Tensor:
     """One query per sequence: q [B, Hq, D] over each sequence's first context_lens keys.
     One index_select per cache gathers every sequence's pages as [B, keys, Hk, D] (one
     sequence on consecutive pages reads them in place); with one sequence its KV heads are the batch of three BLAS ops (29 against 51 us per layer for one
@@ -63,13 +65,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     150, than one batched matmul per KV head)."""
     b, hq, d = q.shape
     hk = k_cache.shape[2]
-    k = _read(g.keys_of(k_cache), k_scale, q.dtype)
-    v = _read(g.keys_of(v_cache), v_scale, q.dtype)
+    k = _read(g.keys_of(k_cache, k_slots), k_scale, q.dtype)
+    v = _read(g.keys_of(v_cache, v_slots), v_scale, q.dtype)
     if b == 1:
-        scores = torch.baddbmm(g.bias, q.view(hk, hq // hk, d),
-                               k.view(g.keys, hk, d).permute(1, 2, 0), alpha=scale)
-        return torch.bmm(torch.softmax(scores, dim=-1),
-                         v.view(g.keys, hk, d).transpose(0, 1)).view(1, hq, d)
+        scores = torch.baddbmm(g.bias, q.view(hk, hq // hk, d), k.permute(1, 2, 0), alpha=scale)
+        return torch.bmm(torch.softmax(scores, dim=-1), v.transpose(0, 1)).view(1, hq, d)
     out = F.scaled_dot_product_attention(
         q.unsqueeze(2), k.view(b, g.keys, hk, d).transpose(1, 2),
         v.view(b, g.keys, hk, d).transpose(1, 2), attn_mask=g.bias.unsqueeze(1), scale=scale,
@@ -216,6 +216,7 @@ class CpuBackend(torch_ref.TorchBackend):
             return torch_ref.attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale,
                                        sliding_window)
         head = decode_attention(q if n == q.shape[0] else q.narrow(0, 0, n), k_cache, v_cache,
+                                self._slots_view(k_cache), self._slots_view(v_cache),
                                 self._decode_gather(meta, n, k_cache, sliding_window),
                                 scale, k_scale, v_scale)
         if n == meta.num_seqs:
