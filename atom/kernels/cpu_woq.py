@@ -95,7 +95,9 @@ class DenseBf16:
 
     def __init__(self, weight: torch.Tensor) -> None:
         self.shape = weight.shape
-        self.packed = torch.backends.mkldnn.is_available()
+        # oneDNN takes bf16 only where the CPU has AVX-512 (BF16 or emulated): elsewhere F.linear.
+        self.packed = (torch.backends.mkldnn.is_available()
+                       and torch.ops.mkldnn._is_mkldnn_bf16_supported())
         self.weight = (torch.ops.mkldnn._reorder_linear_weight(weight, self.PACK_ROWS)
                        if self.packed else weight)
 

@@ -33,8 +33,7 @@ def test_quantized_linear_matches_dequantized_float(qt, rows):
     int4 = cpu_woq.int4_planes(qw)
     assert int4 is not None and int4.planes == (2 if qt in (T.Q5_1, T.Q8_0) else 1)
     dense = cpu_woq.DenseBf16(qw.dequantize().to(torch.bfloat16))
-    assert dense.packed  # oneDNN's blocked layout, the path this machine runs
-    for limit in (0, 64):  # dense bf16 only, int4 only
+    for limit in (0, 64):  # dense bf16 only (oneDNN's blocked layout where it runs bf16), int4 only
         out = cpu_woq.CpuQuantizedLinear(int4, dense, limit)(x, bias)
         assert out.dtype == x.dtype and rel_err(out, ref) < BF16_TOL, (limit, rel_err(out, ref))
 
@@ -123,3 +122,10 @@ def test_rope_tables_are_shared_by_equal_layers_only():
                for be in (cpu, ref)]
         assert torch.allclose(out[0], out[1], atol=1e-6)
     assert len({id(c) for _, c in cpu._rope_alias.values()}) == 2
+
+
+@pytest.mark.parametrize("rows", [1, 16, 256])  # decode, the reorder's hint, a prefill chunk
+def test_reordered_dense_bf16_equals_plain_linear(rows):
+    w = torch.randn(96, 256).to(torch.bfloat16)
+    x = torch.randn(rows, 256).to(torch.bfloat16)
+    assert torch.equal(cpu_woq.DenseBf16(w)(x), torch.nn.functional.linear(x, w))
