@@ -57,12 +57,12 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      k_slots: torch.Tensor, v_slots: torch.Tensor, g: DecodeGather, scale: float,
                      k_scale: float, v_scale: float) -> torch.Tensor:
     """One query per sequence: q [B, Hq, D] over each sequence's first context_lens keys.
-    One index_select per cache gathers every sequence's pages as [B, keys, Hk, D] (one
-    sequence on consecutive pages reads them in place); with one sequence its KV heads are the batch of three BLAS ops (29 against 51 us per layer for one
-    batched matmul per head at SmolLM2's 9 query / 3 KV heads); with more, the gathered pages
-    go to scaled_dot_product_attention as [B, Hk, keys, D] views, GQA groups sharing their KV
-    head (68 against 109 us per layer at 8 sequences of 48 keys, 1.23 against 1.45 ms at 32 of
-    150, than one batched matmul per KV head)."""
+    One index_select per cache gathers every sequence's pages as [B, keys, Hk, D] (one sequence
+    on consecutive pages reads them in place). With one sequence its KV heads are the batch of
+    three BLAS ops (29 against 51 us per layer for one batched matmul per head, SmolLM2's 9
+    query and 3 KV heads); with more, the pages go to scaled_dot_product_attention as
+    [B, Hk, keys, D] views, each GQA group sharing its KV head (68 against 109 us per layer at
+    8 sequences of 48 keys, 1.23 against 1.45 ms at 32 of 150)."""
     b, hq, d = q.shape
     hk = k_cache.shape[2]
     k = _read(g.keys_of(k_cache, k_slots), k_scale, q.dtype)
