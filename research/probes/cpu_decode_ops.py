@@ -1,11 +1,15 @@
 """CPU decode of the embedded default (SmolLM2-135M Q4_1 GGUF, the `cpu` kernel backend): the
-torch ops one decode forward dispatches, and CPU time per token split into the forward and the
-rest of the engine step (scheduler, prepare, sampling, detokenizing).
+torch ops one decode step dispatches (forward and sampling), and CPU time per decode step split
+into the int4 kernels, the rest of the forward and sampling, and the engine outside them
+(scheduler, prepare, output processing).
 
 CPU time (`time.process_time`) at one thread is the measure: on a shared 2-core machine wall
 time at 2 threads swings with the neighbours' load, CPU time of one thread barely does.
 
-    python research/probes/cpu_decode_ops.py [--threads 1] [--tokens 128] [--streams 1]
+    python research/probes/cpu_decode_ops.py [--threads 1] [--tokens 128] [--streams 1 8]
+        [--skip-int4] [--top N]
+
+Before/after: run it on each tree (the old one through PYTHONPATH at a `git archive` of it).
 """
 from __future__ import annotations
 
@@ -130,7 +134,8 @@ def main() -> None:
     for s in args.streams:
         runs = [time_decode(engine, s, args.tokens, args.skip_int4) for _ in range(args.repeats)]
         cpu, inside, int4, wall, int4_wall = (min(r[i] for r in runs) for i in range(5))
-        print(f"streams={s} threads={args.threads}{' skip-int4' if args.skip_int4 else ''}: CPU {cpu:.2f} ms/step "
+        mode = " skip-int4" if args.skip_int4 else ""
+        print(f"streams={s} threads={args.threads}{mode}: CPU {cpu:.2f} ms/step "
               f"({inside:.2f} in forward + sampling, of which {int4:.2f} in int4 kernels and "
               f"{inside - int4:.2f} in the rest; {cpu - inside:.2f} outside), "
               f"wall {wall:.2f} ms/step = {1e3 * s / wall:.1f} tok/s ({int4_wall:.2f} in int4)")
