@@ -3,9 +3,9 @@
 
 On the CPU every torch op costs microseconds of dispatch, so per-step host work is op count:
 the reference attention runs ~15 ops per sequence per layer, which at 8 decoding sequences and
-30 layers is more than the matmuls. Here all one-query sequences attend in one gather and one
-scaled_dot_product_attention per layer. Everything stays float32 except what the quantized
-kernels compute in bf16; `runtime.kernels=torch` is the float32 oracle it is tested against.
+30 layers is more than the matmuls. Here all one-query sequences attend in one gather per cache
+and one to three ops per layer. Everything stays float32 except what the quantized kernels
+compute in bf16; `runtime.kernels=torch` is the float32 oracle it is tested against.
 """
 from __future__ import annotations
 
@@ -38,24 +38,42 @@ class DecodeGather:
             keep &= kpos > last - sliding_window
         # Additive, [B, 1, keys]: each layer adds it inside its first matmul.
         self.bias = torch.zeros(keep.shape).masked_fill_(~keep, float("-inf")).unsqueeze(1)
+        # One sequence whose pages follow each other in the pool (a lone stream's usually do):
+        # its keys are one run of cache slots from here, read in place, not gathered.
+        self.first_slot: Optional[int] = None
+        p = self.pages
+        if block_tables.shape[0] == 1 and (nblocks == 1 or bool((p[1:] - p[:-1] == 1).all())):
+            self.first_slot = int(p[0]) * block_size
+
+    def keys_of(self, cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """cache's keys (or values) of every sequence, [B * keys, Hk, D]; slots is the cache
+        viewed as [num_blocks * block_size, Hk, D]."""
+        if self.first_slot is not None:
+            return slots.narrow(0, self.first_slot, self.keys)
+        return cache.index_select(0, self.pages).view(-1, *cache.shape[2:])
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     g: DecodeGather, scale: float, k_scale: float, v_scale: float) -> torch.Tensor:
+                     k_slots: torch.Tensor, v_slots: torch.Tensor, g: DecodeGather, scale: float,
+                     k_scale: float, v_scale: float) -> torch.Tensor:
     """One query per sequence: q [B, Hq, D] over each sequence's first context_lens keys.
-    One index_select per cache gathers every sequence's pages as [B, keys, Hk, D]; each KV
-    head's [keys, D] slice is then a strided matrix BLAS reads in place, so a GQA group's
-    queries share one batched matmul and K/V are neither repeated nor transposed (2-3x faster
-    than permuting the gathered cache for one 4-d matmul at 8-32 sequences)."""
+    One index_select per cache gathers every sequence's pages as [B, keys, Hk, D] (one sequence
+    on consecutive pages reads them in place). With one sequence its KV heads are the batch of
+    three BLAS ops (29 against 51 us per layer for one batched matmul per head, SmolLM2's 9
+    query and 3 KV heads); with more, the pages go to scaled_dot_product_attention as
+    [B, Hk, keys, D] views, each GQA group sharing its KV head (68 against 109 us per layer at
+    8 sequences of 48 keys, 1.23 against 1.45 ms at 32 of 150)."""
     b, hq, d = q.shape
     hk = k_cache.shape[2]
-    k = _read(k_cache.index_select(0, g.pages), k_scale, q.dtype).view(b, g.keys, hk, d)
-    v = _read(v_cache.index_select(0, g.pages), v_scale, q.dtype).view(b, g.keys, hk, d)
-    groups = q.view(b, hk, hq // hk, d)
-    out = torch.empty_like(groups)
-    for qh, kh, vh, oh in zip(groups.unbind(1), k.unbind(2), v.unbind(2), out.unbind(1)):
-        scores = torch.baddbmm(g.bias, qh, kh.transpose(1, 2), alpha=scale)
-        torch.bmm(torch.softmax(scores, dim=-1), vh, out=oh)
+    k = _read(g.keys_of(k_cache, k_slots), k_scale, q.dtype)
+    v = _read(g.keys_of(v_cache, v_slots), v_scale, q.dtype)
+    if b == 1:
+        scores = torch.baddbmm(g.bias, q.view(hk, hq // hk, d), k.permute(1, 2, 0), alpha=scale)
+        return torch.bmm(torch.softmax(scores, dim=-1), v.transpose(0, 1)).view(1, hq, d)
+    out = F.scaled_dot_product_attention(
+        q.unsqueeze(2), k.view(b, g.keys, hk, d).transpose(1, 2),
+        v.view(b, g.keys, hk, d).transpose(1, 2), attn_mask=g.bias.unsqueeze(1), scale=scale,
+        enable_gqa=hk != hq)
     return out.view(b, hq, d)
 
 
@@ -68,15 +86,23 @@ def _write(x: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
     return x if x.dtype == dtype else torch_ref._quant(x, dtype, scale)
 
 
+def rope_tables(positions: torch.Tensor, cos_sin_cache: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """This step's rows of the cache as [T, 1, rot] multipliers of x and of x with its halves
+    swapped: (cos | cos) and (-sin | sin), built once per step for every layer."""
+    cos, sin = cos_sin_cache.index_select(0, positions.long()).unsqueeze(1).chunk(2, dim=-1)
+    return torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
+
+
 def _neox_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [T, H, D] rotated in its first rot = 2 * cos.shape[-1] dims (NeoX halves layout)."""
-    half = cos.shape[-1]
-    rot = 2 * half
-    x1, x2 = x[..., :half], x[..., half:rot]
-    parts = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
-    if rot < x.shape[-1]:
-        parts.append(x[..., rot:])
-    return torch.cat(parts, dim=-1)
+    """x [T, H, D] rotated in its first rot = cos.shape[-1] dims (NeoX halves layout), cos and
+    sin from rope_tables: x * cos + roll(x) * sin, three ops instead of nine."""
+    rot = cos.shape[-1]
+    if rot == x.shape[-1]:
+        return torch.addcmul(x * cos, x.roll(rot // 2, dims=-1), sin)
+    xr = x[..., :rot]
+    return torch.cat([torch.addcmul(xr * cos, xr.roll(rot // 2, dims=-1), sin), x[..., rot:]],
+                     dim=-1)
 
 
 def _adjacent_heads(q: torch.Tensor, k: torch.Tensor) -> Optional[torch.Tensor]:
@@ -103,9 +129,14 @@ class CpuBackend(torch_ref.TorchBackend):
         self._slots: Optional[tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]] = None
         self._rope: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = None
         self._gather: Optional[tuple[AttentionMetadata, Optional[int], DecodeGather]] = None
+        # Per-layer tensors, keyed by identity (held): each layer's rotary table mapped to the
+        # first equal one (every layer builds its own copy, so the step's tables would be
+        # rebuilt 30 times), and each cache's [slots, Hk, D] view.
+        self._rope_alias: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._flat: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def rms_norm(self, x, weight, eps):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+        return F.rms_norm(x, weight.shape, weight, eps)
 
     def fused_add_rms_norm(self, x, residual, weight, eps):
         s = x + residual
@@ -113,10 +144,21 @@ class CpuBackend(torch_ref.TorchBackend):
 
     def _cos_sin(self, positions: torch.Tensor, cache: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._rope is None or self._rope[0] is not positions or self._rope[1] is not cache:
-            cos, sin = cache.index_select(0, positions.long()).unsqueeze(1).chunk(2, dim=-1)
-            self._rope = (positions, cache, cos, sin)
+        alias = self._rope_alias.get(id(cache))
+        if alias is None or alias[0] is not cache:
+            same = next((c for c, _ in self._rope_alias.values() if c.shape == cache.shape
+                         and c.dtype == cache.dtype and torch.equal(c, cache)), cache)
+            self._rope_alias[id(cache)] = alias = (cache, same)
+        table = alias[1]
+        if self._rope is None or self._rope[0] is not positions or self._rope[1] is not table:
+            self._rope = (positions, table, *rope_tables(positions, table))
         return self._rope[2], self._rope[3]
+
+    def _slots_view(self, cache: torch.Tensor) -> torch.Tensor:
+        hit = self._flat.get(id(cache))
+        if hit is None or hit[0] is not cache:
+            self._flat[id(cache)] = hit = (cache, cache.view(-1, *cache.shape[2:]))
+        return hit[1]
 
     def store_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
         if self._slots is None or self._slots[0] is not slot_mapping:
@@ -127,10 +169,8 @@ class CpuBackend(torch_ref.TorchBackend):
         _, slots, rows = self._slots
         if rows is not None:
             k, v = k[rows], v[rows]
-        kc = k_cache.view(-1, *k_cache.shape[2:])
-        vc = v_cache.view(-1, *v_cache.shape[2:])
-        kc.index_copy_(0, slots, _write(k, k_cache.dtype, k_scale))
-        vc.index_copy_(0, slots, _write(v, v_cache.dtype, v_scale))
+        self._slots_view(k_cache).index_copy_(0, slots, _write(k, k_cache.dtype, k_scale))
+        self._slots_view(v_cache).index_copy_(0, slots, _write(v, v_cache.dtype, v_scale))
 
     def rope_store_kv(self, positions, q, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale,
                       cos_sin_cache, is_neox, q_norm_weight=None, k_norm_weight=None,
@@ -142,8 +182,10 @@ class CpuBackend(torch_ref.TorchBackend):
                                          q_norm_weight, k_norm_weight, norm_eps)
         rotated = _neox_rotate(qk, *self._cos_sin(positions, cos_sin_cache))
         hq = q.shape[1]
-        self.store_kv(rotated[:, hq:], v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
-        return rotated[:, :hq]
+        # narrow, not slicing: a Python slice index costs several times a C method call here.
+        self.store_kv(rotated.narrow(1, hq, k.shape[1]), v, k_cache, v_cache, slot_mapping,
+                      k_scale, v_scale)
+        return rotated.narrow(1, 0, hq)
 
     def prepare_weight(self, qw: Quantized) -> Optional[Any]:
         if isinstance(qw, Fp8Weight):
@@ -172,8 +214,9 @@ class CpuBackend(torch_ref.TorchBackend):
         if n == 0:
             return torch_ref.attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale,
                                        sliding_window)
-        head = decode_attention(q[:n], k_cache, v_cache, self._decode_gather(meta, n, k_cache,
-                                                                             sliding_window),
+        head = decode_attention(q if n == q.shape[0] else q.narrow(0, 0, n), k_cache, v_cache,
+                                self._slots_view(k_cache), self._slots_view(v_cache),
+                                self._decode_gather(meta, n, k_cache, sliding_window),
                                 scale, k_scale, v_scale)
         if n == meta.num_seqs:
             return head

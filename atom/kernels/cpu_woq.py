@@ -5,9 +5,9 @@ Two kernels take a QuantizedWeight:
   32-wide group). Codes wider than 4 bits (Q5_*, Q8_0) are split into two 4-bit planes laid
   side by side along K, with the input repeated to match, so one call computes
   x·(16·hi + lo)·s — exact in the codes; only the scale's rounding to bf16 is lost.
-- `bf16` dense: the weight dequantized once and rounded to bf16, run by oneDNN (AMX where the
-  CPU has it). It reads 4x the bytes of int4 but does its arithmetic in tiles, so it wins once
-  a few rows share each weight read.
+- `DenseBf16`: the weight dequantized once, rounded to bf16 and reordered once into oneDNN's
+  blocked layout (AMX where the CPU has it). It reads 4x the bytes of int4 but does its
+  arithmetic in tiles, so it wins once a few rows share each weight read.
 Both compute in bf16 (torch's CPU int4/int8 kernels are vectorised for bf16 inputs only; their
 float32 paths are scalar, ~20x slower), so outputs differ from the float32 oracle by bf16
 rounding. Timings decide up to which row count int4 serves (`int4_max_rows`); dense bf16 is
@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
 from atom.kernels.quantized_weight import QuantizedWeight
 
-TIMED_ROWS = (1, 2, 4, 8, 16, 32)  # row counts timed per shape (decode batches; prefill is dense)
+# Row counts timed per shape (decode batches; prefill is dense). At 32 rows int4 ran 2-4x
+# slower than dense bf16 for every SmolLM2 shape, so past the last count a shape is dense.
+TIMED_ROWS = (1, 2, 4, 8, 16)
+SWEEPS = 3  # timed sweeps per kernel and row count
 
 
 @dataclass
@@ -81,73 +84,116 @@ def int4_planes(qw: QuantizedWeight) -> Optional[Int4Planes]:
                       planes, qw.group_size)
 
 
+class DenseBf16:
+    """A bf16 weight for oneDNN's linear, reordered at load into its blocked layout: F.linear
+    on the plain [N, K] matrix reorders it on every call, which cost 1.3-1.8x the matmul for
+    every SmolLM2 shape at 1-256 rows (the 49152-row head: 4.6 against 2.5 ms at 8 rows)."""
+
+    # The reorder's row-count hint: at 16 the outputs equal F.linear's, bit for bit, at 1-256
+    # rows (with 1, a 256-row prefill summed in another order).
+    PACK_ROWS = 16
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.shape = weight.shape
+        # oneDNN takes bf16 only where the CPU has AVX-512 (BF16 or emulated): elsewhere F.linear.
+        self.packed = (torch.backends.mkldnn.is_available()
+                       and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        self.weight = (torch.ops.mkldnn._reorder_linear_weight(weight, self.PACK_ROWS)
+                       if self.packed else weight)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [M, K] bf16 → [M, N] bf16."""
+        if self.packed:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, None, "none", [], "")
+        return F.linear(x, self.weight)
+
+
 class CpuQuantizedLinear:
     """A linear layer's prepared weight: dense bf16, and the int4 kernel (None where it never
     won) with the row count up to which it serves."""
 
-    def __init__(self, int4: Optional[Int4Planes], dense: torch.Tensor, int4_max_rows: int) -> None:
+    def __init__(self, int4: Optional[Int4Planes], dense: DenseBf16, int4_max_rows: int) -> None:
         self.int4, self.dense, self.int4_max_rows = int4, dense, int4_max_rows
 
     def __call__(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-        flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
-        xb = flat.to(torch.bfloat16)
-        if self.int4 is not None and xb.shape[0] <= self.int4_max_rows:
-            y = self.int4(xb)
-        else:
-            y = F.linear(xb, self.dense)
+        two_d = x.dim() == 2
+        xb = (x if two_d else x.reshape(-1, x.shape[-1])).to(torch.bfloat16)
+        int4 = self.int4
+        y = int4(xb) if int4 is not None and xb.shape[0] <= self.int4_max_rows else self.dense(xb)
         y = y.to(x.dtype)
-        if x.dim() != 2:
+        if not two_d:
             y = y.view(*x.shape[:-1], y.shape[-1])
         return y if bias is None else y + bias
 
 
-def _seconds(fn: Callable[[], object], reps: int = 2) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+Key = tuple  # (weight shape, planes, group size): weights that share a kernel choice
 
 
-def int4_max_rows(linears: list[CpuQuantizedLinear], rows: tuple[int, ...] = TIMED_ROWS) -> int:
-    """The largest timed row count at which the int4 kernel beats dense bf16 (0: never), timed
-    over every layer's weight of one shape in turn, as a forward reads them: one weight timed
-    alone stays in the core's cache, where dense bf16's 4x bytes cost nothing, and in a real
-    forward they come from memory (dense bf16 ran 2-3x slower in the engine than alone at 8
-    rows). Stopped at the first loss: int4's cost grows with the rows, dense bf16's barely
-    does, so past one crossover there is no other."""
-    k = linears[0].dense.shape[1]
-    best = 0
+def _key(lin: CpuQuantizedLinear) -> Key:
+    assert lin.int4 is not None
+    return (tuple(lin.dense.shape), lin.int4.planes, lin.int4.group_size)
+
+
+def _sweep(linears: list[CpuQuantizedLinear], keys: list[Key], xs: dict[int, torch.Tensor],
+           timed: set, int4: bool) -> dict[Key, float]:
+    """Every weight in the model's order, as a forward reads them; the CPU seconds spent in
+    each timed shape's weights, run by the int4 kernel or dense bf16. The other shapes run
+    dense, as they will. CPU time, not wall: a neighbour that takes the core for a while moves
+    wall time by more than the two kernels differ."""
+    spent = dict.fromkeys(timed, 0.0)
+    for lin, key in zip(linears, keys):
+        x = xs[lin.dense.shape[1]]
+        if key not in timed:
+            lin.dense(x)
+            continue
+        t0 = time.process_time()
+        lin.int4(x) if int4 else lin.dense(x)  # type: ignore[misc]
+        spent[key] += time.process_time() - t0
+    return spent
+
+
+def int4_max_rows(linears: list[CpuQuantizedLinear], rows: tuple[int, ...] = TIMED_ROWS
+                  ) -> dict[Key, int]:
+    """Per shape, the largest timed row count at which the int4 kernel beats dense bf16 (0:
+    never). Timed inside sweeps over every weight in the model's order, as a forward reads
+    them: timed shape by shape, a shape's weights stay in the cache between repeats, where
+    dense bf16's 4x bytes cost nothing (that chose dense for the MLP's down projection at 8
+    rows, which in the engine ran 6% slower for it). Past its first loss a shape stays dense:
+    int4's cost grows with the rows (it is compute-bound above ~4), dense bf16's barely does."""
+    keys = [_key(lin) for lin in linears]
+    widths = {lin.dense.shape[1] for lin in linears}
+    best = dict.fromkeys(keys, 0)
+    alive = set(keys)
     for m in rows:
-        x = torch.randn(m, k).to(torch.bfloat16)
-        int4 = _seconds(lambda: [lin.int4(x) for lin in linears])  # type: ignore[misc]
-        dense = _seconds(lambda: [F.linear(x, lin.dense) for lin in linears])
-        if int4 >= dense:
+        xs = {k: torch.randn(m, k).to(torch.bfloat16) for k in widths}
+        _sweep(linears, keys, xs, alive, True)  # warm-up
+        # Each kernel's best of SWEEPS, the two alternating: a neighbour's burst of memory
+        # traffic then lands on both.
+        runs = [_sweep(linears, keys, xs, alive, r % 2 == 0) for r in range(2 * SWEEPS)]
+        int4 = {k: min(run[k] for run in runs[0::2]) for k in alive}
+        dense = {k: min(run[k] for run in runs[1::2]) for k in alive}
+        for key in list(alive):
+            if int4[key] < dense[key]:
+                best[key] = m
+            else:
+                alive.discard(key)
+        if not alive:
             break
-        best = m
     return best
 
 
 def prepare(qw: QuantizedWeight) -> CpuQuantizedLinear:
     """Both kernels for qw; `choose` then sets, per shape, up to which row count int4 serves."""
-    return CpuQuantizedLinear(int4_planes(qw), qw.dequantize(torch.float32).to(torch.bfloat16), 0)
+    return CpuQuantizedLinear(int4_planes(qw), DenseBf16(qw.dequantize().to(torch.bfloat16)), 0)
 
 
-def choose(linears: list[CpuQuantizedLinear]) -> dict[tuple, int]:
-    """Time each shape once over all its weights; drop the int4 kernel where it never wins.
-    Returns the crossover per (shape, planes, group)."""
-    groups: dict[tuple, list[CpuQuantizedLinear]] = {}
-    for lin in linears:
-        if lin.int4 is not None:
-            key = (tuple(lin.dense.shape), lin.int4.planes, lin.int4.group_size)
-            groups.setdefault(key, []).append(lin)
-    out = {}
-    for key, group in groups.items():
-        out[key] = limit = int4_max_rows(group)
-        for lin in group:
-            lin.int4_max_rows = limit
-            if limit == 0:
-                lin.int4 = None
+def choose(linears: list[CpuQuantizedLinear]) -> dict[Key, int]:
+    """Time every shape's crossover over the whole model at once (int4_max_rows); drop the
+    int4 kernel where it never wins. Returns the crossover per (shape, planes, group)."""
+    packed = [lin for lin in linears if lin.int4 is not None]
+    out = int4_max_rows(packed) if packed else {}
+    for lin in packed:
+        lin.int4_max_rows = out[_key(lin)]
+        if lin.int4_max_rows == 0:
+            lin.int4 = None
     return out

@@ -32,8 +32,8 @@ def test_quantized_linear_matches_dequantized_float(qt, rows):
     ref = torch.nn.functional.linear(x, qw.dequantize(), bias)
     int4 = cpu_woq.int4_planes(qw)
     assert int4 is not None and int4.planes == (2 if qt in (T.Q5_1, T.Q8_0) else 1)
-    dense = qw.dequantize().to(torch.bfloat16)
-    for limit in (0, 64):  # dense bf16 only, int4 only
+    dense = cpu_woq.DenseBf16(qw.dequantize().to(torch.bfloat16))
+    for limit in (0, 64):  # dense bf16 only (oneDNN's blocked layout where it runs bf16), int4 only
         out = cpu_woq.CpuQuantizedLinear(int4, dense, limit)(x, bias)
         assert out.dtype == x.dtype and rel_err(out, ref) < BF16_TOL, (limit, rel_err(out, ref))
 
@@ -75,23 +75,29 @@ def _paged(ctx_lens: list[int], hq: int, hk: int, d: int, page: int):
 
 
 @pytest.mark.parametrize("window", [None, 5])
-def test_batched_decode_attention_matches_reference(window):
-    q, kc, vc, meta = _paged([1, 7, 16, 33], hq=6, hk=2, d=16, page=8)
+@pytest.mark.parametrize("ctx,in_place", [([1, 7, 16, 33], False), ([21], False), ([21], True)],
+                         ids=["4-seqs", "1-seq", "1-seq-consecutive-pages"])  # 1: heads batched
+def test_batched_decode_attention_matches_reference(window, ctx, in_place):
+    q, kc, vc, meta = _paged(ctx, hq=6, hk=2, d=16, page=8)
+    if in_place:  # pages 2, 3, 4 of the pool: read where they lie, not gathered
+        meta.block_tables[0] = torch.arange(2, 2 + meta.block_tables.shape[1])
     be = get_backend("cpu")
+    assert (be._decode_gather(meta, len(ctx), kc, window).first_slot is not None) == in_place
     out = be.attention(q, kc, vc, meta, 0.25, 1.0, 1.0, window)
     ref = torch_ref.attention(q, kc, vc, meta, 0.25, 1.0, 1.0, window)
     assert rel_err(out, ref) < 1e-6
 
 
 @pytest.mark.parametrize("t", [1, 3])  # one row: its views' row strides are arbitrary
-def test_rope_store_kv_matches_reference(t):
+@pytest.mark.parametrize("rot", [12, 16], ids=["partial", "full"])
+def test_rope_store_kv_matches_reference(t, rot):
     hq, hk, d, page = 4, 2, 16, 4
     qkv = torch.randn(t, (hq + 2 * hk) * d)
     q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
     q, k, v = q.reshape(-1, hq, d), k.reshape(-1, hk, d), v.reshape(-1, hk, d)  # as the model does
     assert cpu_backend._adjacent_heads(q, k) is not None  # the one-rotation path, not the fallback
     positions = torch.tensor([0, 5, 9])[:t]
-    cos_sin = torch.randn(16, 12)  # partial rotary: 12 of 16 dims
+    cos_sin = torch.randn(16, rot)
     slots = torch.tensor([3, -1, 6])[:t]
     results = []
     for be in (get_backend("cpu"), get_backend("torch")):
@@ -100,3 +106,26 @@ def test_rope_store_kv_matches_reference(t):
         results.append((qr, kc, vc))
     for a, b in zip(*results):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_rope_tables_are_shared_by_equal_layers_only():
+    """Every layer holds its own copy of one rotary table: the cpu backend builds the step's
+    rows once for equal copies, and never reuses them for a table that differs."""
+    hq, hk, d = 2, 1, 8
+    q, k, v = torch.randn(1, hq + 2 * hk, d).split([hq, hk, hk], dim=1)
+    positions, slots = torch.tensor([3]), torch.tensor([1])
+    table = torch.randn(8, d)
+    cpu, ref = get_backend("cpu"), get_backend("torch")
+    for cache in (table, table.clone(), table * 0.5):
+        out = [be.rope_store_kv(positions, q, k, v, torch.zeros(1, 4, hk, d),
+                                torch.zeros(1, 4, hk, d), slots, 1.0, 1.0, cache, True)
+               for be in (cpu, ref)]
+        assert torch.allclose(out[0], out[1], atol=1e-6)
+    assert len({id(c) for _, c in cpu._rope_alias.values()}) == 2
+
+
+@pytest.mark.parametrize("rows", [1, 16, 256])  # decode, the reorder's hint, a prefill chunk
+def test_reordered_dense_bf16_equals_plain_linear(rows):
+    w = torch.randn(96, 256).to(torch.bfloat16)
+    x = torch.randn(rows, 256).to(torch.bfloat16)
+    assert torch.equal(cpu_woq.DenseBf16(w)(x), torch.nn.functional.linear(x, w))
