@@ -28,7 +28,9 @@ from atom.executor.rendezvous import Endpoints, endpoints, node_ranks, rank_env
 from atom.executor.step_ledger import RanksOutOfStep, StepLedger
 from atom.executor.worker import WorkerSpec
 from atom.executor.worker_ipc import (NO_MULTICAST_ENV, FromWorker, Flush, HostAlive, Launched,
-                                      RunStep, StepResult, Stop, WorkerFailed, WorkerReady)
+                                      Profile, Profiled, RunStep, StepResult, Stop, WorkerFailed,
+                                      WorkerReady)
+from atom.runner.profiler import NO_DIR
 from atom.runner.scheduler_output import SchedulerOutput
 
 log = logging.getLogger("atom.executor")
@@ -91,6 +93,8 @@ class MultiprocExecutor:
         """hf: the model's config, loaded once here for every rank; build_runner: what each
         rank builds its runner with (atom.runner_builder.build_runner), run in the worker."""
         self.world_size = world_size
+        self._profiler_dir = cfg.profiler.torch_profiler_dir
+        self._profiling = False
         self._hosts = resolve_hosts(cfg.parallel, os.environ)
         self._dir = tempfile.mkdtemp(prefix="atom-ranks-")
         self._ends = endpoints(world_size, self._hosts, self._dir)
@@ -225,10 +229,31 @@ class MultiprocExecutor:
         return True
 
     def start_profile(self) -> None:
-        raise NotImplementedError("profiling runs in one process only (tensor_parallel_size=1)")
+        """Every rank's profiler, each writing under {dir}/rank_{r} (checked here, so a missing
+        dir is refused before any rank hears of it)."""
+        if self._profiler_dir is None:
+            raise RuntimeError(NO_DIR)
+        self._send(Profile(True))
+        self._profiling = True
 
     def stop_profile(self) -> None:
-        raise NotImplementedError("profiling runs in one process only (tensor_parallel_size=1)")
+        """Returns once every rank has written its trace."""
+        if not self._profiling:
+            return
+        self._send(Profile(False))
+        self._profiling = False
+        stopped: set[int] = set()
+        while len(stopped) < self.world_size:
+            msg = self._recv(None)
+            if isinstance(msg, Profiled):
+                stopped.add(msg.rank)
+            else:
+                self._take(msg)
+
+    def _send(self, msg: Any) -> None:
+        frame = self._encode(msg)
+        for sock in self._push:
+            sock.send(frame)
 
     def shutdown(self) -> None:
         """Stop every rank (politely, then by force) and release sockets and the IPC folder."""

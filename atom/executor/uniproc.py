@@ -6,6 +6,7 @@ import torch
 from atom.runner.scheduler_output import SchedulerOutput
 from atom.runner.launched_step import LaunchedStep
 from atom.runner.model_runner import ModelRunner
+from atom.runner.profiler import step_label
 
 
 class UniprocExecutor:
@@ -20,7 +21,7 @@ class UniprocExecutor:
         """Queue the step on the device; its tokens are read when the engine asks the result."""
         if not self.runner.profiler.active:
             return self.runner.launch(out)
-        with torch.profiler.record_function(_step_label(out)):
+        with torch.profiler.record_function(step_label(out)):
             return self.runner.launch(out)
 
     def device_usable(self) -> bool:
@@ -42,8 +43,3 @@ class UniprocExecutor:
 
     def shutdown(self) -> None:
         self.runner.profiler.stop()
-
-
-def _step_label(out: SchedulerOutput) -> str:
-    kind = "decode" if all(len(r.token_ids) == 1 for r in out.requests) else "prefill"
-    return f"{kind}[bs={len(out.requests)} tok={out.total_tokens}]"

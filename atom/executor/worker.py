@@ -29,9 +29,10 @@ from typing import Any, Callable
 import msgspec
 import zmq
 
-from atom.executor.worker_ipc import (Flush, Launched, RunStep, StepResult, Stop, ToWorker,
-                                      WorkerFailed, WorkerReady)
+from atom.executor.worker_ipc import (Flush, Launched, Profile, Profiled, RunStep, StepResult,
+                                      Stop, ToWorker, WorkerFailed, WorkerReady)
 from atom.log_setup import configure_logging
+from atom.runner.profiler import step_label
 
 log = logging.getLogger("atom.worker")
 
@@ -112,6 +113,13 @@ def serve(spec: WorkerSpec, rank: int) -> None:
                 sampled, logprobs = step.result()
                 push.send(encode(StepResult(sampled, logprobs, step.proposals)))
 
+        def profile(profiler: Any, start: bool) -> None:
+            if start:
+                profiler.start()
+            else:
+                profiler.stop()
+                push.send(encode(Profiled(rank)))
+
         def raised(number: int, exc: Exception, in_flight: Any) -> None:
             """Step `number` raised before it ran, on this rank (and, the same preparation of
             the same step, on every rank): said, so the engine isolates its request; the step
@@ -142,10 +150,13 @@ def serve(spec: WorkerSpec, rank: int) -> None:
                     answer(in_flight)
                     in_flight = None
                 continue
+            if isinstance(msg, Profile):
+                profile(runner.profiler, msg.start)
+                continue
             assert isinstance(msg, RunStep)
             number += 1
             try:
-                step = runner.launch(msg.out)
+                step = launch(runner, msg.out)
             except Exception as exc:
                 raised(number, exc, in_flight)
                 in_flight = None
@@ -165,6 +176,16 @@ def serve(spec: WorkerSpec, rank: int) -> None:
         pull.close(0)
         push.close()
         ctx.term()
+
+
+def launch(runner: Any, out: Any) -> Any:
+    """The rank's launch of a step, named in the trace while its profiler runs."""
+    if not runner.profiler.active:
+        return runner.launch(out)
+    import torch
+
+    with torch.profiler.record_function(step_label(out)):
+        return runner.launch(out)
 
 
 def _leave_group() -> None:

@@ -26,6 +26,17 @@ class Stop(msgspec.Struct, tag="stop"):
     pass
 
 
+class Profile(msgspec.Struct, tag="profile"):
+    """Start or stop every rank's torch profiler (traces under {dir}/rank_{r}); a stop is
+    answered (Profiled) once the rank's trace is written."""
+
+    start: bool
+
+
+class Profiled(msgspec.Struct, tag="profiled"):
+    rank: int
+
+
 class WorkerReady(msgspec.Struct, tag="ready"):
     rank: int
     num_blocks: int  # the minimum over every rank: what the scheduler may hand out
@@ -65,8 +76,8 @@ class HostAlive(msgspec.Struct, tag="alive"):
     node_rank: int
 
 
-ToWorker = Union[RunStep, Flush, Stop]
-FromWorker = Union[WorkerReady, Launched, StepResult, WorkerFailed, HostAlive]
+ToWorker = Union[RunStep, Flush, Stop, Profile]
+FromWorker = Union[WorkerReady, Launched, StepResult, Profiled, WorkerFailed, HostAlive]
 
 
 # Every rank's process runs with NVLink multicast off: a program that uses it can take a shared

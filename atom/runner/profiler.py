@@ -5,11 +5,15 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import torch
+from atom.runner.scheduler_output import SchedulerOutput
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("atom.profiler")
+NO_DIR = "profiling needs a profiler dir (--torch-profiler-dir or ATOM_TORCH_PROFILER_DIR)"
 
 
 def rank_dir(profiler_dir: str, rank: int, dp_rank: Optional[int] = None) -> Path:
@@ -17,10 +21,16 @@ def rank_dir(profiler_dir: str, rank: int, dp_rank: Optional[int] = None) -> Pat
     return Path(profiler_dir) / name
 
 
+def step_label(out: SchedulerOutput) -> str:
+    """A step's name in a trace: what it runs and how much."""
+    kind = "decode" if all(len(r.token_ids) == 1 for r in out.requests) else "prefill"
+    return f"{kind}[bs={len(out.requests)} tok={out.total_tokens}]"
+
+
 class StepProfiler:
     def __init__(self, profiler_dir: Optional[str], rank: int = 0, dp_rank: Optional[int] = None):
         self.dir = rank_dir(profiler_dir, rank, dp_rank) if profiler_dir else None
-        self._prof: Optional[torch.profiler.profile] = None
+        self._prof: Optional["torch.profiler.profile"] = None
 
     @property
     def active(self) -> bool:
@@ -28,10 +38,11 @@ class StepProfiler:
 
     def start(self) -> None:
         if self.dir is None:
-            raise RuntimeError("profiling needs a profiler dir (--torch-profiler-dir or "
-                               "ATOM_TORCH_PROFILER_DIR)")
+            raise RuntimeError(NO_DIR)
         if self._prof is not None:
             return
+        import torch  # here: the multi-process executor imports this module and never torch
+
         self.dir.mkdir(parents=True, exist_ok=True)
         more = os.environ.get("ATOM_PROFILER_MORE") == "1"
         acts = [torch.profiler.ProfilerActivity.CPU]

@@ -161,3 +161,30 @@ def test_every_architecture_on_two_ranks_matches_one_through_chunks_and_preempti
             assert x.token_id == y.token_id and abs(x.logprob - y.logprob) < 1e-4
             assert [t for t, _ in x.top] == [t for t, _ in y.top]
             assert all(abs(p - q) < 1e-4 for (_, p), (_, q) in zip(x.top, y.top))
+
+
+def test_every_rank_writes_its_trace_while_profiling(ckpt, tmp_path):
+    """start_profile/stop_profile reach every rank: each writes a torch trace under
+    {dir}/rank_{r}, with the steps named, and stop returns once they are written; without a
+    dir the start is refused before any rank hears of it."""
+    import gzip
+
+    engine = _engine(ckpt, 2, f"profiler.torch_profiler_dir={tmp_path}")
+    try:
+        engine.core.start_profile()
+        engine.generate(_prompts()[:2], SamplingParams(temperature=0, max_tokens=4))
+        engine.core.stop_profile()
+        for rank in (0, 1):
+            traces = list((tmp_path / f"rank_{rank}").glob("*.json.gz"))
+            assert len(traces) == 1, (rank, traces)
+            assert b"decode[bs=" in gzip.decompress(traces[0].read_bytes())
+        assert engine.generate(_prompts()[:1], SamplingParams(max_tokens=2))[0]["token_ids"]
+    finally:
+        engine.shutdown()
+    plain = _engine(ckpt, 2, "profiler.torch_profiler_dir=null")
+    try:
+        with pytest.raises(RuntimeError, match="profiling needs a profiler dir"):
+            plain.core.start_profile()
+        assert plain.generate(_prompts()[:1], SamplingParams(max_tokens=2))[0]["token_ids"]
+    finally:
+        plain.shutdown()
