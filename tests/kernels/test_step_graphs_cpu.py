@@ -25,8 +25,10 @@ from tests.engine.spec_steps import record_graph_choices, record_proposals
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
                                 reason="the GPU captures real graphs: test_spec_decode_graphs")
 
-# Few tokens: every interpreted kernel launch costs milliseconds.
+# Few tokens: every interpreted kernel launch costs milliseconds (a drafter's steps run the
+# most kernels: 5 tokens are a prompt step and four verify steps, each with its catch-up).
 GREEDY = SamplingParams(temperature=0, max_tokens=7, ignore_eos=True)
+DRAFTER_GREEDY = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
 PROMPTS = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6], [9, 10, 11, 12, 9, 10], [20, 21, 22]]
 
 
@@ -59,12 +61,13 @@ def _engine(path, *overrides: str):
     return cfg, atom.build_engine(cfg)
 
 
-def _greedy(engine, prompts: list[list[int]]) -> list[list[int]]:
-    return [o["token_ids"] for o in engine.generate(prompts, GREEDY)]
+def _greedy(engine, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+    return [o["token_ids"] for o in engine.generate(prompts, params)]
 
 
 def _eager_then_graphed(path, *overrides: str, prompts: list[list[int]] = PROMPTS,
-                        chosen: Optional[list] = None) -> tuple[list, list, Counter]:
+                        chosen: Optional[list] = None,
+                        params: SamplingParams = DRAFTER_GREEDY) -> tuple[list, list, Counter]:
     """One engine's greedy output eager, then with every planned graph attached; the drafts
     a drafter made in both runs must be the same too (greedy output alone would hide wrong
     drafts: they are only rejected). `chosen` collects, per target step of the second run,
@@ -72,7 +75,7 @@ def _eager_then_graphed(path, *overrides: str, prompts: list[list[int]] = PROMPT
     cfg, engine = _engine(path, *overrides)
     runner, replays = engine.core.executor.runner, Counter()
     drafts = record_proposals(runner)
-    eager = _greedy(engine, prompts)
+    eager = _greedy(engine, prompts, params)
     eager_drafts = list(drafts)
     for g in step_graphs(cfg, runner, None, 0):
         for bs in g.sizes:
@@ -80,7 +83,7 @@ def _eager_then_graphed(path, *overrides: str, prompts: list[list[int]] = PROMPT
             g.graphs[bs] = (rec, rec.out)  # type: ignore[assignment]
     if chosen is not None:
         record_graph_choices(runner, chosen)
-    graphed = _greedy(engine, prompts)
+    graphed = _greedy(engine, prompts, params)
     assert drafts[len(eager_drafts):] == eager_drafts
     return eager, graphed, replays
 
@@ -94,7 +97,7 @@ def test_ngram_verify_steps_replay_the_graph_of_their_length(tmp_path, prompts):
     chosen: list[tuple[int, bool]] = []
     eager, graphed, replays = _eager_then_graphed(
         path, "specdecode=ngram", "specdecode.num_speculative_tokens=2", prompts=prompts,
-        chosen=chosen)
+        chosen=chosen, params=GREEDY)
     assert graphed == eager
     assert replays[("", 2)] > 0, "a verify of one draft (1 + 1 tokens) replays"
     assert replays[("", 1)] > 0
@@ -117,7 +120,7 @@ def test_mtp_steps_replay_the_verify_and_the_layer_s_graphs(tmp_path):
     """The MLA layers' absorbed path with 1 + k queries a sequence, captured."""
     path = add_mtp_layer(make_checkpoint("deepseek_v3_q_lora", tmp_path))
     eager, graphed, replays = _eager_then_graphed(
-        path, "specdecode=mtp", "specdecode.num_speculative_tokens=2")
+        path, "specdecode=mtp", "specdecode.num_speculative_tokens=2", prompts=PROMPTS[1:])
     assert graphed == eager
     assert replays[("", 3)] > 0
     assert replays[("draft_catch_up", 3)] > 0 and replays[("draft_decode", 1)] > 0
