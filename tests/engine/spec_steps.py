@@ -1,6 +1,7 @@
 """Stepping an engine core that speculates: the tokens each step delivered per request, where
 a run of accepted tokens put a token, and the chi-square test of sampled outputs against a
-context-free target's chain (shared by the speculative-decoding tests)."""
+context-free target's chain, the engine and prompts the runner-side methods' tests share, and
+the seeded-request check they all make (shared by the speculative-decoding tests)."""
 from __future__ import annotations
 
 import torch
@@ -8,6 +9,36 @@ from scipy.stats import chisquare
 
 from atom import SamplingParams
 from atom.model_engine.messages import EngineRequest
+from tests.engine.checkpoints import local_engine
+
+
+def spec_engine(path, *extra: str):
+    """An engine over a tiny checkpoint with 4-token KV blocks: drafts cross block edges."""
+    return local_engine(path, "kv_cache.block_size=4", *extra)
+
+
+def spec_prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(11)
+    return [torch.randint(3, 256, (n,), generator=g).tolist() for n in (1, 6, 19, 33)]
+
+
+def assert_seeded_request_is_the_same_alone_and_in_a_batch(engine, temperature: float,
+                                                           max_tokens: int) -> None:
+    """A seeded request's generator decides every number its target samples, its drafts and
+    its rejection draws use, so the rows beside it (sampled, unseeded) change nothing."""
+    prompts = spec_prompts()
+    seeded = SamplingParams(temperature=temperature, top_k=3, max_tokens=max_tokens,
+                            ignore_eos=True, seed=7)
+    others = SamplingParams(temperature=0.5, max_tokens=max_tokens, ignore_eos=True)
+    alone = engine.generate(prompts[1:2], seeded)[0]["token_ids"]
+    ids = engine.add_request(prompts, others)
+    mine = engine.add_request(prompts[1], seeded)[0]
+    done: dict[str, list[int]] = {}
+    while not engine.is_finished():
+        for o in engine.step():
+            done[o["request_id"]] = o["token_ids"]
+    assert done[mine] == alone and len(ids) == 4
+    assert engine.stats().spec_accepted_tokens > 0
 
 
 def run(engine, prompts, params: SamplingParams) -> tuple[list[list[list[int]]], int]:

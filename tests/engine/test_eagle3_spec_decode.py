@@ -17,8 +17,10 @@ from atom.config.errors import ConfigError
 from atom.model_engine.messages import EngineRequest
 from atom.spec_decode.stats import mtp_stats_json
 from tests.engine.checkpoints import ARCHS, COMMON, local_engine, make_checkpoint
-from tests.engine.spec_steps import (assert_stops_where_plain_stops, chain_pvalue, flat, run,
+from tests.engine.spec_steps import (assert_seeded_request_is_the_same_alone_and_in_a_batch,
+                                     assert_stops_where_plain_stops, chain_pvalue, flat, run,
                                      transition)
+from tests.engine.spec_steps import spec_engine as _engine, spec_prompts as _prompts
 
 MAX_TOKENS = 24
 GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
@@ -64,15 +66,6 @@ def make_eagle3(root, seed: int = 3, norm_before_residual: bool = False):
 def _eagle3(path, k: int) -> tuple[str, ...]:
     return ("specdecode=eagle3", f"specdecode.draft_model={path}",
             f"specdecode.num_speculative_tokens={k}")
-
-
-def _engine(path, *extra: str):
-    return local_engine(path, "kv_cache.block_size=4", *extra)
-
-
-def _prompts() -> list[list[int]]:
-    g = torch.Generator().manual_seed(11)
-    return [torch.randint(3, 256, (n,), generator=g).tolist() for n in (1, 6, 19, 33)]
 
 
 @pytest.fixture(scope="module")
@@ -314,18 +307,7 @@ def test_a_seeded_sampled_request_is_the_same_alone_and_in_a_batch(context_free,
     draws use, so the rows beside it change nothing."""
     path, _ = context_free
     engine = _engine(path, *_eagle3(make_self_drafting_eagle3(tmp_path, path, 0.5), 2))
-    seeded = SamplingParams(temperature=0.1, top_k=3, max_tokens=MAX_TOKENS, ignore_eos=True,
-                            seed=7)
-    others = SamplingParams(temperature=0.5, max_tokens=MAX_TOKENS, ignore_eos=True)
-    alone = engine.generate(_prompts()[1:2], seeded)[0]["token_ids"]
-    ids = engine.add_request(_prompts(), others)
-    mine = engine.add_request(_prompts()[1], seeded)[0]
-    done: dict[str, list[int]] = {}
-    while not engine.is_finished():
-        for o in engine.step():
-            done[o["request_id"]] = o["token_ids"]
-    assert done[mine] == alone and len(ids) == 4
-    assert engine.stats().spec_accepted_tokens > 0
+    assert_seeded_request_is_the_same_alone_and_in_a_batch(engine, 0.1, MAX_TOKENS)
 
 
 def test_two_ranks_draft_and_verify_as_one_process(context_free):

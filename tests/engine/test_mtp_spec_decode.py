@@ -13,8 +13,10 @@ from atom.config.errors import ConfigError
 from atom.spec_decode.stats import mtp_stats_json
 from tests.engine.checkpoints import (add_mtp_layer, local_engine, make_checkpoint,
                                       make_self_drafting_mtp)
-from tests.engine.spec_steps import (assert_stops_where_plain_stops, chain_pvalue, flat, run,
+from tests.engine.spec_steps import (assert_seeded_request_is_the_same_alone_and_in_a_batch,
+                                     assert_stops_where_plain_stops, chain_pvalue, flat, run,
                                      transition)
+from tests.engine.spec_steps import spec_engine as _engine, spec_prompts as _prompts
 
 MAX_TOKENS = 24
 # The tiny checkpoints' logits spread little (std ~0.16): a low temperature makes p and q peaked
@@ -25,15 +27,6 @@ GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
 def _mtp(k: int) -> tuple[str, ...]:
     return ("specdecode=mtp", f"specdecode.num_speculative_tokens={k}")
-
-
-def _engine(path, *extra: str):
-    return local_engine(path, "kv_cache.block_size=4", *extra)
-
-
-def _prompts() -> list[list[int]]:
-    g = torch.Generator().manual_seed(11)
-    return [torch.randint(3, 256, (n,), generator=g).tolist() for n in (1, 6, 19, 33)]
 
 
 @pytest.fixture(scope="module")
@@ -171,18 +164,7 @@ def test_a_seeded_sampled_request_is_the_same_alone_and_in_a_batch(tmp_path_fact
     draws use, so the rows beside it change nothing."""
     path = make_self_drafting_mtp(tmp_path_factory.mktemp("seeded"), head_noise=0.5)
     engine = _engine(path, *_mtp(2))
-    seeded = SamplingParams(temperature=TEMP, top_k=3, max_tokens=MAX_TOKENS, ignore_eos=True,
-                            seed=7)
-    others = SamplingParams(temperature=0.5, max_tokens=MAX_TOKENS, ignore_eos=True)
-    alone = engine.generate(_prompts()[1:2], seeded)[0]["token_ids"]
-    ids = engine.add_request(_prompts(), others)
-    mine = engine.add_request(_prompts()[1], seeded)[0]
-    done: dict[str, list[int]] = {}
-    while not engine.is_finished():
-        for o in engine.step():
-            done[o["request_id"]] = o["token_ids"]
-    assert done[mine] == alone and len(ids) == 4
-    assert engine.stats().spec_accepted_tokens > 0
+    assert_seeded_request_is_the_same_alone_and_in_a_batch(engine, TEMP, MAX_TOKENS)
 
 
 def test_two_ranks_draft_and_verify_as_one_process(self_mtp, plain_outputs):
