@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from probe_kit import probe_meta
-from spec_bench_kit import capture_sizes, run_variants
+from spec_bench_kit import dummy_engine, run_variants
 
 # The published EAGLE-3 head for Llama-3.1-8B-Instruct: its target's widths and rope, one layer.
 HEAD_CONFIG = {
@@ -41,16 +41,6 @@ def write_head(root: Path) -> Path:
     head.mkdir(exist_ok=True)
     (head / "config.json").write_text(json.dumps(HEAD_CONFIG))
     return head
-
-
-def _engine(batches: list[int], extra: list[str]):
-    from atom.config.compose import compose
-    from atom.llm_engine import LLMEngine
-
-    cfg = compose(["model=llama3_8b", "load=dummy", "load.dummy=xavier", capture_sizes(batches),
-                   *extra])
-    cfg.load.progress_bar = False
-    return LLMEngine.from_config(cfg)
 
 
 def main() -> None:
@@ -74,7 +64,9 @@ def main() -> None:
                 "specdecode=eagle3", f"specdecode.draft_model={head}",
                 f"specdecode.num_speculative_tokens={args.k}",
                 f"specdecode.acceptance_length={length}"]))
-        run_variants(variants, lambda spec: _engine(batches, [*args.extra, *spec]), batches,
+        run_variants(variants,
+                     lambda spec: dummy_engine(["model=llama3_8b", *args.extra, *spec], batches),
+                     batches,
                      args.ctx, args.gen, args.temperature, results)
     plain = {r["batch"]: r["decode_tok_s"] for r in results["plain"]["runs"]}
     for name, v in results.items():

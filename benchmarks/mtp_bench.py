@@ -21,18 +21,7 @@ import sys
 from typing import Any
 
 from probe_kit import probe_meta
-from spec_bench_kit import capture_sizes, run_variants
-
-
-def _engine(layers: int, batches: list[int], extra: list[str]):
-    from atom.config.compose import compose
-    from atom.llm_engine import LLMEngine
-
-    cfg = compose(["model=deepseek_r1", "load=dummy", "load.dummy=xavier",
-                   f"model.hf_config.num_hidden_layers={layers}", capture_sizes(batches),
-                   *extra])
-    cfg.load.progress_bar = False
-    return LLMEngine.from_config(cfg)
+from spec_bench_kit import dummy_engine, run_variants
 
 
 def main() -> None:
@@ -55,7 +44,8 @@ def main() -> None:
         mtp = ["specdecode=mtp", f"specdecode.num_speculative_tokens={k}",
                f"specdecode.acceptance_rate={args.rate}"]
         variants += [(f"mtp_k{k}", mtp), (f"mtp_k{k}_eager", [*mtp, *eager])]
-    run_variants(variants, lambda spec: _engine(args.layers, batches, [*args.extra, *spec]),
+    model = ["model=deepseek_r1", f"model.hf_config.num_hidden_layers={args.layers}"]
+    run_variants(variants, lambda spec: dummy_engine([*model, *args.extra, *spec], batches),
                  batches, args.ctx, args.gen, args.temperature, results)
     if args.out:
         with open(args.out, "w") as f:

@@ -93,8 +93,14 @@ def run_variants(variants: list[tuple[str, list[str]]], engine: Callable[[list[s
             torch.cuda.empty_cache()
 
 
-def capture_sizes(batches: list[int]) -> str:
-    """runtime.cudagraph_capture_sizes for these batches: the powers of two below the largest
-    and the batches themselves."""
+def dummy_engine(overrides: list[str], batches: list[int]):
+    """An in-process engine on dummy xavier weights, its graphs captured at the powers of two
+    below the largest batch and at the batches themselves."""
+    from atom.config.compose import compose
+    from atom.llm_engine import LLMEngine
+
     sizes = sorted({2 ** i for i in range(max(batches).bit_length())} | set(batches))
-    return f"runtime.cudagraph_capture_sizes=[{','.join(map(str, sizes))}]"
+    cfg = compose(["load=dummy", "load.dummy=xavier",
+                   f"runtime.cudagraph_capture_sizes=[{','.join(map(str, sizes))}]", *overrides])
+    cfg.load.progress_bar = False
+    return LLMEngine.from_config(cfg)
