@@ -13,6 +13,7 @@ from atom.model_engine.executor_protocol import Executor, LaunchedStepProtocol
 from atom.model_engine.messages import EngineRequest, EngineStats, StepOutput
 from atom.model_engine.scheduler import ScheduledBatch, Scheduler
 from atom.model_engine.sequence import Sequence, SequenceStatus
+from atom.runner.scheduler_output import SchedulerOutput
 from atom.spec_decode.proposer import Proposer
 from atom.spec_decode.stats import SpecDecodeRecorder
 
@@ -45,7 +46,7 @@ class EngineCore:
         self._penalized: set[str] = set()  # live requests whose sampling reads host token lists
         self._pending: list[StepOutput] = []
         self._gone: list[str] = []  # requests the executor may forget, told with the next step
-        self._told: tuple[list[Sequence], list[str]] = ([], [])  # what the last launch told
+        self._told: Optional[SchedulerOutput] = None  # what the last launch told the runner
         self.async_scheduling = async_scheduling
         self._inflight: Optional[tuple[ScheduledBatch, LaunchedStepProtocol]] = None
         self._stats = EngineStats(kv_blocks_total=executor.num_blocks)
@@ -193,9 +194,9 @@ class EngineCore:
 
     def _launch(self, batch: ScheduledBatch) -> LaunchedStepProtocol:
         gone, self._gone = self._gone, []
-        self._told = ([s for s in batch.seqs if not s.announced], gone)
+        out = self._told = batch.output(gone)
         try:
-            return self.executor.execute(batch.output(gone))
+            return self.executor.execute(out)
         except Exception:
             self._retell()
             raise
@@ -204,10 +205,12 @@ class EngineCore:
         """The last launch raised, maybe before the runner read it (other ranks: the step failed
         to encode or to decode), so what it told the runner (new requests, finished ones) is told
         again with the next step; telling a runner twice changes nothing."""
-        fresh, gone = self._told
-        for seq in fresh:
-            seq.announced = False
-        self._gone = gone + self._gone
+        assert self._told is not None
+        for new in self._told.new_requests:
+            seq = self.seqs.get(new.request_id)
+            if seq is not None:
+                seq.announced = False
+        self._gone = self._told.finished_ids + self._gone
 
     def _resolve(self) -> list[StepOutput]:
         assert self._inflight is not None
