@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -68,32 +69,24 @@ def _start_node1(ckpt: Path, port: int) -> subprocess.Popen:
                             env=env)
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
+def _procs() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/pid/stat after the command name) of every process."""
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                stat = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+                yield int(d), open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(stat[1]) == pid:
-                kids.append(int(d))
-    return kids
+
+
+def _children(pid: int) -> list[int]:
+    return [p for p, stat in _procs() if int(stat[1]) == pid]
 
 
 def _session(sid: int) -> list[int]:
     """Live processes of session `sid` (a launcher started with start_new_session, and all it
     started: ranks included)."""
-    alive = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                stat = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(stat[3]) == sid and stat[0] != "Z":
-                alive.append(int(d))
-    return alive
+    return [p for p, stat in _procs() if int(stat[3]) == sid and stat[0] != "Z"]
 
 
 def _node0(ckpt: Path, port: int):
