@@ -72,6 +72,25 @@ def prefill_logits(engine, prompts: list[list[int]]) -> torch.Tensor:
                                         inputs.logits_idx)
 
 
+def triton_against_torch_on_the_gpu(path, check=None) -> float:
+    """Relative error of the Triton backend's prefill logits (CUDA graphs on) against the torch
+    backend's emulation, bf16 on the GPU, over three prompts; `check(engine)` runs on each."""
+    from tests.engine.checkpoints import local_engine
+
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 256, (n,), generator=g).tolist() for n in (3, 17, 40)]
+    logits = {}
+    for kernels in ("torch", "triton"):
+        eng = local_engine(path, "runtime.device=cuda", f"runtime.kernels={kernels}",
+                           f"runtime.enforce_eager={str(kernels == 'torch').lower()}",
+                           "runtime.level=2", "kv_cache.num_blocks=64")
+        if check is not None:
+            check(eng)
+        logits[kernels] = prefill_logits(eng, prompts).float()
+        eng.shutdown()
+    return float((logits["triton"] - logits["torch"]).norm() / logits["torch"].norm())
+
+
 @torch.no_grad()
 def hf_greedy(model, prompts: list[list[int]], max_new: int = MAX_NEW) -> list[list[int]]:
     outs = []

@@ -229,19 +229,12 @@ def test_triton_fp8_experts_match_the_torch_reference(t, e, k, hidden, inter, bl
 def test_triton_engine_matches_the_torch_engine_on_a_block_fp8_deepseek(tmp_path):
     """The tiny DeepSeek block-fp8 checkpoint, bf16 on the GPU: experts through the Triton
     fused MoE (CUDA graphs on) against the torch backend's emulation, prefill logits."""
-    from tests.quant.test_fp8_checkpoints import prefill_logits
+    from tests.quant.test_fp8_checkpoints import triton_against_torch_on_the_gpu
+
+    def experts_stay_fp8(eng) -> None:
+        assert _moe_layers(eng)[0].w13.dtype == E4M3
 
     ckpt = write_fp8_checkpoint("deepseek_v3_q_lora", "fp8_block", tmp_path,
                                 moe_intermediate_size=128)
-    g = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(3, 256, (n,), generator=g).tolist() for n in (3, 17, 40)]
-    logits = {}
-    for kernels in ("torch", "triton"):
-        eng = local_engine(ckpt.path, "runtime.device=cuda", f"runtime.kernels={kernels}",
-                           f"runtime.enforce_eager={str(kernels == 'torch').lower()}",
-                           "runtime.level=2", "kv_cache.num_blocks=64")
-        assert _moe_layers(eng)[0].w13.dtype == E4M3
-        logits[kernels] = prefill_logits(eng, prompts).float()
-        eng.shutdown()
-    err = (logits["triton"] - logits["torch"]).norm() / logits["torch"].norm()
-    assert err <= 2e-2, float(err)
+    err = triton_against_torch_on_the_gpu(ckpt.path, experts_stay_fp8)
+    assert err <= 2e-2, err

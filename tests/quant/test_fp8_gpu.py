@@ -74,23 +74,13 @@ def test_block_fp8_linear_matches_the_reference(k, n, m):
 def test_triton_engine_matches_the_torch_engine_on_fp8_checkpoints(tmp_path, fmt):
     """A tiny llama checkpoint in each format, bf16 on the GPU: the Triton backend (CUDA graphs
     on) against the torch backend's emulation, last-position logits of one prefill."""
-    from tests.engine.checkpoints import local_engine
     from tests.quant.fp8_checkpoints import write_fp8_checkpoint
-    from tests.quant.test_fp8_checkpoints import BLOCK_SHAPES, prefill_logits
+    from tests.quant.test_fp8_checkpoints import BLOCK_SHAPES, triton_against_torch_on_the_gpu
 
     over = BLOCK_SHAPES["llama"] if fmt == "fp8_block" else {}
     ckpt = write_fp8_checkpoint("llama", fmt, tmp_path, **over)
-    g = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(3, 256, (n,), generator=g).tolist() for n in (3, 17, 40)]
-    logits = {}
-    for kernels in ("torch", "triton"):
-        eng = local_engine(ckpt.path, "runtime.device=cuda", f"runtime.kernels={kernels}",
-                           f"runtime.enforce_eager={str(kernels == 'torch').lower()}",
-                           "runtime.level=2", "kv_cache.num_blocks=64")
-        logits[kernels] = prefill_logits(eng, prompts).float()
-        eng.shutdown()
-    err = (logits["triton"] - logits["torch"]).norm() / logits["torch"].norm()
-    assert err <= 2e-2, float(err)
+    err = triton_against_torch_on_the_gpu(ckpt.path)
+    assert err <= 2e-2, err
 
 
 @pytest.mark.parametrize("m", [1, 384])
