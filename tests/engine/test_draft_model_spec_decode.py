@@ -19,8 +19,8 @@ from atom.model_engine.messages import EngineRequest
 from atom.spec_decode.stats import mtp_stats_json
 from tests.engine.checkpoints import local_engine, make_checkpoint
 from tests.engine.spec_steps import (assert_seeded_request_is_the_same_alone_and_in_a_batch,
-                                     assert_stops_where_plain_stops, chain_pvalue, flat, run,
-                                     transition)
+                                     assert_stops_where_plain_stops, chain_pvalue, flat,
+                                     on_cuda_f32, run, transition)
 from tests.engine.spec_steps import spec_engine as _engine, spec_prompts as _prompts
 
 MAX_TOKENS = 24
@@ -216,7 +216,7 @@ def test_on_the_gpu_a_draft_model_keeps_greedy_output_and_sampled_drafts_run_the
         target, random_draft, kernels):
     """float32 on CUDA (bf16 near-ties would make the comparison about rounding): greedy with
     a draft model is the plain output; sampled drafts go through the Triton rejection kernel."""
-    cuda = ("runtime.device=cuda", "model.dtype=float32", f"runtime.kernels={kernels}")
+    cuda = on_cuda_f32(kernels)
     want = [flat(c) for c in run(_engine(target, *cuda), _prompts(), GREEDY)[0]]
     for draft in (random_draft, target):
         got = [flat(c) for c in run(_engine(target, *cuda, *_draft(draft, 3)), _prompts(),

@@ -18,8 +18,8 @@ from atom.model_engine.messages import EngineRequest
 from atom.spec_decode.stats import mtp_stats_json
 from tests.engine.checkpoints import ARCHS, COMMON, local_engine, make_checkpoint
 from tests.engine.spec_steps import (assert_seeded_request_is_the_same_alone_and_in_a_batch,
-                                     assert_stops_where_plain_stops, chain_pvalue, flat, run,
-                                     transition)
+                                     assert_stops_where_plain_stops, chain_pvalue, flat,
+                                     on_cuda_f32, run, transition)
 from tests.engine.spec_steps import spec_engine as _engine, spec_prompts as _prompts
 
 MAX_TOKENS = 24
@@ -336,7 +336,7 @@ def test_on_the_gpu_eagle3_keeps_greedy_output_and_sampled_drafts_run_the_kernel
         target, heads, context_free, kernels):
     """float32 on CUDA: greedy with a random head (reduced vocabulary) is the plain output, a
     self-drafting head is accepted every time, seeded sampled rows are reproducible."""
-    cuda = ("runtime.device=cuda", "model.dtype=float32", f"runtime.kernels={kernels}")
+    cuda = on_cuda_f32(kernels)
     want = [flat(c) for c in run(_engine(target, *cuda), _prompts(), GREEDY)[0]]
     got = [flat(c) for c in run(_engine(target, *cuda, *_eagle3(heads[False], 3)), _prompts(),
                                 GREEDY)[0]]

@@ -14,8 +14,8 @@ from atom.spec_decode.stats import mtp_stats_json
 from tests.engine.checkpoints import (add_mtp_layer, local_engine, make_checkpoint,
                                       make_self_drafting_mtp)
 from tests.engine.spec_steps import (assert_seeded_request_is_the_same_alone_and_in_a_batch,
-                                     assert_stops_where_plain_stops, chain_pvalue, flat, run,
-                                     transition)
+                                     assert_stops_where_plain_stops, chain_pvalue, flat,
+                                     on_cuda_f32, run, transition)
 from tests.engine.spec_steps import spec_engine as _engine, spec_prompts as _prompts
 
 MAX_TOKENS = 24
@@ -148,7 +148,7 @@ def test_on_the_gpu_mtp_keeps_greedy_output_and_sampled_drafts_run_the_kernel(ra
                                                                                kernels):
     """float32 on CUDA (bf16 near-ties would make the comparison about rounding): greedy with
     mtp is the plain output; sampled drafts go through the Triton rejection kernel."""
-    cuda = ("runtime.device=cuda", "model.dtype=float32", f"runtime.kernels={kernels}")
+    cuda = on_cuda_f32(kernels)
     want = [flat(c) for c in run(_engine(random_mtp, *cuda), _prompts(), GREEDY)[0]]
     got = [flat(c) for c in run(_engine(random_mtp, *cuda, *_mtp(k)), _prompts(), GREEDY)[0]]
     assert got == want
