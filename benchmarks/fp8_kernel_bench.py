@@ -11,7 +11,7 @@
 - fp8_scaled_gemm (per-channel weight, per-token x) at M = 16 … 8192 on the 8B projections,
   beside torch._scaled_mm's row-wise mode over the same operands and bf16 F.linear: the
   per-shape choice between the two fp8 GEMMs.
-- rms_norm_quant against the norm kernel then the group quantiser, µs.
+- rms_norm_quant against the norm kernel then the quantiser, per 128-group and per token, µs.
 
 Every time is one CUDA graph of one call per weight set (gpu_bench._per_weight_ms, passed in),
 the sets together larger than L2.
@@ -200,7 +200,8 @@ def bench_fp8_scaled_gemm(per_weight_ms: PerWeightMs) -> dict[str, Any]:
 
 
 def bench_rms_norm_quant(per_weight_ms: PerWeightMs) -> dict[str, Any]:
-    from atom.kernels.triton.fp8_quant import quant_per_token_group, rms_norm_quant
+    from atom.kernels.triton.fp8_quant import (quant_per_token, quant_per_token_group,
+                                               rms_norm_quant)
     from atom.kernels.triton.rms_norm import fused_add_rms_norm
 
     out: dict[str, Any] = {}
@@ -214,6 +215,11 @@ def bench_rms_norm_quant(per_weight_ms: PerWeightMs) -> dict[str, Any]:
                 for label, ms in {
                     "fused": _timed(per_weight_ms, lambda x: rms_norm_quant(x, r, w, 1e-6), xs),
                     "two_kernels": _timed(per_weight_ms, lambda x: quant_per_token_group(
+                        fused_add_rms_norm(x, r, w, 1e-6)[0]), xs),
+                    # one scale a row: what fp8_linear.add_rms_norm_linear runs
+                    "fused_per_token": _timed(per_weight_ms, lambda x: rms_norm_quant(
+                        x, r, w, 1e-6, group=None), xs),
+                    "two_kernels_per_token": _timed(per_weight_ms, lambda x: quant_per_token(
                         fused_add_rms_norm(x, r, w, 1e-6)[0]), xs)}.items()}
     return out
 
