@@ -40,7 +40,8 @@ SLIP = 0.52
 SHAPES = [
     pytest.param(1, 100, torch.bfloat16, id="one-row-odd-k"),
     pytest.param(5, 300, torch.float32, id="fp32-odd-k"),
-    pytest.param(3, 4096 + 37, torch.float16, id="k-past-one-block"),
+    pytest.param(3, 4096 + 37, torch.float16, id="k-one-block-of-8k"),
+    pytest.param(2, 16384 + 37, torch.float16, id="k-past-one-block"),
     gpu_param(256, 7168, torch.bfloat16, id="deepseek-hidden"),
     gpu_param(64, 18432, torch.bfloat16, id="deepseek-mlp"),
 ]

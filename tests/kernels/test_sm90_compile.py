@@ -21,10 +21,11 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from atom.kernels.triton import sampling as S
 
-def compile_sm90(fn, sig, consts, warps):
+def compile_sm90(fn, sig, consts, warps, stages=3):
     sig = dict(sig) | {k: "constexpr" for k in consts}
     src = ASTSource(fn, sig, constexprs=consts)
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps)).asm["ptx"]
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                         options=dict(num_warps=warps, num_stages=stages)).asm["ptx"]
     print(fn.__name__, len(ptx))
 
 row = {"logits_ptr": "*bf16", "temp_ptr": "*fp32", "seed_ptr": "*i64", "logits_stride": "i32",
@@ -105,13 +106,15 @@ mla = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_
 mla |= i32("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride", "c_blk_stride",
            "c_tok_stride", "bt_stride", "n_heads", "n_splits")
 mla |= {"qk_scale": "fp32", "kv_scale": "fp32"}
-for fp8, rows, split, dot in ((False, 16, False, tl.bfloat16), (False, 64, True, tl.bfloat16),
-                              (True, 16, True, tl.float16), (True, 64, False, tl.float16),
+for fp8, rows, split, dot in ((False, 16, False, tl.bfloat16), (False, 32, True, tl.bfloat16),
+                              (False, 64, True, tl.bfloat16), (True, 16, True, tl.float16),
+                              (True, 64, False, tl.float16),
                               (True, 16, False, tl.float32)):  # the last: an fp32 model
+    block_n, warps, stages = MD.tile_defaults(rows, fp8)
     compile_sm90(MD._mla_decode_kernel, mla | ({"c_ptr": "*fp8e4nv"} if fp8 else {}), dict(
-        L=512, R=64, HEADS=rows, M=rows, PAGE=64, BLOCK_N=16 if rows == 64 else 32, LORA=512,
+        L=512, R=64, HEADS=rows, M=rows, PAGE=64, BLOCK_N=block_n, LORA=512,
         ROPE=64, SPLIT=split, DOT=dot, PREC="ieee" if dot == tl.float32 else "tf32", PDL=False,
-        E4M3_PAIRS=fp8), 8)
+        E4M3_PAIRS=fp8), warps, stages)
 compile_sm90(MD._mla_merge_kernel, {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": "*bf16",
              "kv_scale": "fp32"} | i32("o_tok_stride", "o_head_stride", "n_heads", "n_splits"),
              dict(L=512, HEADS=8, SPLIT_PAD=MD.MAX_SPLITS, LORA=512, PDL=False), 4)
@@ -150,7 +153,7 @@ def compile_sm90_div16(fn, sig, consts, warps, stages=3, div16=()):
 
 q_sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "k_dim": "i32", "x_stride": "i32",
          "q_stride": "i32", "eps": "fp32"}
-compile_sm90_div16(FQ._per_token_kernel, q_sig, dict(BLOCK=4096, PDL=True), 8,
+compile_sm90_div16(FQ._per_token_kernel, q_sig, dict(BLOCK=16384, PDL=True), 16,
                    div16=("x_ptr", "q_ptr", "s_ptr", "k_dim", "x_stride", "q_stride"))
 g_sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "k_dim": "i32", "n_groups": "i32",
          "x_stride": "i32", "q_stride": "i32", "s_stride": "i32", "eps": "fp32"}
@@ -228,7 +231,7 @@ def test_kernels_compile_for_sm90():
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
         "_decode_kernel", "_decode_kernel", *["_multi_query_kernel"] * 3,
         "_multi_query_merge_kernel", *["_moe_gemm_kernel"] * 12,
-        *["_count_kernel", "_offsets_kernel", "_scatter_kernel"] * 2, *["_mla_decode_kernel"] * 5,
+        *["_count_kernel", "_offsets_kernel", "_scatter_kernel"] * 2, *["_mla_decode_kernel"] * 6,
         "_mla_merge_kernel", "_mla_rope_store_kernel",
         "_gather_latents_kernel", "_mla_prefill_kernel", "_mla_prefill_kernel",
         "_per_token_kernel", "_per_group_kernel"]

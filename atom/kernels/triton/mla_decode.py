@@ -168,14 +168,19 @@ def head_tile(n_heads: int, q_pad: int) -> int:
 
 
 def tile_defaults(rows: int, fp8: bool) -> tuple[int, int, int]:
-    """(block_n, num_warps, num_stages), from the sm_90 PTX (research/probes/mla_decode_ptx.py)
-    until gpu_bench mla_decode_sweep settles them: 8 warps (at 4, 16 rows × 32 tokens take 221
-    registers a thread); bf16 pipelined (cp.async, 2 stages); fp8 unpipelined with 64-token
-    tiles, since with stages the e4m3 pairs go through shared memory and come back as 2-byte
-    reads; 16 tokens at 64 rows, where the accumulator leaves no registers for more."""
-    if rows >= 64:
-        return 16, 8, 1 if fp8 else 2
-    return (64, 8, 1) if fp8 else (32, 8, 2)
+    """(block_n, num_warps, num_stages), measured on the H200 at R1's widths, batch 64-256 x
+    1k-4k (research/probes/mla_decode_tiles.py): at 16 rows (16 heads, tp8) bf16 takes 128-token
+    tiles, 2.3-3.1 TB/s against 1.4-2.3 at 32; at 64 rows (128 heads) 64-token tiles, 0.85 TB/s
+    bf16 and 0.29 fp8 against 0.41 and 0.11 at 16 (there the kernel is bound by its dots: 242
+    FLOP a latent byte). fp8 runs unpipelined: with stages the e4m3 pairs go through shared
+    memory and come back as 2-byte reads."""
+    if fp8:
+        return 64, 8, 1
+    if rows <= 16:
+        return 128, 8, 2
+    if rows < 64:
+        return 64, 4, 2
+    return 64, 8, 2
 
 
 def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: AttentionMetadata,
