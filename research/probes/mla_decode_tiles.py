@@ -8,7 +8,7 @@ this crosses the two at batch 64–256 × 1k–8k, so tile_defaults and num_spli
 from one table. Prints TB/s of latent read (and its share of the 4.18 TB/s copy) per choice,
 the defaults' first.
 
-    python research/probes/mla_decode_tiles.py [--out FILE]
+    python research/probes/mla_decode_tiles.py [--only h16_fp8,...] [--out FILE]
 """
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ COPY_TBPS = 4.18
 # (heads per tile, block_n, warps, stages); None: the kernel's defaults.
 TILES = {16: (None, (16, 64, 8, 2), (16, 64, 4, 2), (16, 128, 8, 2), (16, 64, 8, 3)),
          128: (None, (64, 64, 8, 2), (64, 64, 8, 1), (64, 128, 8, 2), (32, 64, 4, 2))}
+# An fp8 cache runs unpipelined (stages would stage the e4m3 pairs through shared memory):
+# its own choices at 16 heads.
+FP8_TILES = {16: (None, (16, 128, 8, 1), (16, 128, 4, 1), (16, 32, 4, 1), (16, 64, 4, 1),
+                  (16, 256, 8, 1)),
+             128: (None, (64, 64, 8, 1), (64, 32, 8, 1), (32, 64, 8, 1))}
 SPLITS = (None, 1, 2, 4, 8)
 
 
@@ -46,10 +51,15 @@ def _tbps(q, cache, meta, byts, tile, splits) -> float | str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--only", default=None, help="e.g. h16_fp8,h128_fp8")
     args = ap.parse_args()
     out: dict[str, dict[str, float | str]] = {}
-    for heads, tiles in TILES.items():
+    only = set(args.only.split(",")) if args.only else None
+    for heads in TILES:
         for kvd, tag in ((torch.bfloat16, "bf16"), (torch.float8_e4m3fn, "fp8")):
+            if only is not None and f"h{heads}_{tag}" not in only:
+                continue
+            tiles = FP8_TILES[heads] if tag == "fp8" else TILES[heads]
             for batch, ctx in ((64, 4096), (128, 1024), (128, 4096), (256, 4096)):
                 q, cache, meta, byts = _mla_decode_case(batch, ctx, heads, kvd)
                 row: dict[str, float | str] = {}
