@@ -110,7 +110,7 @@ for fp8, rows, split, dot in ((False, 16, False, tl.bfloat16), (False, 32, True,
                               (False, 64, True, tl.bfloat16), (True, 16, True, tl.float16),
                               (True, 64, False, tl.float16),
                               (True, 16, False, tl.float32)):  # the last: an fp32 model
-    block_n, warps, stages = MD.tile_defaults(rows, fp8)
+    block_n, warps, stages, _ = MD.tile_defaults(rows, fp8)
     compile_sm90(MD._mla_decode_kernel, mla | ({"c_ptr": "*fp8e4nv"} if fp8 else {}), dict(
         L=512, R=64, HEADS=rows, M=rows, PAGE=64, BLOCK_N=block_n, LORA=512,
         ROPE=64, SPLIT=split, DOT=dot, PREC="ieee" if dot == tl.float32 else "tf32", PDL=False,

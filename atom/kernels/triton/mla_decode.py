@@ -148,14 +148,15 @@ def _mla_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, o_tok_stride, o_head_stride
                      (acc / total * kv_scale).to(o_ptr.dtype.element_ty), mask=col < L)
 
 
-def num_splits(batch: int, tiles: int, device: torch.device) -> int:
-    """About one program per SM, never more (a function of the batch shape only, as a captured
-    graph needs). Fewer than the GQA kernel's two per SM: a split's partial is 2 KB of fp32 a
-    query head (written, then read by the merge) against 1,152 bytes per cached latent, so at
-    64 sequences × 128 heads × 1k tokens four splits would move more partial bytes than cache."""
+def num_splits(batch: int, tiles: int, device: torch.device, per_sm: int = 1) -> int:
+    """About `per_sm` programs per SM, never more (a function of the batch shape only, as a
+    captured graph needs). Fewer than the GQA kernel's two per SM: a split's partial is 2 KB of
+    fp32 a query head (written, then read by the merge) against 1,152 bytes per cached latent, so
+    at 64 sequences × 128 heads × 1k tokens four splits would move more partial bytes than
+    cache."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count \
         if device.type == "cuda" else 8
-    want = max(1, sms // max(batch * tiles, 1))
+    want = max(1, per_sm * sms // max(batch * tiles, 1))
     return min(MAX_SPLITS, 1 << (want.bit_length() - 1))
 
 
@@ -167,20 +168,22 @@ def head_tile(n_heads: int, q_pad: int) -> int:
     return max(1, min(triton.next_power_of_2(n_heads), 64 // q_pad))
 
 
-def tile_defaults(rows: int, fp8: bool) -> tuple[int, int, int]:
-    """(block_n, num_warps, num_stages), measured on the H200 at R1's widths, batch 64-256 x
-    1k-4k (research/probes/mla_decode_tiles.py): at 16 rows (16 heads, tp8) bf16 takes 128-token
-    tiles, 2.3-3.1 TB/s against 1.4-2.3 at 32; at 64 rows (128 heads) 64-token tiles, 0.85 TB/s
-    bf16 and 0.29 fp8 against 0.41 and 0.11 at 16 (there the kernel is bound by its dots: 242
-    FLOP a latent byte). fp8 runs unpipelined: with stages the e4m3 pairs go through shared
-    memory and come back as 2-byte reads."""
+def tile_defaults(rows: int, fp8: bool) -> tuple[int, int, int, int]:
+    """(block_n, num_warps, num_stages, programs per SM the split count aims at), measured on
+    the H200 at R1's widths, batch 64-256 x 1k-4k (research/probes/mla_decode_tiles.py): at 16
+    rows (16 heads, tp8) bf16 takes 128-token tiles, 2.3-3.1 TB/s against 1.4-2.3 at 32; at 64
+    rows (128 heads) 64-token tiles, 0.85 TB/s bf16 and 0.29 fp8 against 0.41 and 0.11 at 16
+    (there the kernel is bound by its dots: 242 FLOP a latent byte). fp8 runs unpipelined: with
+    stages the e4m3 pairs go through shared memory and come back as 2-byte reads; at 16 rows it
+    hides the loads' latency with occupancy instead, 4 warps and twice the splits (1.06-1.36 TB/s
+    against 0.88-1.02 at 8 warps)."""
     if fp8:
-        return 64, 8, 1
+        return (64, 4, 1, 2) if rows <= 16 else (64, 8, 1, 1)
     if rows <= 16:
-        return 128, 8, 2
+        return 128, 8, 2, 1
     if rows < 64:
-        return 64, 4, 2
-    return 64, 8, 2
+        return 64, 4, 2, 1
+    return 64, 8, 2, 1
 
 
 def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: AttentionMetadata,
@@ -201,7 +204,9 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
     heads = heads_per_tile or head_tile(n_heads, q_pad)
     rows = max(16, q_pad * heads)
     tiles = triton.cdiv(n_heads, heads)
-    n_split = splits or num_splits(batch, tiles, q.device)
+    fp8 = latent_cache.dtype == torch.float8_e4m3fn
+    bn, warps, stages, per_sm = tile_defaults(rows, fp8)
+    n_split = splits or num_splits(batch, tiles, q.device, per_sm)
     lora_pad, rope_pad = (max(16, triton.next_power_of_2(n)) for n in (lora, rope))
     if n_split > 1:
         f32 = dict(dtype=torch.float32, device=q.device)
@@ -209,9 +214,7 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
         mid_lse = torch.empty((n_tok, n_heads, n_split), **f32)
     else:
         mid_o = mid_lse = out
-    fp8 = latent_cache.dtype == torch.float8_e4m3fn
     pairs = fp8 and lora == lora_pad and rope == rope_pad and not interpreted()
-    bn, warps, stages = tile_defaults(rows, fp8)
     pdl = pdl_args(q.device)
     _mla_decode_kernel[(tiles, batch, n_split)](
         q, latent_cache, out, mid_o, mid_lse, meta.cu_seqlens_q, meta.context_lens,
