@@ -107,6 +107,8 @@ class _Pack:
 
 @dataclass
 class _HostSampling:
+    """A Sampling before the copy: handles (_Pack) where it will hold tensors."""
+
     temps: int
     top_ks: Optional[int]
     top_ps: Optional[int]
@@ -119,6 +121,8 @@ class _HostSampling:
 
 @dataclass
 class _HostDepth:
+    """A Depth before the copy: handles (_Pack) where it will hold tensors."""
+
     live: list[int]
     sel: Optional[int]
     tables: Optional[int]  # batch rows whose block tables it reads; None = the step's, whole
