@@ -106,7 +106,7 @@ def resample_drafted(logits: torch.Tensor, tokens: torch.Tensor, sb: SamplingBat
     idx, draft_ids, starts_d, counts_d = stager.stage(
         np.asarray(positions, dtype=np.int64), np.asarray(ids, dtype=np.int64),
         np.asarray(starts, dtype=np.int32), np.asarray(rows.counts, dtype=np.int32))
-    pick = lambda t: None if t is None else t.index_select(0, idx)  # noqa: E731
+    pick = lambda t: None if t is None else t.index_select(0, idx)
     target = probabilities(logits.index_select(0, idx), sb.temperatures.index_select(0, idx),
                            pick(sb.top_ks), pick(sb.top_ps))
     draft = torch.zeros_like(target)
