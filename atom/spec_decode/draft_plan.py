@@ -4,8 +4,8 @@ and sent in one pinned copy.
 A `torch.tensor(list, device="cuda")` copies from pageable memory, and such a copy waits for the
 whole stream (runner/host_staging.py): made at every draft depth, each depth's small inputs would
 wait for the previous depth's forward, so the host could prepare a depth only once the GPU had
-run the one before, and the two would never overlap (EAGLE-3 k = 7 at batch 1: 40 stream syncs a
-step). Nothing a depth needs depends on the drafts: with p the position whose output predicts a
+run the one before, and the two would never overlap (EAGLE-3 at k = 7: some 40 waits a step).
+Nothing a depth needs depends on the drafts: with p the position whose output predicts a
 sampling row's last kept token, its j-th one-position decode runs at p + 1 + j while that
 position has a slot in the row's blocks (the scheduler's lookahead, from free blocks only). So
 every depth's rows, positions, context lengths, slots and sampling settings, and the catch-up's
@@ -161,11 +161,10 @@ class DraftPlanner:
     @staticmethod
     def _catch_up(pack: _Pack, reqs: list[ScheduledRequest], step: StepRows,
                   kept: dict[int, list[int]]) -> tuple[list[int], list[Optional[int]]]:
-        """(each sampling row's last kept position's predecessor: the position whose output
-        predicts that token; the catch-up's handles in CatchUpInputs's order). The token after each
-        of the step's positions is its next input but at a row's sampled positions (the kept
-        tokens there, the last one past a rejection) and at the end of a chunk (the prompt's
-        next token)."""
+        """(per sampling row, the position whose output predicts its last kept token; the
+        catch-up's handles in CatchUpInputs' order). The token after each of the step's
+        positions is its next input but at a row's sampled positions (the kept tokens there,
+        the last one past a rejection) and at the end of a chunk (the prompt's next token)."""
         q_lens = step.meta.q_lens_cpu or []
         ends = list(itertools.accumulate(q_lens))
         last_idx, last_pos, last_token, fix_idx, fix_token = [], [], [], [], []

@@ -29,7 +29,8 @@ class ProposeCalls:
         monkeypatch.setattr(stager, "stage", self._counted("stage", stager.stage))
         monkeypatch.setattr(torch, "tensor", self._counted("torch.tensor", torch.tensor))
         for name in READS:
-            monkeypatch.setattr(torch.Tensor, name, self._counted(name, getattr(torch.Tensor, name)))
+            original = getattr(torch.Tensor, name)
+            monkeypatch.setattr(torch.Tensor, name, self._counted(name, original))
 
         def counted_propose(reqs, step, kept):
             self._now = Counter()
