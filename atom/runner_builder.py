@@ -31,6 +31,7 @@ from atom.runner.cpu_threads import cpu_threads
 from atom.runner.cuda_graphs import (GraphFn, StepGraphs, capture_sizes, graphs_enabled,
                                      multi_token_sizes, plan_graphs)
 from atom.runner.device import resolve_device, resolve_dtype
+from atom.runner.host_staging import HostStager
 from atom.runner.kv_cache import (KVCache, KVCacheSpec, allocate, describe_kv_dtype, kv_dtype,
                                   model_kv_spec, num_blocks_for)
 from atom.runner.launched_step import accept_drafts
@@ -115,9 +116,10 @@ def _drafter(cfg: Config, model: torch.nn.Module, kv: KVCache, max_model_len: in
     """The runner-side drafter a method needs; None for core-side proposers (n-gram) and none.
     A draft model's or EAGLE-3 head's pool: the target's block count over its layers."""
     k, bs = cfg.specdecode.num_speculative_tokens, cfg.kv_cache.block_size
+    stager = HostStager(device)
     if cfg.specdecode.method == "mtp":
         return MTPDrafter(model, k, bs, max_model_len, kv.caches, kv.scales, target_counters,
-                          dtype)
+                          dtype, stager)
     if draft is None or draft_spec is None:
         return None
     _, caches, scales = allocate(draft_spec, kv.num_blocks, device)
@@ -127,9 +129,9 @@ def _drafter(cfg: Config, model: torch.nn.Module, kv: KVCache, max_model_len: in
                                  dtype=torch.int32, device=device)
     if aux is not None:
         return Eagle3Drafter(model, draft, aux, k, bs, max_model_len, caches, scales,
-                             split_counters, dtype)
+                             split_counters, dtype, stager)
     return DraftModelDrafter(draft, k, bs, max_model_len, caches, scales, split_counters,
-                             int(model.hf_config.vocab_size))
+                             int(model.hf_config.vocab_size), stager)
 
 
 def _kv_cache(cfg: Config, spec: KVCacheSpec, device: torch.device, slot: ForwardSlot,

@@ -39,6 +39,7 @@ import torch
 
 from atom.kernels.metadata import AttentionMetadata
 from atom.layers.forward_context import ForwardContext, ForwardSlot
+from atom.runner.host_staging import HostStager
 
 log = logging.getLogger("atom.runner")
 
@@ -161,6 +162,7 @@ class StepGraphs:
         self.tables = torch.zeros((self.max_bs, max_blocks_per_seq), dtype=torch.int32,
                                   device=dev)
         self.cu = torch.arange(0, n + 1, q_len, dtype=torch.int32, device=dev)
+        self.stager = HostStager(dev)  # a ragged step's layout: a pageable copy would wait
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]] = {}
 
     def meta(self, bs: int) -> AttentionMetadata:
@@ -198,7 +200,7 @@ class StepGraphs:
                 buf[:n].copy_(x, non_blocking=True)
         else:
             assert meta.q_lens_cpu is not None
-            where = torch.from_numpy(ragged_layout(meta.q_lens_cpu, q)).to(self.ids.device)
+            (where,) = self.stager.stage(ragged_layout(meta.q_lens_cpu, q))
             self._pad_queries(meta.context_lens)
             for buf, x in sources:
                 buf.index_copy_(0, where, x.to(buf.dtype))

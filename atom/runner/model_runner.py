@@ -296,7 +296,7 @@ class ModelRunner:
             gens = [self._requests[out.requests[row].request_id].generator for row in inputs.rows]
             drafted = self.drafter.drafted_rows(out.requests, inputs.rows, inputs.counts, gens)
             if drafted is not None:
-                resample_drafted(logits, tokens, sb, drafted)
+                resample_drafted(logits, tokens, sb, drafted, self.stager)
         drafts = ({row: out.requests[row].token_ids[-(m - 1):]
                    for row, m in zip(inputs.rows, inputs.counts) if m > 1}
                   if inputs.counts is not None else None)

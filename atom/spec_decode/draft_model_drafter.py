@@ -22,8 +22,9 @@ import torch.nn.functional as F
 
 from atom.config.schema import Config
 from atom.kernels.metadata import AttentionMetadata
+from atom.spec_decode.draft_plan import CatchUpInputs, Stager
 from atom.spec_decode.drafter import (CATCH_UP, DECODE, CaughtUp, Drafter, DraftForward,
-                                      DraftStep, ScheduledRequest, last_kept)
+                                      DraftStep)
 
 
 def draft_model_config(cfg: Config) -> Config:
@@ -35,27 +36,28 @@ def draft_model_config(cfg: Config) -> Config:
 
 
 class DraftModelDrafter(Drafter):
+    # Its catch-up runs the step's inputs, which never hold the last kept token (the target's
+    # sample after them): the first draft takes a decode of that token.
+    catch_up_drafts = False
+
     def __init__(self, model: torch.nn.Module, k: int, block_size: int, max_model_len: int,
                  kv_caches: list, kv_scales: list, split_counters: torch.Tensor,
-                 vocab_size: int) -> None:
+                 vocab_size: int, stager: Stager) -> None:
         """split_counters: the decode kernel's, sized by the draft's KV heads (which may exceed
         the target's)."""
         self.model = model
         # The target's and the draft's: validation admits different sizes only as paddings of
         # one tokenizer, so ids past either are no tokens.
         self.vocab_size, self.draft_vocab = vocab_size, int(model.hf_config.vocab_size)
-        super().__init__(k, block_size, max_model_len, model.context.forward, kv_caches,
-                         kv_scales, split_counters,
+        super().__init__(k, block_size, max_model_len, vocab_size, model.context.forward,
+                         kv_caches, kv_scales, split_counters, stager,
                          {CATCH_UP: DraftForward(self._hidden), DECODE: DraftForward(self._next)})
 
-    def _catch_up(self, reqs: list[ScheduledRequest], step: DraftStep,
-                  kept: dict[int, list[int]]) -> CaughtUp:
+    def _catch_up(self, step: DraftStep, inputs: CatchUpInputs) -> CaughtUp:
         self._forward(CATCH_UP, step.input_ids, step.positions, step.meta)
         if not step.rows:
-            return CaughtUp([], None, None, None)
-        _, last_pos = last_kept(reqs, step, kept)
-        tokens = torch.tensor([kept[row][-1] for row in step.rows], device=step.input_ids.device)
-        return CaughtUp([p + 1 for p in last_pos], tokens, None, None)
+            return CaughtUp(None, None, None)
+        return CaughtUp(inputs.last_token, None, None)
 
     def _decode(self, positions: torch.Tensor, tokens: torch.Tensor,
                 state: Optional[torch.Tensor], meta: AttentionMetadata

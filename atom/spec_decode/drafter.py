@@ -10,7 +10,9 @@ rows (temperature 0) take the argmax; the others sample from q (their own temper
 and top-p on the drafter's logits) with their own generator, and q is kept for the rejection
 sampler at the step that verifies them. Positions past a rejection hold tokens that were not
 kept: their slots lie past the sequence's kept length and the next step, which starts there,
-writes them again before any query reads them.
+writes them again before any query reads them. Every depth's inputs are known on the host
+before the first forward and sent in one copy (draft_plan.py), so nothing waits for the device
+until the drafts are read back, once, at the end.
 
 Each drafter's forwards (its catch-up and its one-position decode) are `DraftForward`s: a
 function of (ids, positions, *inputs) run under the drafter's forward context, which the runner
@@ -20,10 +22,9 @@ same function eagerly.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Callable, ClassVar, Optional, Protocol, Sequence
 
 import torch
 
@@ -31,18 +32,9 @@ from atom.kernels.metadata import AttentionMetadata
 from atom.layers.forward_context import ForwardContext, ForwardSlot
 from atom.layers.sampler import probabilities
 from atom.sampling_params import SamplingParams
+from atom.spec_decode.draft_plan import (CatchUpInputs, DraftPlanner, Sampling, ScheduledRequest,
+                                         Stager)
 from atom.spec_decode.rejection import DraftedRows
-
-
-class ScheduledRequest(Protocol):
-    """What a drafter reads of a request's share of the step (runner/scheduler_output.py's
-    ScheduledRequest, which sits above this package)."""
-
-    request_id: str
-    start: int
-    token_ids: list[int]
-    block_table: list[int]
-    next_token: Optional[int]
 
 
 @dataclass
@@ -62,14 +54,13 @@ class DraftStep:
 
 @dataclass
 class CaughtUp:
-    """A drafter's state once it has run over the step: per sampling row, the position its
-    next decode runs at (before any draft), that decode's input token, and the first drafts'
-    logits when the catch-up already gave them (then `tokens` is unused until they are picked)."""
+    """A drafter's state once it has run over the step, per sampling row: the first decode's
+    input token, or the first drafts' logits when the catch-up already gave them (then the
+    drafts picked from them are that decode's input), and what the decode reads besides."""
 
-    next_pos: list[int]
-    tokens: Optional[torch.Tensor]  # [R] the next decode's input, when logits is None
+    tokens: Optional[torch.Tensor]  # [R] the first decode's input, when logits is None
     logits: Optional[torch.Tensor]  # [R, V]
-    state: Optional[torch.Tensor]  # [R, ...] what the next decode reads besides the token
+    state: Optional[torch.Tensor]  # [R, ...]
 
 
 Column = tuple[list[int], torch.Tensor, Optional[torch.Tensor]]  # live rows, drafts, their q
@@ -95,58 +86,37 @@ class Graphed(Protocol):
                *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
 
 
-def last_kept(reqs: list[ScheduledRequest], step: DraftStep, kept: dict[int, list[int]]
-              ) -> tuple[list[int], list[int]]:
-    """Per sampling row, the step's token index and the position of the token before its last
-    kept one: the position whose output predicts that kept token."""
-    q_lens = step.meta.q_lens_cpu or []
-    ends = list(itertools.accumulate(q_lens))
-    idx, pos = [], []
-    for row, m in zip(step.rows, step.counts):
-        a = len(kept[row]) - 1
-        idx.append(ends[row] - m + a)
-        pos.append(reqs[row].start + q_lens[row] - m + a)
-    return idx, pos
-
-
-def next_tokens(reqs: list[ScheduledRequest], step: DraftStep, kept: dict[int, list[int]]
-                 ) -> torch.Tensor:
-    """The token after each of the step's positions [T]: the next input inside a row, the
-    kept tokens at its sampled positions (the last kept one past a rejection), the prompt's
-    next token at the end of a chunk."""
-    q_lens = step.meta.q_lens_cpu or []
-    ends = list(itertools.accumulate(q_lens))
-    fix_idx, fix_tok = [], []
-    for row, m in zip(step.rows, step.counts):
-        toks, end = kept[row], ends[row]
-        for j in range(m):
-            fix_idx.append(end - m + j)
-            fix_tok.append(toks[min(j, len(toks) - 1)])
-    for row, req in enumerate(reqs):
-        if req.next_token is not None:
-            fix_idx.append(ends[row] - 1)
-            fix_tok.append(req.next_token)
-    dev = step.input_ids.device
+def next_tokens(step: DraftStep, inputs: CatchUpInputs) -> torch.Tensor:
+    """The token after each of the step's positions [T] (draft_plan.py: the next input inside
+    a row, the kept tokens at its sampled positions, the prompt's next one after a chunk)."""
     ids = torch.roll(step.input_ids, -1)
-    if fix_idx:
-        ids[torch.tensor(fix_idx, device=dev)] = torch.tensor(fix_tok, device=dev)
+    if inputs.fix_idx is not None:
+        ids[inputs.fix_idx] = inputs.fix_token
     return ids
 
 
 class Drafter(ABC):
     """The shared loop; a drafter supplies `_catch_up` and `_decode` over its `forwards`."""
 
-    def __init__(self, k: int, block_size: int, max_model_len: int, slot: ForwardSlot,
-                 kv_caches: list, kv_scales: list, split_counters: torch.Tensor,
+    # Whether the catch-up's forward gives the first drafts' logits (MTP's layer, EAGLE-3's
+    # head: position i reads the token after i), or only the first decode's input token.
+    catch_up_drafts: ClassVar[bool] = True
+
+    def __init__(self, k: int, block_size: int, max_model_len: int, vocab_size: int,
+                 slot: ForwardSlot, kv_caches: list, kv_scales: list,
+                 split_counters: torch.Tensor, stager: Stager,
                  forwards: dict[str, DraftForward]) -> None:
-        """slot, kv_caches, kv_scales: the forward context the drafter's layers read (the
-        target's for MTP's layer, its own for a draft model's); split_counters: its decode
-        kernel's (sized by its own KV heads); forwards: its CATCH_UP and DECODE, the runner
-        may capture them."""
-        self.k, self.block_size, self.max_model_len = k, block_size, max_model_len
+        """vocab_size: the drafts' logits' width (the target's vocabulary); slot, kv_caches,
+        kv_scales: the forward context the drafter's layers read (the target's for MTP's layer,
+        its own for a draft model's); split_counters: its decode kernel's (sized by its own KV
+        heads); stager: the one host→device copy of each propose's inputs (draft_plan.py);
+        forwards: its CATCH_UP and DECODE, the runner may capture them."""
+        self.k = k
         self.forwards = forwards
         self.slot, self.kv_caches, self.kv_scales = slot, kv_caches, kv_scales
         self.split_counters = split_counters
+        self.planner = DraftPlanner(stager, block_size, max_model_len, vocab_size,
+                                    split_counters)
         # request id → (the sampled drafts, their q [len, V]) until the step that verifies them
         self._q: dict[str, tuple[list[int], torch.Tensor]] = {}
         self._graphs: dict[str, list[Graphed]] = {}
@@ -182,8 +152,9 @@ class Drafter(ABC):
             return self.forwards[name].fn(ids, positions, *inputs)
 
     @abstractmethod
-    def _catch_up(self, reqs: list[ScheduledRequest], step: DraftStep,
-                  kept: dict[int, list[int]]) -> CaughtUp: ...
+    def _catch_up(self, step: DraftStep, inputs: CatchUpInputs) -> CaughtUp:
+        """Run over the whole step (rows that sampled nothing too); the CaughtUp of its
+        sampling rows (logits given exactly when catch_up_drafts)."""
 
     @abstractmethod
     def _decode(self, positions: torch.Tensor, tokens: torch.Tensor,
@@ -217,87 +188,62 @@ class Drafter(ABC):
     def propose(self, reqs: list[ScheduledRequest], step: DraftStep, kept: dict[int, list[int]]
                 ) -> dict[int, list[int]]:
         """Bring the drafter's KV up to date with the whole step and return each sampling
-        row's drafts."""
-        up = self._catch_up(reqs, step, kept)
+        row's drafts. Everything but the final read of the drafts is queued without waiting
+        for the device: the plan's one staged copy holds every depth's inputs."""
+        decodes = self.k - 1 if self.catch_up_drafts else self.k
+        plan = self.planner.plan(reqs, step, kept, decodes, self.catch_up_drafts)
+        up = self._catch_up(step, plan.catch_up)
         if not step.rows:
             return {}
-        dev = step.input_ids.device
-        live = list(range(len(step.rows)))
         columns: list[Column] = []
         tokens, state = up.tokens, up.state
         if up.logits is not None:
-            tokens, probs = self._pick(up.logits, step, live)
-            columns.append((live, tokens, probs))
-        while len(columns) < self.k:
-            depth = len(columns)
-            keep = [n for n, i in enumerate(live)
-                    if self._has_slot(reqs[step.rows[i]], up.next_pos[i] + depth)]
-            if not keep:
-                break
-            sel = torch.tensor(keep, device=dev)
-            live = [live[n] for n in keep]
-            pos = [up.next_pos[i] + depth for i in live]
-            tables = step.meta.block_tables.index_select(
-                0, torch.tensor([step.rows[i] for i in live], device=dev))
-            meta = self._decode_meta([reqs[step.rows[i]] for i in live], tables, pos)
+            tokens, probs = self._pick(up.logits, plan.first)
+            columns.append((list(range(len(step.rows))), tokens, probs))
+        for depth in plan.depths:
             assert tokens is not None
-            logits, state = self._decode(torch.tensor(pos, device=dev),
-                                         tokens.index_select(0, sel),
-                                         None if state is None else state.index_select(0, sel),
-                                         meta)
-            tokens, probs = self._pick(logits, step, live)
-            columns.append((live, tokens, probs))
+            if depth.sel is not None:
+                tokens = tokens.index_select(0, depth.sel)
+                state = None if state is None else state.index_select(0, depth.sel)
+            logits, state = self._decode(depth.positions, tokens, state, depth.meta)
+            tokens, probs = self._pick(logits, depth.sampling)
+            columns.append((depth.live, tokens, probs))
         return self._collect(reqs, step, columns)
 
-    def _has_slot(self, req: ScheduledRequest, pos: int) -> bool:
-        return pos < min(len(req.block_table) * self.block_size, self.max_model_len)
-
-    def _decode_meta(self, reqs: list[ScheduledRequest], tables: torch.Tensor, pos: list[int]
-                     ) -> AttentionMetadata:
-        """One query per row at `pos`, attending to everything before it in the row's blocks."""
-        dev, bs, n = tables.device, self.block_size, len(pos)
-        slots = [r.block_table[p // bs] * bs + p % bs for r, p in zip(reqs, pos)]
-        ctx = [p + 1 for p in pos]
-        return AttentionMetadata(
-            cu_seqlens_q=torch.arange(n + 1, dtype=torch.int32, device=dev),
-            context_lens=torch.tensor(ctx, dtype=torch.int32, device=dev), block_tables=tables,
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev), max_q_len=1,
-            max_context_len=max(ctx), is_decode=True, q_lens_cpu=[1] * n, context_lens_cpu=ctx,
-            split_counters=self.split_counters)
-
-    def _pick(self, logits: torch.Tensor, step: DraftStep, live: list[int]
+    @staticmethod
+    def _pick(logits: torch.Tensor, sampling: Optional[Sampling]
               ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """(a draft per live row, q of the rows that sample [len(live), V], or None when all
-        are greedy): greedy rows' q is one-hot and never stored."""
-        params = [step.params[i] for i in live]
+        """(a draft per row, q of the rows [n, V], or None when all are greedy): greedy rows'
+        q is one-hot and never stored."""
         greedy = logits.argmax(-1)
-        if all(p.temperature == 0 for p in params):
+        if sampling is None:
             return greedy, None
-        dev, vocab = logits.device, logits.shape[-1]
-        temps = torch.tensor([p.temperature for p in params], device=dev)
-        ks = (torch.tensor([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in params],
-                           device=dev) if any(0 < p.top_k < vocab for p in params) else None)
-        ps = (torch.tensor([p.top_p for p in params], device=dev)
-              if any(p.top_p < 1.0 for p in params) else None)
-        q = probabilities(logits, temps, ks, ps)
+        q = probabilities(logits, sampling.temperatures, sampling.top_ks, sampling.top_ps)
         noise = torch.ones_like(q)
-        for n, i in enumerate(live):
-            if params[n].temperature > 0:
-                noise[n].exponential_(generator=step.generators[i])
+        for n, gen in sampling.draws:
+            noise[n].exponential_(generator=gen)
         sampled = (q / noise).argmax(-1)
-        return torch.where(temps == 0, greedy, sampled), q
+        return torch.where(sampling.temperatures == 0, greedy, sampled), q
+
+    @staticmethod
+    def _read_drafts(columns: list[Column]) -> list[int]:
+        """Every column's drafts, in column order, in one device→host read: the propose's only
+        wait for the device."""
+        return torch.cat([tokens for _, tokens, _ in columns]).tolist()
 
     def _collect(self, reqs: list[ScheduledRequest], step: DraftStep, columns: list[Column]
                  ) -> dict[int, list[int]]:
-        """Per row, its drafts depth by depth (one host read per depth); rows that sample keep
-        their q for the step that verifies these drafts."""
+        """Per row, its drafts depth by depth; rows that sample keep their q for the step that
+        verifies these drafts."""
         drafts: dict[int, list[int]] = {row: [] for row in step.rows}
         qs: dict[int, list[torch.Tensor]] = {}
-        for live, tokens, probs in columns:
-            for n, (i, tok) in enumerate(zip(live, tokens.tolist())):
-                drafts[step.rows[i]].append(tok)
+        flat, p = self._read_drafts(columns), 0
+        for live, _, probs in columns:
+            for n, i in enumerate(live):
+                drafts[step.rows[i]].append(flat[p + n])
                 if probs is not None and step.params[i].temperature > 0:
                     qs.setdefault(i, []).append(probs[n])
+            p += len(live)
         for i, rows_q in qs.items():
             row = step.rows[i]
             self._q[reqs[row].request_id] = (drafts[row], torch.stack(rows_q))

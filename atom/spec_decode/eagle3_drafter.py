@@ -20,8 +20,9 @@ import torch
 
 from atom.kernels.metadata import AttentionMetadata
 from atom.models.eagle3 import aux_layer_ids
+from atom.spec_decode.draft_plan import CatchUpInputs, Stager
 from atom.spec_decode.drafter import (CATCH_UP, DECODE, CaughtUp, Drafter, DraftForward,
-                                      DraftStep, ScheduledRequest, last_kept, next_tokens)
+                                      DraftStep, next_tokens)
 
 
 class AuxCapture:
@@ -50,14 +51,14 @@ class AuxCapture:
 class Eagle3Drafter(Drafter):
     def __init__(self, target: torch.nn.Module, head: torch.nn.Module, aux: AuxCapture, k: int,
                  block_size: int, max_model_len: int, kv_caches: list, kv_scales: list,
-                 split_counters: torch.Tensor, dtype: torch.dtype) -> None:
+                 split_counters: torch.Tensor, dtype: torch.dtype, stager: Stager) -> None:
         """dtype: the target's activations' (its captured states and the head's outputs)."""
         self.head, self.aux = head, aux
         self.embed = target.model.embed_tokens
         states = len(aux.ids) * int(target.hf_config.hidden_size)
         width = int(head.hf_config.hidden_size)
-        super().__init__(k, block_size, max_model_len, head.context.forward, kv_caches,
-                         kv_scales, split_counters,
+        super().__init__(k, block_size, max_model_len, int(head.vocab_size),
+                         head.context.forward, kv_caches, kv_scales, split_counters, stager,
                          {CATCH_UP: DraftForward(self._hidden, ((states, dtype),)),
                           DECODE: DraftForward(self._next, ((width, dtype),))})
 
@@ -75,16 +76,14 @@ class Eagle3Drafter(Drafter):
         normed, pre = self._hidden(ids, positions, hidden)
         return self.head.compute_logits(normed), pre
 
-    def _catch_up(self, reqs: list[ScheduledRequest], step: DraftStep,
-                  kept: dict[int, list[int]]) -> CaughtUp:
+    def _catch_up(self, step: DraftStep, inputs: CatchUpInputs) -> CaughtUp:
         (states,) = step.extras
-        normed, pre = self._forward(CATCH_UP, next_tokens(reqs, step, kept), step.positions,
+        normed, pre = self._forward(CATCH_UP, next_tokens(step, inputs), step.positions,
                                     step.meta, states)
         if not step.rows:
-            return CaughtUp([], None, None, None)
-        last_idx, last_pos = last_kept(reqs, step, kept)
-        sel = torch.tensor(last_idx, device=pre.device)
-        return CaughtUp(last_pos, None, self.head.compute_logits(normed.index_select(0, sel)),
+            return CaughtUp(None, None, None)
+        sel = inputs.last_idx
+        return CaughtUp(None, self.head.compute_logits(normed.index_select(0, sel)),
                         pre.index_select(0, sel))
 
     def _decode(self, positions: torch.Tensor, tokens: torch.Tensor,

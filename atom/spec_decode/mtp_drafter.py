@@ -26,22 +26,23 @@ from typing import Optional
 import torch
 
 from atom.kernels.metadata import AttentionMetadata
+from atom.spec_decode.draft_plan import CatchUpInputs, Stager
 from atom.spec_decode.drafter import (CATCH_UP, DECODE, CaughtUp, Drafter, DraftForward,
-                                      DraftStep, ScheduledRequest, last_kept, next_tokens)
+                                      DraftStep, next_tokens)
 
 
 class MTPDrafter(Drafter):
     def __init__(self, model: torch.nn.Module, k: int, block_size: int, max_model_len: int,
                  kv_caches: list, kv_scales: list, split_counters: torch.Tensor,
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, stager: Stager) -> None:
         """kv_caches, kv_scales, split_counters: the target's (its pool holds the layer);
         dtype: the target's hidden states'."""
         self.layer = model.mtp
         self.embed = model.model.embed_tokens
         state = ((int(model.hf_config.hidden_size), dtype),)
         # The target's slot: the layer is one of the model's.
-        super().__init__(k, block_size, max_model_len, model.context.forward, kv_caches,
-                         kv_scales, split_counters,
+        super().__init__(k, block_size, max_model_len, int(model.hf_config.vocab_size),
+                         model.context.forward, kv_caches, kv_scales, split_counters, stager,
                          {CATCH_UP: DraftForward(self._hidden, state),
                           DECODE: DraftForward(self._next, state)})
 
@@ -54,15 +55,13 @@ class MTPDrafter(Drafter):
         (y,) = self._hidden(ids, positions, hidden)
         return self.layer.compute_logits(y), y
 
-    def _catch_up(self, reqs: list[ScheduledRequest], step: DraftStep,
-                  kept: dict[int, list[int]]) -> CaughtUp:
-        last_idx, last_pos = last_kept(reqs, step, kept)
-        (y,) = self._forward(CATCH_UP, next_tokens(reqs, step, kept), step.positions,
-                             step.meta, step.hidden)
+    def _catch_up(self, step: DraftStep, inputs: CatchUpInputs) -> CaughtUp:
+        (y,) = self._forward(CATCH_UP, next_tokens(step, inputs), step.positions, step.meta,
+                             step.hidden)
         if not step.rows:
-            return CaughtUp([], None, None, None)
-        y = y.index_select(0, torch.tensor(last_idx, device=y.device))
-        return CaughtUp(last_pos, None, self.layer.compute_logits(y), y)
+            return CaughtUp(None, None, None)
+        y = y.index_select(0, inputs.last_idx)
+        return CaughtUp(None, self.layer.compute_logits(y), y)
 
     def _decode(self, positions: torch.Tensor, tokens: torch.Tensor,
                 state: Optional[torch.Tensor], meta: AttentionMetadata

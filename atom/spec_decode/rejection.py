@@ -24,9 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import torch
 
 from atom.layers.sampler import SamplingBatch, probabilities
+from atom.spec_decode.draft_plan import Stager
 
 
 def rejection_sample_ref(target_probs: torch.Tensor, draft_probs: Optional[torch.Tensor],
@@ -87,34 +89,35 @@ class DraftedRows:
 
 
 def resample_drafted(logits: torch.Tensor, tokens: torch.Tensor, sb: SamplingBatch,
-                     rows: DraftedRows) -> None:
+                     rows: DraftedRows, stager: Stager) -> None:
     """Overwrite those rows' positions of `tokens` (the target's own samples, [S]) with what
     rejection sampling keeps, so exact match over them (launched_step.accept_drafts) yields the
     kept run. The other rows keep the target's samples: exact match is already the rule for
-    their one-hot drafts, and a row's draws never depend on the rows beside it."""
+    their one-hot drafts, and a row's draws never depend on the rows beside it. Its index
+    tensors come in one staged copy (stager): a pageable one would wait for the step's forward."""
     dev = logits.device
-    idx = torch.tensor([p for f, m in zip(rows.firsts, rows.counts) for p in range(f, f + m)],
-                       device=dev)
+    positions = [p for f, m in zip(rows.firsts, rows.counts) for p in range(f, f + m)]
+    ids: list[int] = []
+    starts, p = [], 0
+    for m, d in zip(rows.counts, rows.drafts):
+        ids += d + [-1]
+        starts.append(p)
+        p += m
+    idx, draft_ids, starts_d, counts_d = stager.stage(
+        np.asarray(positions, dtype=np.int64), np.asarray(ids, dtype=np.int64),
+        np.asarray(starts, dtype=np.int32), np.asarray(rows.counts, dtype=np.int32))
     pick = lambda t: None if t is None else t.index_select(0, idx)
     target = probabilities(logits.index_select(0, idx), sb.temperatures.index_select(0, idx),
                            pick(sb.top_ks), pick(sb.top_ps))
     draft = torch.zeros_like(target)
-    ids: list[int] = []
-    starts, p = [], 0
-    for m, d, q in zip(rows.counts, rows.drafts, rows.draft_probs):
-        draft[p:p + m - 1] = q
-        ids += d + [-1]
-        starts.append(p)
-        p += m
+    for start, m, q in zip(starts, rows.counts, rows.draft_probs):
+        draft[start:start + m - 1] = q
     uniforms, noise = draw_randomness(rows.counts, target.shape[1], rows.generators, dev)
-    draft_ids = torch.tensor(ids, dtype=torch.long, device=dev)
     out = tokens.index_select(0, idx)
     if dev.type == "cuda":
         from atom.kernels.triton.rejection_sampler import rejection_sample  # Triton: CUDA only
 
-        i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=dev)
-        rejection_sample(target, draft, draft_ids, i32(starts), i32(rows.counts), uniforms,
-                         noise, out)
+        rejection_sample(target, draft, draft_ids, starts_d, counts_d, uniforms, noise, out)
     else:
         rejection_sample_ref(target, draft, draft_ids, starts, rows.counts, uniforms, noise, out)
     tokens.index_copy_(0, idx, out)

@@ -1,0 +1,115 @@
+"""On the GPU, a speculative step queues its drafting without waiting for the device: under
+torch.cuda.set_sync_debug_mode("error") every call that blocks the host on the stream raises
+(a pageable host→device copy such as torch.tensor(list, device="cuda"), .item(), .tolist() of a
+device tensor, a blocking copy, torch.cuda.synchronize), and a drafter's propose makes none but
+its one read of the drafts (Drafter._read_drafts), for an EAGLE-3 head and DeepSeek's MTP layer,
+greedy and sampled (q of sampled drafts, the rejection sampler's inputs), with CUDA graphs and
+eager. A verify step's whole launch (its inputs, the target's forward and sampling, the
+rejection sampler, then the drafting) is held to the same: its only other wait is for its own
+tokens, an event (LaunchedStep.result), which the debug mode does not count."""
+from __future__ import annotations
+
+import traceback
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import pytest
+import torch
+
+from atom import SamplingParams
+from tests.engine.checkpoints import add_mtp_layer, local_engine, make_checkpoint
+from tests.engine.spec_steps import on_cuda_f32, run, spec_prompts
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+SAMPLED = SamplingParams(temperature=0.8, top_k=20, max_tokens=12, ignore_eos=True, seed=3)
+
+
+@contextmanager
+def _sync_mode(mode: str) -> Iterator[None]:
+    before = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode(mode)
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(before)
+
+
+class SyncGuard:
+    """Runs every propose, and every launch of a verify step (each token samples: the steps
+    after the prompts'), with synchronizing calls raising; the drafts read alone may sync.
+    Records per propose whether it had sampling rows and how many reads it made, and the
+    traceback of every sync that raised (the engine core would isolate the step's requests
+    and go on)."""
+
+    def __init__(self, runner) -> None:
+        self.proposes: list[tuple[bool, int]] = []
+        self.verify_launches = 0
+        self.errors: list[str] = []
+        drafter = runner.drafter
+        propose, read, launch = drafter.propose, drafter._read_drafts, runner.launch
+
+        def guarded_propose(reqs, step, kept):
+            self.proposes.append((bool(step.rows), 0))
+            return self._raising(propose, reqs, step, kept)
+
+        def allowed_read(columns):
+            has_rows, reads = self.proposes[-1]
+            self.proposes[-1] = (has_rows, reads + 1)
+            with _sync_mode("default"):
+                return read(columns)
+
+        def guarded_launch(out):
+            if not all(len(r.token_ids) == r.num_sampled for r in out.requests):
+                return launch(out)
+            self.verify_launches += 1
+            return self._raising(launch, out)
+
+        drafter.propose, drafter._read_drafts, runner.launch = (guarded_propose, allowed_read,
+                                                                guarded_launch)
+
+    def _raising(self, fn: Callable, *args):
+        try:
+            with _sync_mode("error"):
+                return fn(*args)
+        except RuntimeError:
+            self.errors.append(traceback.format_exc())
+            raise
+
+
+def _eagle3(tmp_path) -> tuple:
+    from tests.engine.test_eagle3_spec_decode import TARGET_LAYERS, make_eagle3
+
+    target = make_checkpoint("llama", tmp_path, num_hidden_layers=TARGET_LAYERS)
+    return target, ("specdecode=eagle3", f"specdecode.draft_model={make_eagle3(tmp_path)}")
+
+
+def _mtp(tmp_path) -> tuple:
+    return add_mtp_layer(make_checkpoint("deepseek_v3_q_lora", tmp_path)), ("specdecode=mtp",)
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
+@pytest.mark.parametrize("method", [_eagle3, _mtp], ids=["eagle3", "mtp"])
+def test_a_verify_step_and_its_drafting_make_no_sync_call_but_the_drafts_read(tmp_path, method,
+                                                                             graphs):
+    path, spec = method(tmp_path)
+    mode = (("runtime.enforce_eager=false", "runtime.level=2",
+             "runtime.cudagraph_capture_sizes=[1,2,4]") if graphs
+            else ("runtime.enforce_eager=true",))
+    engine = local_engine(path, "kv_cache.block_size=4", *on_cuda_f32("triton"), *mode, *spec,
+                          "specdecode.num_speculative_tokens=3")
+    guard = SyncGuard(engine.core.executor.runner)
+    try:
+        prompts = spec_prompts()
+        outputs = [chunks for params in (GREEDY, SAMPLED)
+                   for chunks in (run(engine, prompts[2:3], params)[0]  # batch 1: uniform steps
+                                  + run(engine, prompts, params)[0])]  # several lengths
+    finally:
+        engine.shutdown()
+    assert not guard.errors, guard.errors[0]
+    assert all(sum(map(len, chunks)) == GREEDY.max_tokens for chunks in outputs)
+    assert guard.verify_launches > 0
+    assert any(has_rows for has_rows, _ in guard.proposes)
+    assert all(reads == (1 if has_rows else 0) for has_rows, reads in guard.proposes)
