@@ -1,0 +1,127 @@
+"""parallel.executor=ray on the CPU: two ranks as Ray actors (gloo) against one process.
+
+No Ray cluster runs here, so each engine starts a local one (two CPUs, no dashboard) and its
+shutdown ends it: every process the engine started — Ray's own and the ranks' actors — must be
+gone afterwards. The ranks are the multiproc executor's worker loop, so tp=2 must give tp=1's
+greedy tokens, and a rank whose actor is killed mid-request must fail the engine at once.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import ray
+import torch
+
+from atom import SamplingParams
+from atom.executor.rank_driver import WorkerDied
+from tests.engine.checkpoints import local_engine, make_checkpoint
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return make_checkpoint("qwen3", tmp_path_factory.mktemp("ray"))
+
+
+def _engine(path, tp: int, *extra: str):
+    return local_engine(path, "kv_cache.num_blocks=64", "scheduler.max_num_batched_tokens=48",
+                        f"parallel.tensor_parallel_size={tp}", *extra)
+
+
+def _prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(7)
+    return [torch.randint(3, 256, (k,), generator=g).tolist() for k in (5, 31, 12, 70)]
+
+
+def _descendants() -> set[int]:
+    """Every live process under this one (zombies excluded: their parent reaps them)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(name))
+    found, todo = set(), [os.getpid()]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.add(c)
+            todo.append(c)
+    return found
+
+
+def _none_left(before: set[int], timeout_s: float = 20.0) -> set[int]:
+    """The processes started since `before` that outlive `timeout_s` (none, once shut down)."""
+    deadline = time.monotonic() + timeout_s
+    while (left := _descendants() - before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def test_two_ray_ranks_give_the_one_process_tokens_and_leave_no_process(ckpt):
+    from atom.executor.ray_executor import RayExecutor
+
+    greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    one = _engine(ckpt, 1).generate(_prompts(), greedy)
+    before = _descendants()
+    engine = _engine(ckpt, 2, "parallel.executor=ray")
+    try:
+        ex = engine.core.executor
+        assert isinstance(ex, RayExecutor) and len(set(ex.pids)) == 2
+        assert set(ex.pids) <= _descendants()  # the local cluster's actors, under this process
+        two = engine.generate(_prompts(), greedy)
+        assert [o["token_ids"] for o in two] == [o["token_ids"] for o in one]
+        s = engine.stats()
+        assert s.kv_blocks_free == s.kv_blocks_total
+    finally:
+        engine.shutdown()
+    assert not ray.is_initialized()
+    assert not _none_left(before), "a Ray or rank process outlived the engine's shutdown"
+
+
+def test_a_killed_rank_actor_fails_the_engine_at_once_and_leaves_no_process(ckpt):
+    before = _descendants()
+    engine = _engine(ckpt, 2, "parallel.executor=ray")
+    try:
+        assert engine.add_request(_prompts(), SamplingParams(temperature=0, max_tokens=200,
+                                                             ignore_eos=True))
+        engine.step()
+        os.kill(engine.core.executor.pids[1], signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerDied):
+            for _ in range(400):
+                engine.step()
+        assert time.monotonic() - t0 < 10
+    finally:
+        engine.shutdown()
+    assert not _none_left(before)
+
+
+def test_a_program_that_runs_ray_keeps_it_and_loses_only_the_ranks(ckpt):
+    """A caller that already called ray.init (a job on a cluster) keeps its Ray: the engine
+    places its ranks there and, shut down, kills their actors and frees their placement group,
+    leaving the cluster as it found it."""
+    from ray.util import placement_group_table
+
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    try:
+        engine = _engine(ckpt, 2, "parallel.executor=ray")
+        try:
+            pids = set(engine.core.executor.pids)
+            assert engine.generate(_prompts()[:1], SamplingParams(max_tokens=2))[0]["token_ids"]
+        finally:
+            engine.shutdown()
+        assert ray.is_initialized()
+        deadline = time.monotonic() + 20
+        while pids & _descendants() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not pids & _descendants(), "a rank's actor outlived the engine"
+        assert all(g["state"] == "REMOVED" for g in placement_group_table().values())
+        assert ray.available_resources().get("CPU") == 2
+    finally:
+        ray.shutdown()
