@@ -68,6 +68,8 @@ def _fields(overrides: list[str], launching: bool = False) -> list[tuple[str, ob
      "parallel.master_port", 65534),
     (["parallel=tp2", "parallel.executor=uniproc"], "parallel.executor", "uniproc"),
     (["parallel.executor=mpi"], "parallel.executor", "mpi"),
+    (["parallel.data_parallel_rank=-1"], "parallel.data_parallel_rank", -1),
+    (["parallel=dp2", "parallel.data_parallel_rank=1"], "parallel.data_parallel_rank", 1),
     (["parallel=tp2", "parallel.nnodes=2", "parallel.node_rank=1", "job=bench"],
      "parallel.node_rank", 1),
 ])
