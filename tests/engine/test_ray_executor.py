@@ -125,3 +125,31 @@ def test_a_program_that_runs_ray_keeps_it_and_loses_only_the_ranks(ckpt):
         assert ray.available_resources().get("CPU") == 2
     finally:
         ray.shutdown()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_two_ray_ranks_on_two_gpus_give_the_one_gpu_tokens(ckpt):
+    """NCCL between two actors that each see only their own GPU (Ray's CUDA_VISIBLE_DEVICES),
+    fp32 so that no bf16 rounding of the partial sums can flip a greedy tie."""
+    import atom
+
+    from atom.executor.ray_executor import RayExecutor
+
+    def engine(*extra: str):
+        return atom.build_engine(atom.compose([
+            "model=local", f"model.path={ckpt}", "model.dtype=float32", "load.progress_bar=false",
+            "kv_cache.num_blocks=64", *extra]))
+
+    greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    one = engine().generate(_prompts(), greedy)
+    before = _descendants()
+    two = engine("parallel.tensor_parallel_size=2", "parallel.executor=ray")
+    try:
+        assert isinstance(two.core.executor, RayExecutor)
+        assert two.core.executor.device_type == "cuda"
+        out = two.generate(_prompts(), greedy)
+    finally:
+        two.shutdown()
+    assert [o["token_ids"] for o in out] == [o["token_ids"] for o in one]
+    assert not _none_left(before)
