@@ -2,7 +2,8 @@
 already run Ray.
 
 Ray places the ranks and owns their processes, nothing more: one actor per rank in one placement
-group (a bundle of one GPU each, or one CPU on a CPU run), each running the same worker loop as
+group (a bundle of one GPU each, or one CPU on a CPU run; each actor sees its node's ranks' GPUs
+and takes its own), each running the same worker loop as
 a multiproc rank (atom/executor/worker.py): the same torch.distributed group, the steps and
 answers over the same ZMQ transport (rank_driver.py), over TCP since an actor may sit on any node
 of the cluster. The engine connects to the running cluster (RAY_ADDRESS, else the one `ray
@@ -16,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from atom.config.schema import Config
 from atom.executor.rank_driver import BuildRunner, RankDriver, WorkerDied, worker_env
@@ -32,20 +33,33 @@ PLACEMENT_S = 120.0
 STOP_S = 10.0
 
 
+class Placement(NamedTuple):
+    """Where Ray put one rank's actor."""
+
+    ip: str  # its node's address
+    pid: int
+    port: int  # free on its node: rank 0's hosts the torch.distributed store
+    gpus: list[str]  # the GPU ids Ray gave it (none on a CPU run)
+
+
 class RankActor:
     """One rank's Ray actor: where it runs, then the worker loop until Stop."""
 
-    def where(self) -> tuple[str, int, int]:
-        """(node address, process id, a free port there: rank 0's hosts the group's store)."""
+    def where(self) -> Placement:
         import ray
 
         ip = ray.util.get_node_ip_address()
-        return ip, os.getpid(), free_port(ip)
+        return Placement(ip, os.getpid(), free_port(ip), [str(g) for g in ray.get_gpu_ids()])
 
-    def run(self, spec: WorkerSpec, rank: int) -> Optional[int]:
+    def run(self, spec: WorkerSpec, rank: int, visible_gpus: Optional[str]) -> int:
+        """`visible_gpus`: every GPU of this node's ranks, set before CUDA starts, so that
+        NCCL sees its peers' GPUs (P2P over NVLink) where Ray would show each actor only its
+        own; the rank takes its own by its place among this node's ranks (spec.local_ranks)."""
         from atom.executor.worker import serve
         from atom.log_setup import configure_logging
 
+        if visible_gpus is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible_gpus
         configure_logging()
         try:
             serve(spec, rank)
@@ -64,6 +78,7 @@ class RayExecutor(RankDriver):
         self._pg: Any = None
         self._actors: list[Any] = []  # in rank order
         self._runs: list[Any] = []  # each rank's run() future: ready only once the rank ended
+        self._places: list[Placement] = []  # in rank order
         self.pids: list[int] = []  # each rank's process (on its node)
         self._gpu = False
         super().__init__(cfg, hf, world_size, build_runner, ready_timeout_s)
@@ -95,13 +110,14 @@ class RayExecutor(RankDriver):
         here = ray.util.get_node_ip_address()
         # Ranks of one node consecutive, this node's first: rank 0 beside the engine when the
         # cluster has room here.
-        order = sorted(range(self.world_size), key=lambda i: (where[i][0] != here, where[i][0]))
+        order = sorted(range(self.world_size), key=lambda i: (where[i].ip != here, where[i].ip))
         self._actors = [actors[i] for i in order]
-        self.pids = [where[i][1] for i in order]
-        ip0, _, port0 = where[order[0]]
+        self._places = [where[i] for i in order]
+        self.pids = [p.pid for p in self._places]
         log.info("Ray placed %d ranks on %s", self.world_size,
-                 sorted({where[i][0] for i in order}))
-        return tcp_endpoints(self.world_size, here, f"tcp://{ip0}:{port0}")
+                 sorted({p.ip for p in self._places}))
+        first = self._places[0]
+        return tcp_endpoints(self.world_size, here, f"tcp://{first.ip}:{first.port}")
 
     def _connect(self, cfg: Config) -> None:
         """The cluster named by RAY_ADDRESS or running on this host, else a local one."""
@@ -121,13 +137,14 @@ class RayExecutor(RankDriver):
 
     def _start_ranks(self, cfg: Config, hf: Any, build_runner: BuildRunner,
                      ends: Endpoints) -> None:
-        if self._gpu:
-            # Ray shows each actor its one GPU as cuda:0 (CUDA_VISIBLE_DEVICES).
+        if self._gpu:  # each rank's GPU is found among its node's (RankActor.run)
             cfg = dataclasses.replace(cfg, runtime=dataclasses.replace(cfg.runtime,
                                                                        device="cuda"))
-        self._runs = [actor.run.remote(
-            _spec(cfg, hf, build_runner, self.world_size, ends, rank), rank)
-            for rank, actor in enumerate(self._actors)]
+        for rank, (actor, (local, visible)) in enumerate(
+                zip(self._actors, node_layout(self._places, self._gpu))):
+            spec = WorkerSpec(cfg, hf, build_runner, self.world_size, ends.dist_init,
+                              ends.to_worker, ends.from_worker, None, local)
+            self._runs.append(actor.run.remote(spec, rank, visible))
 
     def _check_ranks(self) -> None:
         if not self._runs:
@@ -137,8 +154,8 @@ class RayExecutor(RankDriver):
             rank = self._runs.index(ended[0])
             try:
                 how = f"exit code {self._ray.get(ended[0])}"
-            except Exception as e:  # the actor died: Ray says how
-                how = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            except Exception as e:  # the actor died: Ray's first line says how
+                how = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
             raise WorkerDied(f"rank {rank}'s Ray actor ended ({how})")
 
     def _stop_ranks(self) -> None:
@@ -155,9 +172,13 @@ class RayExecutor(RankDriver):
             ray.shutdown()  # a local cluster ends with it; a running one only loses this driver
 
 
-def _spec(cfg: Config, hf: Any, build_runner: BuildRunner, world_size: int, ends: Endpoints,
-          rank: int) -> WorkerSpec:
-    """Rank `rank`'s spec: alone on its node as far as devices go (its actor sees one GPU), and
-    no parent to watch (Ray ends an actor with the driver that owns it)."""
-    return WorkerSpec(cfg, hf, build_runner, world_size, ends.dist_init, ends.to_worker,
-                      ends.from_worker, None, [rank])
+def node_layout(places: list[Placement], gpu: bool) -> list[tuple[list[int], Optional[str]]]:
+    """Per rank (places in rank order): the ranks of its node (its spec.local_ranks: its GPU
+    is cuda:<its place among them>) and, on GPUs, the CUDA_VISIBLE_DEVICES that lists theirs
+    in that order."""
+    layout = []
+    for place in places:
+        local = [r for r, p in enumerate(places) if p.ip == place.ip]
+        visible = ",".join(places[r].gpus[0] for r in local) if gpu else None
+        layout.append((local, visible))
+    return layout

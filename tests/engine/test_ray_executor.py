@@ -63,6 +63,21 @@ def _none_left(before: set[int], timeout_s: float = 20.0) -> set[int]:
     return left
 
 
+def test_each_rank_sees_its_nodes_gpus_and_takes_its_own():
+    """Ray gives rank r the GPU places[r].gpus[0]; the rank sees its node's ranks' GPUs in rank
+    order and takes cuda:<its place among them> (worker._join_group), which must be that GPU."""
+    from atom.executor.ray_executor import Placement, node_layout
+
+    places = [Placement("10.0.0.1", 1, 0, ["3"]), Placement("10.0.0.1", 2, 0, ["1"]),
+              Placement("10.0.0.2", 3, 0, ["0"]), Placement("10.0.0.2", 4, 0, ["5"])]
+    layout = node_layout(places, gpu=True)
+    for rank, (local, visible) in enumerate(layout):
+        assert visible.split(",")[local.index(rank)] == places[rank].gpus[0]
+        assert all(places[r].ip == places[rank].ip for r in local)
+    assert [v for _, v in layout] == ["3,1", "3,1", "0,5", "0,5"]
+    assert node_layout(places, gpu=False)[2] == ([2, 3], None)
+
+
 def test_two_ray_ranks_give_the_one_process_tokens_and_leave_no_process(ckpt):
     from atom.executor.ray_executor import RayExecutor
 
@@ -117,12 +132,16 @@ def test_a_program_that_runs_ray_keeps_it_and_loses_only_the_ranks(ckpt):
         finally:
             engine.shutdown()
         assert ray.is_initialized()
+        assert all(g["state"] == "REMOVED" for g in placement_group_table().values())
+
+        def released() -> bool:  # Ray frees a removed group's CPUs and kills actors a beat later
+            return not pids & _descendants() and ray.available_resources().get("CPU") == 2
+
         deadline = time.monotonic() + 20
-        while pids & _descendants() and time.monotonic() < deadline:
+        while not released() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not pids & _descendants(), "a rank's actor outlived the engine"
-        assert all(g["state"] == "REMOVED" for g in placement_group_table().values())
-        assert ray.available_resources().get("CPU") == 2
+        assert ray.available_resources().get("CPU") == 2, ray.available_resources()
     finally:
         ray.shutdown()
 
