@@ -36,13 +36,12 @@ def start_ranks(spec: WorkerSpec, ranks: list[int], folder: str) -> list[subproc
 
 
 class MultiprocExecutor(RankDriver):
-    def __init__(self, cfg: Config, hf: Any, world_size: int, build_runner: BuildRunner,
-                 ready_timeout_s: float = 0.0) -> None:
+    def __init__(self, cfg: Config, hf: Any, world_size: int, build_runner: BuildRunner) -> None:
         self._procs: list[subprocess.Popen] = []
         self._hosts = resolve_hosts(cfg.parallel, os.environ)
         self.linger_ms = _STOP_LINGER_MS if self._hosts.multi else 0
         self._dir = tempfile.mkdtemp(prefix="atom-ranks-")
-        super().__init__(cfg, hf, world_size, build_runner, ready_timeout_s)
+        super().__init__(cfg, hf, world_size, build_runner)
 
     def _place_ranks(self, cfg: Config) -> Endpoints:
         return endpoints(self.world_size, self._hosts, self._dir)

@@ -76,8 +76,7 @@ class RankDriver:
 
     linger_ms = 0  # how long shutdown leaves unsent Stop frames to reach other hosts' ranks
 
-    def __init__(self, cfg: Config, hf: Any, world_size: int, build_runner: BuildRunner,
-                 ready_timeout_s: float = 0.0) -> None:
+    def __init__(self, cfg: Config, hf: Any, world_size: int, build_runner: BuildRunner) -> None:
         """hf: the model's config, loaded once here for every rank; build_runner: what each
         rank builds its runner with (atom.runner_builder.build_runner), run in the worker."""
         self.world_size = world_size
@@ -95,7 +94,7 @@ class RankDriver:
             ends = self._place_ranks(cfg)
             self._pull, self._push = self._bind(ends)
             self._start_ranks(cfg, hf, build_runner, ends)
-            ready = self._await_ready(ready_timeout_s)
+            ready = self._await_ready()
         except BaseException:
             self.shutdown()
             raise
@@ -139,12 +138,12 @@ class RankDriver:
             push.append(sock)
         return pull, push
 
-    def _await_ready(self, timeout_s: float) -> list[WorkerReady]:
-        """Every rank's WorkerReady; ranks of other hosts must have built the same model."""
+    def _await_ready(self) -> list[WorkerReady]:
+        """Every rank's WorkerReady (a rank that fails or exits while it builds fails the wait);
+        ranks of other hosts must have built the same model."""
         ready: list[WorkerReady] = []
-        deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
         while len(ready) < self.world_size:
-            msg = self._recv(deadline)
+            msg = self._recv()
             if isinstance(msg, WorkerReady):
                 ready.append(msg)
         first = next(r for r in ready if r.rank == 0)
@@ -173,14 +172,14 @@ class RankDriver:
             self._send(Flush())
             self._flushed = number
         while (result := self.ledger.result(number)) is None:
-            self._take(self._recv(None))
+            self._take(self._recv())
         return result
 
     def launch_failure(self, number: int) -> Optional[Exception]:
         """StepRaised if every rank raised launching step `number`, None if it launched; if
         only some ranks raised, the others wait in a collective without them: WorkerDied."""
         while not (status := self.ledger.launched(number))[0]:
-            self._take(self._recv(None))
+            self._take(self._recv())
         error = status[1]
         if error is None:
             return None
@@ -198,9 +197,9 @@ class RankDriver:
         except RanksOutOfStep as e:
             raise WorkerDied(str(e)) from None
 
-    def _recv(self, deadline: Optional[float],
-              late: str = "the ranks did not report ready in time") -> Any:
-        """The next message of a rank (another host's liveness beats are taken in here)."""
+    def _recv(self, deadline: Optional[float] = None, late: str = "") -> Any:
+        """The next message of a rank (another host's liveness beats are taken in here); past
+        `deadline`, WorkerDied saying `late`."""
         while True:
             while not self._pull.poll(_POLL_MS):
                 self._check_alive()
@@ -241,7 +240,7 @@ class RankDriver:
         self._profiling = False
         stopped: set[int] = set()
         while len(stopped) < self.world_size:
-            msg = self._recv(None)
+            msg = self._recv()
             if isinstance(msg, Profiled):
                 stopped.add(msg.rank)
             else:

@@ -69,8 +69,7 @@ class RankActor:
 
 
 class RayExecutor(RankDriver):
-    def __init__(self, cfg: Config, hf: Any, world_size: int, build_runner: BuildRunner,
-                 ready_timeout_s: float = 0.0) -> None:
+    def __init__(self, cfg: Config, hf: Any, world_size: int, build_runner: BuildRunner) -> None:
         import ray
 
         self._ray = ray
@@ -81,7 +80,7 @@ class RayExecutor(RankDriver):
         self._places: list[Placement] = []  # in rank order
         self.pids: list[int] = []  # each rank's process (on its node)
         self._gpu = False
-        super().__init__(cfg, hf, world_size, build_runner, ready_timeout_s)
+        super().__init__(cfg, hf, world_size, build_runner)
 
     def _place_ranks(self, cfg: Config) -> Endpoints:
         from ray.util.placement_group import placement_group
