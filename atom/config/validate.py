@@ -285,11 +285,12 @@ def _validate_parallel(cfg: Config, rules: _Rules,
     rules.check(tp >= 1, "parallel.tensor_parallel_size", tp, "must be >= 1")
     rules.check(p.data_parallel_size >= 1, "parallel.data_parallel_size", p.data_parallel_size,
                 "must be >= 1")
-    rules.check(p.data_parallel_rank is None or (p.data_parallel_rank >= 0
-                                                 and p.data_parallel_size == 1),
-                "parallel.data_parallel_rank", p.data_parallel_rank,
-                "must be >= 0, and is the server's to set for each of its replicas "
-                f"(data_parallel_size={p.data_parallel_size}: leave it unset)")
+    if p.data_parallel_rank is not None:
+        rules.check(p.data_parallel_rank >= 0, "parallel.data_parallel_rank",
+                    p.data_parallel_rank, "must be >= 0")
+        rules.check(p.data_parallel_size == 1, "parallel.data_parallel_rank",
+                    p.data_parallel_rank, f"the server numbers its data_parallel_size="
+                    f"{p.data_parallel_size} replicas itself: leave it unset")
     rules.check(1 <= p.engine_port <= 65535, "parallel.engine_port", p.engine_port,
                 "must be a TCP port")
     rules.one_of("parallel.executor", p.executor, EXECUTORS)
