@@ -61,11 +61,16 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
 
 def build_executor(cfg: Config, hf: Any) -> Any:
     """One process and device for tensor_parallel_size 1; else (or with parallel.executor=
-    multiproc, tp=1 included) one worker process per rank, each building its runner with the
-    same function (handed over, as the workers run it)."""
+    multiproc, tp=1 included) one worker process per rank, or one Ray actor per rank with
+    parallel.executor=ray, each building its runner with the same function (handed over, as the
+    workers run it)."""
     from atom.runner_builder import build_runner
 
     tp = cfg.parallel.tensor_parallel_size
+    if cfg.parallel.executor == "ray":
+        from atom.executor.ray_executor import RayExecutor
+
+        return RayExecutor(cfg, hf, tp, build_runner)
     if tp > 1 or cfg.parallel.executor == "multiproc":
         from atom.executor.multiproc import MultiprocExecutor
 

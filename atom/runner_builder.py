@@ -90,7 +90,9 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
     runner = ModelRunner(model, forward_fn, mc.forward, kv, split_counters, device=device,
                          max_model_len=max_model_len, vocab_size=int(hf.vocab_size),
                          verify=build_verifier(cfg.specdecode, cfg.runtime.seed, accept_drafts),
-                         profiler=StepProfiler(cfg.profiler.torch_profiler_dir, mc.parallel.tp_rank),
+                         profiler=StepProfiler(cfg.profiler.torch_profiler_dir,
+                                               mc.parallel.tp_rank,
+                                               cfg.parallel.data_parallel_rank),
                          drafter=drafter)
     if graphs_on:
         _capture(step_graphs(cfg, runner, draft_spec, mc.parallel.tp_rank))

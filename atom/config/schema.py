@@ -62,8 +62,13 @@ class ParallelConfig:
     # model replicas behind the server, each its own engine core and tensor_parallel_size ranks
     # (replica r on GPUs r*tp .. r*tp+tp-1)
     data_parallel_size: int = 1
+    # this engine core's replica index: its ranks' traces go under dp{d}_tp{r} instead of
+    # rank_{r}. The server sets it for each of its data_parallel_size replicas; None: no replica
+    data_parallel_rank: Optional[int] = None
     # auto (uniproc for one rank, else multiproc) | uniproc (the runner in the engine's process)
-    # | multiproc (a worker process per rank, tp=1 included) | ray (needs the ray package)
+    # | multiproc (a worker process per rank, tp=1 included) | ray (a Ray actor per rank on the
+    # cluster of RAY_ADDRESS or of `ray start` here, else a local one; Ray spreads the ranks
+    # over its nodes, so nnodes stays 1; pip install 'atom[ray]')
     executor: str = "auto"
     # hosts the tensor-parallel ranks span, tp/nnodes each; None: the NNODES variable, else
     # torchrun's WORLD_SIZE (one atom launcher per host), else 1. Set here, it wins over both.

@@ -92,9 +92,9 @@ def validate(cfg: Config, launching: bool = False) -> Config:
 
 def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
-    model engine does not implement or this host cannot hold: the Ray executor, replicas over
-    several hosts, more ranks than GPUs, DP attention (so experts over several replicas), and
-    speculative decoding drafts the engine cannot run beside the target."""
+    model engine does not implement or this host cannot hold: the Ray executor without ray,
+    replicas over several hosts, more ranks than GPUs, DP attention (so experts over several
+    replicas), and speculative decoding drafts the engine cannot run beside the target."""
     rules = _Rules()
     p = cfg.parallel
     _refuse_unbuilt_executors(cfg, rules)
@@ -195,12 +195,9 @@ def _validate_draft_model(cfg: Config, rules: _Rules) -> None:
 
 def _refuse_unbuilt_executors(cfg: Config, rules: _Rules) -> None:
     p = cfg.parallel
-    if p.executor == "ray":
-        installed = importlib.util.find_spec("ray") is not None
-        rules.check(False, "parallel.executor", p.executor,
-                    "not implemented yet: hosts join through torch.distributed (parallel.nnodes, "
-                    "executor multiproc)" if installed else
-                    "needs the ray package, which is not installed (pip install ray)")
+    rules.check(p.executor != "ray" or importlib.util.find_spec("ray") is not None,
+                "parallel.executor", p.executor,
+                "needs the ray package, which is not installed (pip install 'atom[ray]')")
     try:
         hosts = resolve_hosts(p, os.environ)
     except ConfigError:
@@ -219,8 +216,8 @@ def _devices_fit(cfg: Config, rules: _Rules) -> None:
     except ConfigError:
         return
     ranks = p.data_parallel_size * p.tensor_parallel_size // max(1, nnodes)
-    if ranks <= 1 or cfg.runtime.device == "cpu":
-        return
+    if ranks <= 1 or cfg.runtime.device == "cpu" or p.executor == "ray":
+        return  # Ray's ranks take the cluster's GPUs, not this host's
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -288,6 +285,12 @@ def _validate_parallel(cfg: Config, rules: _Rules,
     rules.check(tp >= 1, "parallel.tensor_parallel_size", tp, "must be >= 1")
     rules.check(p.data_parallel_size >= 1, "parallel.data_parallel_size", p.data_parallel_size,
                 "must be >= 1")
+    if p.data_parallel_rank is not None:
+        rules.check(p.data_parallel_rank >= 0, "parallel.data_parallel_rank",
+                    p.data_parallel_rank, "must be >= 0")
+        rules.check(p.data_parallel_size == 1, "parallel.data_parallel_rank",
+                    p.data_parallel_rank, f"the server numbers its data_parallel_size="
+                    f"{p.data_parallel_size} replicas itself: leave it unset")
     rules.check(1 <= p.engine_port <= 65535, "parallel.engine_port", p.engine_port,
                 "must be a TCP port")
     rules.one_of("parallel.executor", p.executor, EXECUTORS)
@@ -318,6 +321,13 @@ def _validate_hosts(cfg: Config, rules: _Rules) -> None:
     rules.check(h.node_rank == 0 or builds_model_engine(cfg), "parallel.node_rank",
                 h.node_rank, f"a host other than node 0 runs model ranks: job={cfg.job} "
                 f"(engine_source={cfg.server.engine_source}) has none")
+    if p.executor == "ray":
+        rules.check(not h.multi, "parallel.nnodes", h.nnodes,
+                    "must be 1 with executor ray: Ray places the ranks over its cluster's nodes "
+                    "itself (ray start on every host, atom on one)" + h.origin("nnodes"))
+        rules.check(p.data_parallel_size == 1, "parallel.data_parallel_size",
+                    p.data_parallel_size, "replicas are not built over Ray yet: each would "
+                    "place its ranks on its own (executor multiproc runs them)")
     if not h.multi:
         return
     tp = p.tensor_parallel_size

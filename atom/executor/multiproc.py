@@ -1,56 +1,27 @@
-"""The executor of several ranks: one worker process per rank (atom/executor/worker.py).
+"""The executor of several ranks as local processes: one `python -m atom.executor.worker` per
+rank of this host (atom/executor/worker.py), the steps and answers over ZMQ (rank_driver.py).
 
-Each step's SchedulerOutput is encoded once and pushed to every rank over ZMQ (IPC on this
-host, TCP to other hosts: atom/executor/rendezvous.py); rank 0 answers with the tokens each
-request keeps, in step order. A step's result is waited for only when the engine asks for it, so
-with async scheduling the ranks run step N while the engine builds step N+1. A rank that fails
-or exits, or another host that falls silent, makes the next wait raise at once (never a hang),
-and shutdown leaves no process behind.
+This host's processes are watched directly (an exit fails the next wait at once); another
+host's ranks are started and watched there by its launcher (headless.py). Shutdown leaves no
+process behind.
 """
 from __future__ import annotations
 
-import logging
 import os
 import pickle
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from typing import Any, Callable, Optional
-
-import msgspec
-import zmq
+from typing import Any
 
 from atom.config.hosts import resolve_hosts
 from atom.config.schema import Config
+from atom.executor.rank_driver import BuildRunner, RankDriver, WorkerDied, worker_env
 from atom.executor.rendezvous import Endpoints, endpoints, node_ranks, rank_env
-from atom.executor.step_ledger import RanksOutOfStep, StepLedger
 from atom.executor.worker import WorkerSpec
-from atom.executor.worker_ipc import (NO_MULTICAST_ENV, FromWorker, Flush, HostAlive, Launched,
-                                      Profile, Profiled, RunStep, StepResult, Stop, WorkerFailed,
-                                      WorkerReady)
-from atom.runner.profiler import NO_DIR
-from atom.runner.scheduler_output import SchedulerOutput
 
-log = logging.getLogger("atom.executor")
-
-_POLL_MS = 200  # how often a wait checks that every rank is still alive
 _STOP_LINGER_MS = 2000  # at shutdown, how long unsent Stop frames to other hosts may take
-# Another host's launcher says it is alive every second; this much silence fails the engine.
-HOST_SILENCE_S = 10.0
-# After rank 0 says a step raised, how long the other ranks have to say it too: they raise at
-# the same point of the same host-side preparation, so this bounds a hang, not a wait.
-AGREE_S = 10.0
-
-
-class WorkerDied(RuntimeError):
-    """A rank failed or exited: the engine cannot run another step."""
-
-
-class StepRaised(RuntimeError):
-    """A step raised on every rank before it ran: the ranks are as they were, and the engine
-    isolates the request behind it as it does in one process."""
 
 
 def start_ranks(spec: WorkerSpec, ranks: list[int], folder: str) -> list[subprocess.Popen]:
@@ -58,222 +29,42 @@ def start_ranks(spec: WorkerSpec, ranks: list[int], folder: str) -> list[subproc
     path = os.path.join(folder, "spec.pkl")
     with open(path, "wb") as f:
         pickle.dump(spec, f)
-    env = {**rank_env(os.environ), **NO_MULTICAST_ENV}
-    if spec.cfg.runtime.device == "cpu" or not _cuda():
-        # Ranks share the host's cores: each gets its part, not all of them.
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // len(ranks)))
+    env = {**rank_env(os.environ),
+           **worker_env(spec.cfg.runtime.device == "cpu" or not _cuda(), len(ranks))}
     return [subprocess.Popen([sys.executable, "-m", "atom.executor.worker", path, str(r)],
                              env=env) for r in ranks]
 
 
-class RemoteStep:
-    """A step sent to the ranks; `result()` waits for rank 0's answer to it."""
-
-    def __init__(self, executor: "MultiprocExecutor", number: int, rows: list[int]) -> None:
-        self._executor, self._number, self.rows = executor, number, rows
-        self.proposals: dict[int, list[int]] = {}  # rank 0's drafter's, set by result()
-
-    def launch_failure(self) -> Optional[Exception]:
-        """Whether the ranks raised launching this step (rank 0 says so before it answers the
-        step before, so asking after that answer costs no wait)."""
-        return self._executor.launch_failure(self._number)
-
-    def result(self) -> tuple[dict[int, list[int]], dict]:
-        if not self.rows:
-            return {}, {}
-        r = self._executor.wait(self._number)
-        self.proposals = r.proposals
-        return r.sampled, r.logprobs
-
-
-class MultiprocExecutor:
-    def __init__(self, cfg: Config, hf: Any, world_size: int,
-                 build_runner: Callable[[Config, Any, Any], Any],
-                 ready_timeout_s: float = 0.0) -> None:
-        """hf: the model's config, loaded once here for every rank; build_runner: what each
-        rank builds its runner with (atom.runner_builder.build_runner), run in the worker."""
-        self.world_size = world_size
-        self._profiler_dir = cfg.profiler.torch_profiler_dir
-        self._profiling = False
-        self._hosts = resolve_hosts(cfg.parallel, os.environ)
-        self._dir = tempfile.mkdtemp(prefix="atom-ranks-")
-        self._ends = endpoints(world_size, self._hosts, self._dir)
-        self._ctx = zmq.Context()
-        self._encode = msgspec.msgpack.Encoder().encode
-        self._decode = msgspec.msgpack.Decoder(FromWorker).decode
-        self._sent = 0  # steps sent
-        self._flushed = 0  # the last step a Flush was sent for
-        self.ledger = StepLedger()
+class MultiprocExecutor(RankDriver):
+    def __init__(self, cfg: Config, hf: Any, world_size: int, build_runner: BuildRunner) -> None:
         self._procs: list[subprocess.Popen] = []
-        self._push: list[zmq.Socket] = []
-        self._heard: dict[int, float] = {}  # another host → when its launcher last spoke
-        try:
-            self._pull, self._push = self._bind(self._ends)
-            self._procs = start_ranks(
-                WorkerSpec(cfg, hf, build_runner, world_size, self._ends.dist_init,
-                           self._ends.to_worker, self._ends.from_worker, os.getpid(),
-                           node_ranks(world_size, self._hosts, 0)),
-                node_ranks(world_size, self._hosts, 0), self._dir)
-            ready = self._await_ready(ready_timeout_s)
-        except BaseException:
-            self.shutdown()
-            raise
-        self.num_blocks = min(r.num_blocks for r in ready)
-        first = next(r for r in ready if r.rank == 0)
-        self.max_model_len, self.vocab_size = first.max_model_len, first.vocab_size
-        self.device_type = first.device_type
-        log.info("%d ranks ready over %d host(s) (%s); KV blocks per rank: %d", world_size,
-                 self._hosts.nnodes, first.device_type, self.num_blocks)
+        self._hosts = resolve_hosts(cfg.parallel, os.environ)
+        self.linger_ms = _STOP_LINGER_MS if self._hosts.multi else 0
+        self._dir = tempfile.mkdtemp(prefix="atom-ranks-")
+        super().__init__(cfg, hf, world_size, build_runner)
 
-    def _bind(self, ends: Endpoints) -> tuple[zmq.Socket, list[zmq.Socket]]:
-        pull = self._ctx.socket(zmq.PULL)
-        for addr in ends.bind_from_worker:
-            pull.bind(addr)
-        push = []
-        for addr in ends.bind_to_worker:
-            sock = self._ctx.socket(zmq.PUSH)
-            sock.setsockopt(zmq.SNDHWM, 0)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.bind(addr)
-            push.append(sock)
-        return pull, push
+    def _place_ranks(self, cfg: Config) -> Endpoints:
+        return endpoints(self.world_size, self._hosts, self._dir)
 
-    def _await_ready(self, timeout_s: float) -> list[WorkerReady]:
-        """Every rank's WorkerReady; ranks of other hosts must have built the same model."""
-        ready: list[WorkerReady] = []
-        deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
-        while len(ready) < self.world_size:
-            msg = self._recv(deadline)
-            if isinstance(msg, WorkerReady):
-                ready.append(msg)
-        first = next(r for r in ready if r.rank == 0)
-        for r in ready:
-            if (r.vocab_size, r.max_model_len) != (first.vocab_size, first.max_model_len):
-                raise WorkerDied(f"rank {r.rank} built another model (vocab {r.vocab_size}, "
-                                 f"max_model_len {r.max_model_len}; rank 0: {first.vocab_size}, "
-                                 f"{first.max_model_len}): every host needs the same config")
-        return ready
+    def _start_ranks(self, cfg: Config, hf: Any, build_runner: BuildRunner,
+                     ends: Endpoints) -> None:
+        local = node_ranks(self.world_size, self._hosts, 0)
+        spec = WorkerSpec(cfg, hf, build_runner, self.world_size, ends.dist_init, ends.to_worker,
+                          ends.from_worker, os.getpid(), local)
+        self._procs = start_ranks(spec, local, self._dir)
 
-    # -- steps ------------------------------------------------------------------------------
-    def execute(self, out: SchedulerOutput) -> RemoteStep:
-        frame = self._encode(RunStep(out))
-        for sock in self._push:
-            sock.send(frame, copy=False)
-        self._sent += 1
-        rows = [i for i, r in enumerate(out.requests) if r.num_sampled]
-        if not rows:
-            self.ledger.sent_rowless(self._sent)
-        return RemoteStep(self, self._sent, rows)
-
-    def wait(self, number: int) -> StepResult:
-        """Rank 0's answer to step `number` (answers come in step order). The ranks hold the
-        newest step until another arrives, so waiting for it asks them to finish it now."""
-        if number == self._sent and self._flushed < number and number > self.ledger.answered:
-            frame = self._encode(Flush())
-            for sock in self._push:
-                sock.send(frame)
-            self._flushed = number
-        while (result := self.ledger.result(number)) is None:
-            self._take(self._recv(None))
-        return result
-
-    def launch_failure(self, number: int) -> Optional[Exception]:
-        """StepRaised if every rank raised launching step `number`, None if it launched; if
-        only some ranks raised, the others wait in a collective without them: WorkerDied."""
-        while not (status := self.ledger.launched(number))[0]:
-            self._take(self._recv(None))
-        error = status[1]
-        if error is None:
-            return None
-        deadline = time.monotonic() + AGREE_S
-        while not self.ledger.raised_everywhere(number, self.world_size):
-            self._take(self._recv(deadline, f"step {number} raised on rank 0 ({error}) but not "
-                                            f"on every rank within {AGREE_S:.0f} s"))
-        return StepRaised(error)
-
-    def _take(self, msg: Any) -> None:
-        if not isinstance(msg, (Launched, StepResult)):
-            return
-        try:
-            self.ledger.take(msg)
-        except RanksOutOfStep as e:
-            raise WorkerDied(str(e)) from None
-
-    def _recv(self, deadline: Optional[float],
-              late: str = "the ranks did not report ready in time") -> Any:
-        """The next message of a rank (another host's liveness beats are taken in here)."""
-        while True:
-            while not self._pull.poll(_POLL_MS):
-                self._check_alive()
-                if deadline is not None and time.monotonic() > deadline:
-                    raise WorkerDied(late)
-            msg = self._decode(self._pull.recv())
-            if isinstance(msg, WorkerFailed):
-                raise WorkerDied(f"rank {msg.rank} failed: {msg.message}")
-            if not isinstance(msg, HostAlive):
-                return msg
-            self._heard[msg.node_rank] = time.monotonic()
-
-    def _check_alive(self) -> None:
+    def _check_ranks(self) -> None:
         for r, p in enumerate(self._procs):
             if p.poll() is not None:
                 raise WorkerDied(f"rank {r} exited (exit code {p.returncode})")
-        now = time.monotonic()
-        for node, t in self._heard.items():
-            if now - t > HOST_SILENCE_S:
-                raise WorkerDied(f"host {node} has been silent for {now - t:.0f} s")
 
-    def device_usable(self) -> bool:
-        """A step that raised here raised before reaching any rank (they report their own
-        failures as WorkerDied)."""
-        return True
-
-    def start_profile(self) -> None:
-        """Every rank's profiler, each writing under {dir}/rank_{r} (checked here, so a missing
-        dir is refused before any rank hears of it)."""
-        if self._profiler_dir is None:
-            raise RuntimeError(NO_DIR)
-        self._send(Profile(True))
-        self._profiling = True
-
-    def stop_profile(self) -> None:
-        """Returns once every rank has written its trace."""
-        if not self._profiling:
-            return
-        self._send(Profile(False))
-        self._profiling = False
-        stopped: set[int] = set()
-        while len(stopped) < self.world_size:
-            msg = self._recv(None)
-            if isinstance(msg, Profiled):
-                stopped.add(msg.rank)
-            else:
-                self._take(msg)
-
-    def _send(self, msg: Any) -> None:
-        frame = self._encode(msg)
-        for sock in self._push:
-            sock.send(frame)
-
-    def shutdown(self) -> None:
-        """Stop every rank (politely, then by force) and release sockets and the IPC folder."""
-        if not self._ctx.closed:
-            frame = self._encode(Stop())
-            for sock in self._push:
-                try:
-                    sock.send(frame, zmq.NOBLOCK)
-                except zmq.ZMQError:
-                    pass
+    def _stop_ranks(self) -> None:
         for p in self._procs:
             try:
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
-        if not self._ctx.closed:
-            # Other hosts' Stop frames may still be on the wire: dropped, their ranks would wait
-            # for their launcher to see node 0 gone and stop them by force.
-            self._ctx.destroy(linger=_STOP_LINGER_MS if self._hosts.multi else 0)
         shutil.rmtree(self._dir, ignore_errors=True)
 
 

@@ -49,10 +49,18 @@ def node_ranks(world_size: int, hosts: Hosts, node_rank: int) -> list[int]:
     return list(range(node_rank * per_node, (node_rank + 1) * per_node))
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def tcp_endpoints(world_size: int, driver_ip: str, dist_init: str) -> Endpoints:
+    """Every rank over TCP to the driver's free ports on `driver_ip`, wherever each runs: for
+    ranks placed by another system (Ray), which may put any rank on any node."""
+    to = [f"tcp://{driver_ip}:{free_port(driver_ip)}" for _ in range(world_size)]
+    back = f"tcp://{driver_ip}:{free_port(driver_ip)}"
+    return Endpoints(dist_init, to, back, to, [back])
 
 
 def endpoints(world_size: int, hosts: Hosts, ipc_dir: str) -> Endpoints:

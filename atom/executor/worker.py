@@ -1,13 +1,12 @@
 """One rank of a multi-process executor: its own process, device and model shard.
 
 Started by MultiprocExecutor (or, on another host, by atom/executor/headless.py) as
-`python -m atom.executor.worker SPEC_FILE RANK`. The rank joins the torch.distributed group
-(NCCL on GPUs, gloo on CPUs), builds its ModelRunner with the function the builder handed over
-(the layers shard themselves by the rank it reads), agrees with the others on the KV block
-count (the minimum), then
-runs every step the engine core broadcasts. Rank 0 alone answers with the tokens each request
-keeps; every rank samples the same tokens from the same gathered logits, so each one's
-pending tokens (async scheduling) match.
+`python -m atom.executor.worker SPEC_FILE RANK`, or in a Ray actor by RayExecutor. The rank
+joins the torch.distributed group (NCCL on GPUs, gloo on CPUs), builds its ModelRunner with the
+function the builder handed over (the layers shard themselves by the rank it reads), agrees with
+the others on the KV block count (the minimum), then runs every step the engine core
+broadcasts. Rank 0 alone answers with the tokens each request keeps; every rank samples the same
+tokens from the same gathered logits, so each one's pending tokens (async scheduling) match.
 
 A step stays in flight until the next one arrives or the engine asks for it (Flush), so the
 device runs step N while the host prepares step N+1, as in one process.
@@ -24,7 +23,7 @@ import pickle
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import msgspec
 import zmq
@@ -50,7 +49,9 @@ class WorkerSpec:
     dist_init: str  # torch.distributed init_method, e.g. tcp://127.0.0.1:PORT
     to_worker: list[str]  # ZMQ address each rank pulls its steps from
     from_worker: str  # ZMQ address every rank pushes to (ready, failures; rank 0's results)
-    parent_pid: int  # the engine's process, or another host's launcher: gone, the rank stops
+    # the engine's process, or another host's launcher: gone, the rank stops; None: the rank's
+    # launcher ends it with the engine (Ray ends an actor with the driver that owns it)
+    parent_pid: Optional[int]
     # the ranks this host runs, on consecutive GPUs from runtime.device's index (a replica's first)
     local_ranks: list[int]
 
@@ -131,7 +132,7 @@ def serve(spec: WorkerSpec, rank: int) -> None:
 
         while True:
             if not pull.poll(_POLL_MS):
-                if os.getppid() != spec.parent_pid:
+                if spec.parent_pid is not None and os.getppid() != spec.parent_pid:
                     return  # the engine is gone: nobody will ask for another step
                 continue
             try:

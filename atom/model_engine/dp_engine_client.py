@@ -20,8 +20,9 @@ from atom.sampling_params import SamplingParams
 def replica_config(cfg: Config, rank: int) -> Config:
     """One replica's config: a single-core engine with its own tensor_parallel_size ranks (its
     own torch.distributed group), on GPUs rank*tp .. rank*tp+tp-1 when there are GPUs: the
-    device names the first, and each rank takes the next (atom/executor/worker.py)."""
-    parallel = dataclasses.replace(cfg.parallel, data_parallel_size=1)
+    device names the first, and each rank takes the next (atom/executor/worker.py). Its index
+    names its ranks' profiler folders (dp{rank}_tp{r})."""
+    parallel = dataclasses.replace(cfg.parallel, data_parallel_size=1, data_parallel_rank=rank)
     runtime = cfg.runtime
     if runtime.device in ("auto", "cuda") and _cuda():
         runtime = dataclasses.replace(

@@ -68,6 +68,8 @@ def _fields(overrides: list[str], launching: bool = False) -> list[tuple[str, ob
      "parallel.master_port", 65534),
     (["parallel=tp2", "parallel.executor=uniproc"], "parallel.executor", "uniproc"),
     (["parallel.executor=mpi"], "parallel.executor", "mpi"),
+    (["parallel.data_parallel_rank=-1"], "parallel.data_parallel_rank", -1),
+    (["parallel=dp2", "parallel.data_parallel_rank=1"], "parallel.data_parallel_rank", 1),
     (["parallel=tp2", "parallel.nnodes=2", "parallel.node_rank=1", "job=bench"],
      "parallel.node_rank", 1),
 ])
@@ -75,10 +77,33 @@ def test_inconsistent_hosts_and_executors_name_their_field(overrides, field, val
     assert (field, value) in _fields(overrides)
 
 
-def test_replicas_over_several_hosts_and_ray_are_refused_when_launching():
-    assert _fields(["parallel=tp2", "parallel.nnodes=2", "parallel.data_parallel_size=2",
-                    "parallel.executor=ray"], launching=True) == [
-        ("parallel.executor", "ray"), ("parallel.data_parallel_size", 2)]
+def test_replicas_over_several_hosts_are_refused_when_launching():
+    assert _fields(["parallel=tp2", "parallel.nnodes=2", "parallel.data_parallel_size=2"],
+                   launching=True) == [("parallel.data_parallel_size", 2)]
+
+
+def test_ray_places_the_ranks_itself_so_hosts_and_replicas_are_refused_by_name():
+    """Ray spreads one engine's ranks over its cluster's nodes: nnodes > 1 (set, or torchrun's)
+    asks for a second placement, and replicas would each place theirs without the others."""
+    assert _fields(["parallel=tp2", "parallel.nnodes=2", "parallel.executor=ray"]) == [
+        ("parallel.nnodes", 2)]
+    assert _fields(["parallel=tp2", "parallel.data_parallel_size=2", "parallel.executor=ray"]
+                   ) == [("parallel.data_parallel_size", 2)]
+
+
+def test_ray_on_one_host_composes_and_launches():
+    cfg = compose(["model=llama3_8b", "load=dummy", "parallel=tp2", "parallel.executor=ray"],
+                  launching=True)
+    assert cfg.parallel.executor == "ray"
+
+
+def test_ray_without_the_ray_package_is_refused_by_name(monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "ray" else find_spec(name, *a))
+    assert _fields(["parallel.executor=ray"], launching=True) == [("parallel.executor", "ray")]
 
 
 def test_replicas_of_several_ranks_compose_and_launch():

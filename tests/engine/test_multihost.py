@@ -20,7 +20,7 @@ from typing import Iterator
 import pytest
 
 from atom import SamplingParams
-from atom.executor.multiproc import WorkerDied
+from atom.executor.rank_driver import WorkerDied
 from tests.engine.checkpoints import local_engine, make_checkpoint
 from tests.engine.test_tensor_parallel import _gone, _prompts
 
@@ -145,7 +145,7 @@ def test_a_killed_rank_on_the_other_host_fails_the_engine_at_once(ckpt):
 def test_a_frozen_host_fails_the_engine_once_it_falls_silent(ckpt):
     """SIGSTOP on node 1 (its launcher and rank): nothing exits and no socket closes, so only
     the launcher's missing beats tell node 0; the step waiting on it fails instead of hanging."""
-    from atom.executor.multiproc import HOST_SILENCE_S
+    from atom.executor.rank_driver import HOST_SILENCE_S
 
     port = _free_ports(4)
     node1 = _start_node1(ckpt, port)

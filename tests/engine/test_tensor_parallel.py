@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from atom import SamplingParams
-from atom.executor.multiproc import WorkerDied
+from atom.executor.rank_driver import WorkerDied
 from tests.engine.checkpoints import make_checkpoint, local_engine
 
 
