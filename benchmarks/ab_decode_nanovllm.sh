@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU host: GPU tests, the default start, and an A/B of an older commit (its tree in .old:
-#   git archive <commit> atom conf benchmarks/gpu_bench.py benchmarks/probe_kit.py pyproject.toml | tar -x -C .old
+#   git archive <commit> atom conf benchmarks pyproject.toml | tar -x -C .old   (all of benchmarks/: gpu_bench imports its siblings)
 # then carry [".whl", ".old"]) against this tree:
 # bs1 decode 8B and the nano-vllm workload (throughput_small), both arms at level 2.
 set -u
