@@ -200,9 +200,11 @@ def test_torchrun_starts_both_hosts_from_its_environment(ckpt, tmp_path):
         pytest.skip("torchrun is not installed")
     port = _free_ports(5)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # job=generate asks 256 tokens of each of its four ~35-token prompts: a 64-token context
+    # ends them at length after ~28 steps, not 256 steps over TCP.
     args = ["-m", "atom.run", "model=local", f"model.path={ckpt}", "runtime=cpu",
             "load.progress_bar=false", "runtime.enable_log_stats=false", "job=generate",
-            *COMMON, "parallel.tensor_parallel_size=2"]
+            *COMMON, "parallel.tensor_parallel_size=2", "model.max_model_len=64"]
     logs = [tmp_path / f"node{k}.log" for k in (0, 1)]
     hosts = [subprocess.Popen([torchrun, "--nnodes", "2", "--node-rank", str(k),
                                "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
