@@ -13,6 +13,7 @@ with an interpreter whose internals differ, nothing is patched and the kernels r
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from typing import Any, Callable, Iterator, Optional
 
@@ -38,6 +39,7 @@ def nested_calls_reuse_the_launch_patch() -> Iterator[None]:
         return
     patched: list[Optional[set[int]]] = [None]  # the running launch's patched modules
 
+    @functools.wraps(grid_call)
     def launch(self: Any, *args: Any, **kwargs: Any) -> Any:
         outer, patched[0] = patched[0], set()
         try:
@@ -45,6 +47,7 @@ def nested_calls_reuse_the_launch_patch() -> Iterator[None]:
         finally:
             patched[0] = outer
 
+    @functools.wraps(patch_lang)
     def patch_once(fn: Callable) -> Any:
         modules, done = _language_modules(fn, tl), patched[0]
         if done is not None and modules <= done:
