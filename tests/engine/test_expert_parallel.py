@@ -65,18 +65,18 @@ def ckpts(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-def _tokens(path: Path, tp: int, *extra: str) -> list[list[int]]:
+def _tokens(path: Path, tp: int, *extra: str, max_tokens: int = 7) -> list[list[int]]:
     return _greedy(local_engine(path, "kv_cache.num_blocks=32",
                                 "scheduler.max_num_batched_tokens=32",
-                                f"parallel.tensor_parallel_size={tp}", *extra))
+                                f"parallel.tensor_parallel_size={tp}", *extra), max_tokens)
 
 
-def _greedy(engine) -> list[list[int]]:
+def _greedy(engine, max_tokens: int = 7) -> list[list[int]]:
     """The engine's greedy tokens for three short prompts, then the engine shut down."""
     g = torch.Generator().manual_seed(5)
     prompts = [torch.randint(3, 256, (k,), generator=g).tolist() for k in (6, 8, 13)]
     try:
-        outs = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=7,
+        outs = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=max_tokens,
                                                        ignore_eos=True))
     finally:
         engine.shutdown()
@@ -102,14 +102,16 @@ def test_ep2_gives_the_one_process_tokens(ckpts, arch, capfd):
 
 def test_ep2_on_the_fused_triton_kernel_gives_the_one_process_tokens(ckpts, monkeypatch):
     """The fused-MoE Triton path (interpreted on the CPU in both ranks) skips the pairs of the
-    other rank's experts and adds nothing for them: ep=2 on it gives the one-process tokens."""
+    other rank's experts and adds nothing for them: ep=2 on it gives the one-process tokens.
+    Three tokens: the prompts' prefill step and two decode steps (every interpreted step costs
+    the ranks about a second)."""
     if torch.cuda.is_available():
         pytest.skip("the interpreter runs CPU tensors; on a GPU tests/kernels checks the kernel")
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # read by each rank's process at its import
-    one = _tokens(ckpts["qwen3_moe"], 1)
+    one = _tokens(ckpts["qwen3_moe"], 1, max_tokens=3)
     ep = _tokens(ckpts["qwen3_moe"], 2, "parallel.enable_expert_parallel=true",
-                 "runtime.kernels=triton")
+                 "runtime.kernels=triton", max_tokens=3)
     assert ep == one
 
 

@@ -1,6 +1,8 @@
 """How many KV blocks a runner gets, and the start-up refusal of a GPU budget too small for one
 sequence (run 13 on the H200: a second engine in one process got 1 block, and the first request
 failed at scheduling instead)."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -96,3 +98,29 @@ def test_the_kv_log_says_why_bf16_is_stored_as_float32_on_cpu(overrides, dtype, 
     from atom.runner.kv_cache import describe_kv_dtype
 
     assert describe_kv_dtype(_cfg(*overrides), dtype) == text
+
+
+def _rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from Linux /proc")
+def test_a_cpu_pool_is_zeros_committed_only_where_written():
+    """The default 2 GB CPU budget would otherwise be written through at start-up: the pool
+    reads as zeros everywhere, and only the pages a layer writes become resident."""
+    from atom.runner.kv_cache import allocate
+
+    spec = KVCacheSpec((FullAttentionSpec(2, 64, torch.bfloat16),) * 4, block_size=16)
+    blocks = (512 << 20) // spec.bytes_per_block  # a 512 MiB pool
+    before = _rss_bytes()
+    buffers, caches, _ = allocate(spec, blocks, torch.device("cpu"))
+    assert _rss_bytes() - before < 64 << 20
+    k, v = caches[3]
+    assert buffers[0].dtype == torch.bfloat16 and k.shape[0] == blocks
+    k[-1].fill_(1.5)
+    assert float(v[-1].abs().sum()) == 0.0 and float(k[0].abs().sum()) == 0.0
+    assert float(k[-1].float().mean()) == 1.5
+    assert int(buffers[0].count_nonzero()) == k[-1].numel()

@@ -7,6 +7,7 @@ directory skips with the reason; the CPU machines get it from the `triton` extra
 import importlib.util
 import os
 
+import pytest
 import torch
 
 HAS_CUDA = torch.cuda.is_available()
@@ -23,3 +24,15 @@ def pytest_report_header(config):
         return "kernels: triton is not installed; tests/kernels skipped (pip install 'atom[triton]')"
     mode = "CUDA" if HAS_CUDA else "CPU via TRITON_INTERPRET=1"
     return f"kernels: triton kernels run on {mode}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _interpreter_patches_once_a_launch():
+    """See interpreter_patching.py: the interpreted kernels' repeated patching skipped."""
+    if HAS_CUDA or not HAS_TRITON or os.environ.get("TRITON_INTERPRET") != "1":
+        yield
+        return
+    from tests.kernels.interpreter_patching import nested_calls_reuse_the_launch_patch
+
+    with nested_calls_reuse_the_launch_patch():
+        yield
