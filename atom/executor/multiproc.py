@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
 from atom.config.hosts import resolve_hosts
@@ -58,10 +59,11 @@ class MultiprocExecutor(RankDriver):
             if p.poll() is not None:
                 raise WorkerDied(f"rank {r} exited (exit code {p.returncode})")
 
-    def _stop_ranks(self) -> None:
+    def _stop_ranks(self, grace_s: float) -> None:
+        deadline = time.monotonic() + grace_s
         for p in self._procs:
             try:
-                p.wait(10)
+                p.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)

@@ -38,6 +38,10 @@ HOST_SILENCE_S = 10.0
 # After rank 0 says a step raised, how long the other ranks have to say it too: they raise at
 # the same point of the same host-side preparation, so this bounds a hang, not a wait.
 AGREE_S = 10.0
+# At shutdown, how long the ranks have to leave their loop on Stop before they are ended by
+# force; once a rank has died the others may sit in a collective with it and never read Stop.
+STOP_GRACE_S = 10.0
+DEAD_GRACE_S = 1.0
 
 BuildRunner = Callable[[Config, Any, Any], Any]
 
@@ -88,6 +92,7 @@ class RankDriver:
         self._sent = 0  # steps sent
         self._flushed = 0  # the last step a Flush was sent for
         self.ledger = StepLedger()
+        self._dead = False  # a WorkerDied was raised: shutdown does not wait on the ranks
         self._push: list[zmq.Socket] = []
         self._heard: dict[int, float] = {}  # another host → when its launcher last spoke
         try:
@@ -119,9 +124,9 @@ class RankDriver:
         """Raise WorkerDied if a rank this driver started has exited."""
         raise NotImplementedError
 
-    def _stop_ranks(self) -> None:
-        """After the Stop frames: wait for the ranks to end, end those that do not, release
-        what placed them."""
+    def _stop_ranks(self, grace_s: float) -> None:
+        """After the Stop frames: wait up to grace_s for the ranks to end, end those that do
+        not, release what placed them."""
         raise NotImplementedError
 
     # -- start-up ----------------------------------------------------------------------------
@@ -195,11 +200,19 @@ class RankDriver:
         try:
             self.ledger.take(msg)
         except RanksOutOfStep as e:
+            self._dead = True
             raise WorkerDied(str(e)) from None
 
     def _recv(self, deadline: Optional[float] = None, late: str = "") -> Any:
         """The next message of a rank (another host's liveness beats are taken in here); past
         `deadline`, WorkerDied saying `late`."""
+        try:
+            return self._next_message(deadline, late)
+        except WorkerDied:
+            self._dead = True
+            raise
+
+    def _next_message(self, deadline: Optional[float], late: str) -> Any:
         while True:
             while not self._pull.poll(_POLL_MS):
                 self._check_alive()
@@ -260,7 +273,7 @@ class RankDriver:
                     sock.send(frame, zmq.NOBLOCK)
                 except zmq.ZMQError:
                     pass
-        self._stop_ranks()
+        self._stop_ranks(DEAD_GRACE_S if self._dead else STOP_GRACE_S)
         if not self._ctx.closed:
             # Other hosts' Stop frames may still be on the wire: dropped, their ranks would wait
             # for their launcher to see node 0 gone and stop them by force.

@@ -29,8 +29,6 @@ log = logging.getLogger("atom.executor")
 # How long the cluster may take to find room for every rank's bundle: past it the start fails,
 # naming what was asked and what the cluster has free, instead of waiting on it.
 PLACEMENT_S = 120.0
-# At shutdown, how long the ranks have to leave their loop on Stop before their actors are killed.
-STOP_S = 10.0
 
 
 class Placement(NamedTuple):
@@ -157,10 +155,10 @@ class RayExecutor(RankDriver):
                 how = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
             raise WorkerDied(f"rank {rank}'s Ray actor ended ({how})")
 
-    def _stop_ranks(self) -> None:
+    def _stop_ranks(self, grace_s: float) -> None:
         ray = self._ray
         if self._runs:
-            ray.wait(self._runs, num_returns=len(self._runs), timeout=STOP_S)
+            ray.wait(self._runs, num_returns=len(self._runs), timeout=grace_s)
         for a in self._actors:
             ray.kill(a)
         if self._pg is not None:
