@@ -15,14 +15,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from atom import SamplingParams
 from atom.executor.rank_driver import WorkerDied
 from tests.engine.checkpoints import local_engine, make_checkpoint
-from tests.engine.test_tensor_parallel import _gone, _prompts
+from tests.engine.rank_processes import children, gone, procs, tp_prompts
 
 REPO = Path(__file__).resolve().parents[2]
 COMMON = ["kv_cache.num_blocks=64", "scheduler.max_num_batched_tokens=48"]
@@ -69,24 +68,10 @@ def _start_node1(ckpt: Path, port: int) -> subprocess.Popen:
                             env=env)
 
 
-def _procs() -> Iterator[tuple[int, list[str]]]:
-    """(pid, the fields of /proc/pid/stat after the command name) of every process."""
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                yield int(d), open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-
-
-def _children(pid: int) -> list[int]:
-    return [p for p, stat in _procs() if int(stat[1]) == pid]
-
-
 def _session(sid: int) -> list[int]:
     """Live processes of session `sid` (a launcher started with start_new_session, and all it
     started: ranks included)."""
-    return [p for p, stat in _procs() if int(stat[3]) == sid and stat[0] != "Z"]
+    return [p for p, stat in procs() if int(stat[3]) == sid and stat[0] != "Z"]
 
 
 def _node0(ckpt: Path, port: int):
@@ -95,22 +80,22 @@ def _node0(ckpt: Path, port: int):
 
 def test_two_hosts_give_the_one_process_tokens(ckpt):
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
-    one = local_engine(ckpt, *COMMON).generate(_prompts(), greedy)
+    one = local_engine(ckpt, *COMMON).generate(tp_prompts(), greedy)
     port = _free_ports(4)
     node1 = _start_node1(ckpt, port)
     try:
         engine = _node0(ckpt, port)
-        node1_ranks = _children(node1.pid)
+        node1_ranks = children(node1.pid)
         assert len(node1_ranks) == 1, "node 1 runs its one rank, and no engine"
         try:
-            two = engine.generate(_prompts(), greedy)
+            two = engine.generate(tp_prompts(), greedy)
         finally:
             node0_ranks = [p.pid for p in engine.core.executor._procs]
             engine.shutdown()
         assert [o["token_ids"] for o in two] == [o["token_ids"] for o in one]
         assert len(node0_ranks) == 1, "node 0 runs its one local rank only"
         assert node1.wait(30) == 0, "node 1's launcher ends when node 0 stops its ranks"
-        assert _gone(node0_ranks + node1_ranks)
+        assert gone(node0_ranks + node1_ranks)
     finally:
         if node1.poll() is None:
             node1.kill()
@@ -121,9 +106,9 @@ def test_a_killed_rank_on_the_other_host_fails_the_engine_at_once(ckpt):
     node1 = _start_node1(ckpt, port)
     try:
         engine = _node0(ckpt, port)
-        node1_ranks = _children(node1.pid)
+        node1_ranks = children(node1.pid)
         try:
-            engine.add_request(_prompts(), SamplingParams(temperature=0, max_tokens=200,
+            engine.add_request(tp_prompts(), SamplingParams(temperature=0, max_tokens=200,
                                                           ignore_eos=True))
             engine.step()
             os.kill(node1_ranks[0], signal.SIGKILL)
@@ -136,7 +121,7 @@ def test_a_killed_rank_on_the_other_host_fails_the_engine_at_once(ckpt):
             node0_ranks = [p.pid for p in engine.core.executor._procs]
             engine.shutdown()
         assert node1.wait(30) != 0, "node 1's launcher reports the rank it lost"
-        assert _gone(node0_ranks + node1_ranks + [node1.pid])
+        assert gone(node0_ranks + node1_ranks + [node1.pid])
     finally:
         if node1.poll() is None:
             node1.kill()
@@ -155,9 +140,9 @@ def test_a_frozen_host_fails_the_engine_once_it_falls_silent(ckpt, monkeypatch):
     frozen: list[int] = []
     try:
         engine = _node0(ckpt, port)
-        frozen = [node1.pid, *_children(node1.pid)]
+        frozen = [node1.pid, *children(node1.pid)]
         try:
-            engine.add_request(_prompts(), SamplingParams(temperature=0, max_tokens=200,
+            engine.add_request(tp_prompts(), SamplingParams(temperature=0, max_tokens=200,
                                                           ignore_eos=True))
             engine.step()
             for pid in frozen:
@@ -175,7 +160,7 @@ def test_a_frozen_host_fails_the_engine_once_it_falls_silent(ckpt, monkeypatch):
             for pid in frozen:
                 os.kill(pid, signal.SIGCONT)
         node1.wait(30)
-        assert _gone(node0_ranks + frozen)
+        assert gone(node0_ranks + frozen)
         # Node 0's own rank sits in a collective with the frozen one and never reads Stop:
         # once a rank is known dead, shutdown ends the others after DEAD_GRACE_S, not 10 s.
         assert shutdown_s < rank_driver.DEAD_GRACE_S + 4

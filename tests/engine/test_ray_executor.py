@@ -18,7 +18,8 @@ import torch
 
 from atom import SamplingParams
 from atom.executor.rank_driver import WorkerDied
-from tests.engine.checkpoints import local_engine, make_checkpoint
+from tests.engine.checkpoints import make_checkpoint
+from tests.engine.rank_processes import descendants, tp_engine, tp_prompts
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
@@ -34,41 +35,10 @@ def ray_api():
     return ray
 
 
-def _engine(path, tp: int, *extra: str):
-    return local_engine(path, "kv_cache.num_blocks=64", "scheduler.max_num_batched_tokens=48",
-                        f"parallel.tensor_parallel_size={tp}", *extra)
-
-
-def _prompts() -> list[list[int]]:
-    g = torch.Generator().manual_seed(7)
-    return [torch.randint(3, 256, (k,), generator=g).tolist() for k in (5, 31, 12, 70)]
-
-
-def _descendants() -> set[int]:
-    """Every live process under this one (zombies excluded: their parent reaps them)."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(name))
-    found, todo = set(), [os.getpid()]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            found.add(c)
-            todo.append(c)
-    return found
-
-
 def _none_left(before: set[int], timeout_s: float = 20.0) -> set[int]:
     """The processes started since `before` that outlive `timeout_s` (none, once shut down)."""
     deadline = time.monotonic() + timeout_s
-    while (left := _descendants() - before) and time.monotonic() < deadline:
+    while (left := descendants() - before) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
 
@@ -92,14 +62,14 @@ def test_two_ray_ranks_give_the_one_process_tokens_and_leave_no_process(ckpt, ra
     from atom.executor.ray_executor import RayExecutor
 
     greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
-    one = _engine(ckpt, 1).generate(_prompts(), greedy)
-    before = _descendants()
-    engine = _engine(ckpt, 2, "parallel.executor=ray")
+    one = tp_engine(ckpt, 1).generate(tp_prompts(), greedy)
+    before = descendants()
+    engine = tp_engine(ckpt, 2, "parallel.executor=ray")
     try:
         ex = engine.core.executor
         assert isinstance(ex, RayExecutor) and len(set(ex.pids)) == 2
-        assert set(ex.pids) <= _descendants()  # the local cluster's actors, under this process
-        two = engine.generate(_prompts(), greedy)
+        assert set(ex.pids) <= descendants()  # the local cluster's actors, under this process
+        two = engine.generate(tp_prompts(), greedy)
         assert [o["token_ids"] for o in two] == [o["token_ids"] for o in one]
         s = engine.stats()
         assert s.kv_blocks_free == s.kv_blocks_total
@@ -110,10 +80,10 @@ def test_two_ray_ranks_give_the_one_process_tokens_and_leave_no_process(ckpt, ra
 
 
 def test_a_killed_rank_actor_fails_the_engine_at_once_and_leaves_no_process(ckpt, ray_api):
-    before = _descendants()
-    engine = _engine(ckpt, 2, "parallel.executor=ray")
+    before = descendants()
+    engine = tp_engine(ckpt, 2, "parallel.executor=ray")
     try:
-        assert engine.add_request(_prompts(), SamplingParams(temperature=0, max_tokens=200,
+        assert engine.add_request(tp_prompts(), SamplingParams(temperature=0, max_tokens=200,
                                                              ignore_eos=True))
         engine.step()
         os.kill(engine.core.executor.pids[1], signal.SIGKILL)
@@ -135,22 +105,22 @@ def test_a_program_that_runs_ray_keeps_it_and_loses_only_the_ranks(ckpt, ray_api
 
     ray_api.init(num_cpus=2, include_dashboard=False, configure_logging=False)
     try:
-        engine = _engine(ckpt, 2, "parallel.executor=ray")
+        engine = tp_engine(ckpt, 2, "parallel.executor=ray")
         try:
             pids = set(engine.core.executor.pids)
-            assert engine.generate(_prompts()[:1], SamplingParams(max_tokens=2))[0]["token_ids"]
+            assert engine.generate(tp_prompts()[:1], SamplingParams(max_tokens=2))[0]["token_ids"]
         finally:
             engine.shutdown()
         assert ray_api.is_initialized()
         assert all(g["state"] == "REMOVED" for g in placement_group_table().values())
 
         def released() -> bool:  # Ray frees a removed group's CPUs and kills actors a beat later
-            return not pids & _descendants() and ray_api.available_resources().get("CPU") == 2
+            return not pids & descendants() and ray_api.available_resources().get("CPU") == 2
 
         deadline = time.monotonic() + 20
         while not released() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not pids & _descendants(), "a rank's actor outlived the engine"
+        assert not pids & descendants(), "a rank's actor outlived the engine"
         assert ray_api.available_resources().get("CPU") == 2, ray_api.available_resources()
     finally:
         ray_api.shutdown()
@@ -172,13 +142,13 @@ def test_two_ray_ranks_on_two_gpus_give_the_one_gpu_tokens(ckpt):
             "kv_cache.num_blocks=64", *extra]))
 
     greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
-    one = engine().generate(_prompts(), greedy)
-    before = _descendants()
+    one = engine().generate(tp_prompts(), greedy)
+    before = descendants()
     two = engine("parallel.tensor_parallel_size=2", "parallel.executor=ray")
     try:
         assert isinstance(two.core.executor, RayExecutor)
         assert two.core.executor.device_type == "cuda"
-        out = two.generate(_prompts(), greedy)
+        out = two.generate(tp_prompts(), greedy)
     finally:
         two.shutdown()
     assert [o["token_ids"] for o in out] == [o["token_ids"] for o in one]

@@ -17,7 +17,8 @@ import torch
 
 from atom import SamplingParams
 from atom.executor.rank_driver import WorkerDied
-from tests.engine.checkpoints import make_checkpoint, local_engine
+from tests.engine.checkpoints import local_engine, make_checkpoint
+from tests.engine.rank_processes import gone, tp_engine, tp_prompts
 
 
 @pytest.fixture(scope="module")
@@ -25,33 +26,13 @@ def ckpt(tmp_path_factory):
     return make_checkpoint("qwen3", tmp_path_factory.mktemp("tp"))
 
 
-def _engine(path, tp: int, *extra: str):
-    return local_engine(path, "kv_cache.num_blocks=64", "scheduler.max_num_batched_tokens=48",
-                        f"parallel.tensor_parallel_size={tp}", *extra)
-
-
-def _prompts() -> list[list[int]]:
-    g = torch.Generator().manual_seed(7)
-    return [torch.randint(3, 256, (k,), generator=g).tolist() for k in (5, 31, 12, 70)]
-
-
-def _gone(pids: list[int], timeout_s: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not any(os.path.exists(f"/proc/{p}") and "Z" not in open(f"/proc/{p}/stat").read()
-                   .rsplit(")", 1)[1].split()[:1] for p in pids):
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_two_ranks_give_the_one_process_tokens(ckpt):
     greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
-    one = _engine(ckpt, 1).generate(_prompts(), greedy)
+    one = tp_engine(ckpt, 1).generate(tp_prompts(), greedy)
     for overlap in ("false", "true"):
-        tp = _engine(ckpt, 2, f"scheduler.async_scheduling={overlap}")
+        tp = tp_engine(ckpt, 2, f"scheduler.async_scheduling={overlap}")
         try:
-            two = tp.generate(_prompts(), greedy)
+            two = tp.generate(tp_prompts(), greedy)
             assert [o["token_ids"] for o in two] == [o["token_ids"] for o in one], overlap
             s = tp.stats()
             assert s.kv_blocks_free == s.kv_blocks_total
@@ -62,7 +43,7 @@ def test_two_ranks_give_the_one_process_tokens(ckpt):
         finally:
             pids = [p.pid for p in tp.core.executor._procs]
             tp.shutdown()
-        assert _gone(pids), "a rank outlived the engine's shutdown"
+        assert gone(pids), "a rank outlived the engine's shutdown"
 
 
 def test_fewer_kv_heads_than_ranks_replicate_them(tmp_path):
@@ -75,20 +56,20 @@ def test_fewer_kv_heads_than_ranks_replicate_them(tmp_path):
     torch.manual_seed(1)
     transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "mqa")
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
-    one = _engine(tmp_path / "mqa", 1).generate(_prompts(), greedy)
-    tp = _engine(tmp_path / "mqa", 2)
+    one = tp_engine(tmp_path / "mqa", 1).generate(tp_prompts(), greedy)
+    tp = tp_engine(tmp_path / "mqa", 2)
     try:
         assert tp.core.executor.num_blocks == 64
-        two = tp.generate(_prompts(), greedy)
+        two = tp.generate(tp_prompts(), greedy)
     finally:
         tp.shutdown()
     assert [o["token_ids"] for o in two] == [o["token_ids"] for o in one]
 
 
 def test_a_rank_that_dies_fails_the_engine_at_once(ckpt):
-    tp = _engine(ckpt, 2)
+    tp = tp_engine(ckpt, 2)
     try:
-        ids = tp.add_request(_prompts(), SamplingParams(temperature=0, max_tokens=200,
+        ids = tp.add_request(tp_prompts(), SamplingParams(temperature=0, max_tokens=200,
                                                         ignore_eos=True))
         assert ids
         tp.step()
@@ -101,7 +82,7 @@ def test_a_rank_that_dies_fails_the_engine_at_once(ckpt):
     finally:
         pids = [p.pid for p in tp.core.executor._procs]
         tp.shutdown()
-    assert _gone(pids)
+    assert gone(pids)
 
 
 def test_one_rank_through_the_multiproc_executor_gives_the_one_process_tokens(ckpt):
@@ -110,17 +91,17 @@ def test_one_rank_through_the_multiproc_executor_gives_the_one_process_tokens(ck
     from atom.executor.multiproc import MultiprocExecutor
 
     greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
-    one = _engine(ckpt, 1).generate(_prompts(), greedy)
-    mp = _engine(ckpt, 1, "parallel.executor=multiproc")
+    one = tp_engine(ckpt, 1).generate(tp_prompts(), greedy)
+    mp = tp_engine(ckpt, 1, "parallel.executor=multiproc")
     try:
         assert isinstance(mp.core.executor, MultiprocExecutor)
         assert len(mp.core.executor._procs) == 1
-        out = mp.generate(_prompts(), greedy)
+        out = mp.generate(tp_prompts(), greedy)
     finally:
         pids = [p.pid for p in mp.core.executor._procs]
         mp.shutdown()
     assert [o["token_ids"] for o in out] == [o["token_ids"] for o in one]
-    assert _gone(pids)
+    assert gone(pids)
 
 
 def _tokens_and_logprobs(engine, params: SamplingParams) -> tuple[list[list[int]], list[list]]:
@@ -129,7 +110,7 @@ def _tokens_and_logprobs(engine, params: SamplingParams) -> tuple[list[list[int]
     def keep(out) -> None:
         logprobs.setdefault(out.request_id, []).extend(out.logprobs or [])
 
-    ids = engine.add_request(_prompts(), params, stream_callback=keep)
+    ids = engine.add_request(tp_prompts(), params, stream_callback=keep)
     done = {}
     while not engine.is_finished():
         for out in engine.step():
@@ -169,22 +150,22 @@ def test_every_rank_writes_its_trace_while_profiling(ckpt, tmp_path):
     dir the start is refused before any rank hears of it."""
     import gzip
 
-    engine = _engine(ckpt, 2, f"profiler.torch_profiler_dir={tmp_path}")
+    engine = tp_engine(ckpt, 2, f"profiler.torch_profiler_dir={tmp_path}")
     try:
         engine.core.start_profile()
-        engine.generate(_prompts()[:2], SamplingParams(temperature=0, max_tokens=4))
+        engine.generate(tp_prompts()[:2], SamplingParams(temperature=0, max_tokens=4))
         engine.core.stop_profile()
         for rank in (0, 1):
             traces = list((tmp_path / f"rank_{rank}").glob("*.json.gz"))
             assert len(traces) == 1, (rank, traces)
             assert b"decode[bs=" in gzip.decompress(traces[0].read_bytes())
-        assert engine.generate(_prompts()[:1], SamplingParams(max_tokens=2))[0]["token_ids"]
+        assert engine.generate(tp_prompts()[:1], SamplingParams(max_tokens=2))[0]["token_ids"]
     finally:
         engine.shutdown()
-    plain = _engine(ckpt, 2, "profiler.torch_profiler_dir=null")
+    plain = tp_engine(ckpt, 2, "profiler.torch_profiler_dir=null")
     try:
         with pytest.raises(RuntimeError, match="profiling needs a profiler dir"):
             plain.core.start_profile()
-        assert plain.generate(_prompts()[:1], SamplingParams(max_tokens=2))[0]["token_ids"]
+        assert plain.generate(tp_prompts()[:1], SamplingParams(max_tokens=2))[0]["token_ids"]
     finally:
         plain.shutdown()
