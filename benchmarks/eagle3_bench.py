@@ -14,7 +14,6 @@ overhead, goal <= 15%). Benchmark 2: --batches 1,8,32,128 at 3.0, where speculat
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from probe_kit import probe_meta
-from spec_bench_kit import dummy_engine, run_variants
+from spec_bench_kit import bench_args, dummy_engine, run_variants
 
 # The published EAGLE-3 head for Llama-3.1-8B-Instruct: its target's widths and rope, one layer.
 HEAD_CONFIG = {
@@ -44,15 +43,9 @@ def write_head(root: Path) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ctx", type=int, default=512)
-    ap.add_argument("--gen", type=int, default=256)
-    ap.add_argument("--batches", default="1")
+    ap = bench_args(gen=256, batches="1")
     ap.add_argument("--k", type=int, default=7)
     ap.add_argument("--lengths", default="1.0,3.0,6.0", help="forced mean acceptance lengths")
-    ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--extra", nargs="*", default=[], help="Hydra overrides for every engine")
-    ap.add_argument("--out", default=None)
     args = ap.parse_args()
     results: dict[str, Any] = {"meta": probe_meta(command=" ".join(sys.argv))}
     batches = [int(b) for b in args.batches.split(",")]

@@ -15,26 +15,19 @@ powers of two up to the largest batch; `mtp_k*_eager` runs the same speculation 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Any
 
 from probe_kit import probe_meta
-from spec_bench_kit import dummy_engine, run_variants
+from spec_bench_kit import bench_args, dummy_engine, run_variants
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = bench_args(gen=128, batches="1,32")
     ap.add_argument("--layers", type=int, default=4, help="decoder layers kept (R1 has 61)")
-    ap.add_argument("--ctx", type=int, default=512)
-    ap.add_argument("--gen", type=int, default=128)
-    ap.add_argument("--batches", default="1,32")
     ap.add_argument("--ks", default="1,3")
     ap.add_argument("--rate", type=float, default=0.81, help="forced per-draft acceptance")
-    ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--extra", nargs="*", default=[], help="Hydra overrides for every engine")
-    ap.add_argument("--out", default=None)
     args = ap.parse_args()
     results: dict[str, Any] = {"meta": probe_meta(command=" ".join(sys.argv))}
     batches = [int(b) for b in args.batches.split(",")]

@@ -3,11 +3,24 @@ batch's decode rate and the engine's speculation counters over it, the CUDA grap
 captured and how often each replayed, and running a list of engine variants one at a time."""
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import random
 import time
 from typing import Any, Callable
+
+
+def bench_args(gen: int, batches: str) -> argparse.ArgumentParser:
+    """The options every speculative-decoding benchmark takes; each adds its own."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--gen", type=int, default=gen)
+    ap.add_argument("--batches", default=batches)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--extra", nargs="*", default=[], help="Hydra overrides for every engine")
+    ap.add_argument("--out", default=None)
+    return ap
 
 
 def run_batch(eng, batch: int, ctx: int, gen: int, temperature: float) -> dict[str, Any]:
