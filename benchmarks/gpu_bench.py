@@ -451,6 +451,30 @@ def _kernel_family(name: str) -> str:
     return "other"
 
 
+def profiled_steps(eng, steps: int, cpu: bool = False
+                   ) -> tuple[Any, float, float, dict[str, float], dict[str, float]]:
+    """`steps` engine steps under the torch profiler (CUDA activity; CPU too with `cpu`):
+    (the profile, wall µs, GPU busy µs, GPU µs per kernel, GPU µs per kernel family)."""
+    acts = [torch.profiler.ProfilerActivity.CUDA]
+    if cpu:
+        acts.append(torch.profiler.ProfilerActivity.CPU)
+    with torch.profiler.profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            eng.step()
+        torch.cuda.synchronize()
+        wall_us = (time.perf_counter() - t0) * 1e6
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = _busy_us([(e.time_range.start, e.time_range.end) for e in events])
+    per_kernel: dict[str, float] = {}
+    for e in events:
+        per_kernel[e.name] = per_kernel.get(e.name, 0.0) + e.time_range.elapsed_us()
+    families: dict[str, float] = {}
+    for name, us in per_kernel.items():
+        families[_kernel_family(name)] = families.get(_kernel_family(name), 0.0) + us
+    return prof, wall_us, busy, per_kernel, families
+
+
 def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int = 60,
                            extra: tuple[str, ...] = (), fixed: tuple[int, int] | None = None,
                            prefill: bool = False) -> dict[str, Any]:
@@ -482,23 +506,7 @@ def bench_throughput_trace(model: str = "qwen3_0_6b", n: int = 256, steps: int =
     # Host-side tracing slows the host enough to starve the GPU (8B decode: 9.3% idle per step
     # with it, run 14; 4.3% without, run 15): the CPU activity is recorded only for a Chrome trace.
     trace_dir = os.environ.get("BENCH_TRACE_DIR")
-    acts = [torch.profiler.ProfilerActivity.CUDA]
-    if trace_dir:
-        acts.append(torch.profiler.ProfilerActivity.CPU)
-    with torch.profiler.profile(activities=acts) as prof:
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            eng.step()
-        torch.cuda.synchronize()
-        wall_us = (time.perf_counter() - t0) * 1e6
-    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    busy = _busy_us([(e.time_range.start, e.time_range.end) for e in events])
-    per_kernel: dict[str, float] = {}
-    for e in events:
-        per_kernel[e.name] = per_kernel.get(e.name, 0.0) + e.time_range.elapsed_us()
-    families: dict[str, float] = {}
-    for name, us in per_kernel.items():
-        families[_kernel_family(name)] = families.get(_kernel_family(name), 0.0) + us
+    prof, wall_us, busy, per_kernel, families = profiled_steps(eng, steps, cpu=bool(trace_dir))
     if trace_dir:
         prof.export_chrome_trace(os.path.join(trace_dir, f"throughput_trace_{model}.json"))
     del sched.schedule  # the method again

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from eagle3_bench import write_head  # noqa: E402
-from gpu_bench import _busy_us, _kernel_family  # noqa: E402
+from gpu_bench import profiled_steps  # noqa: E402
 from spec_bench_kit import dummy_engine  # noqa: E402
 
 from atom import SamplingParams  # noqa: E402
@@ -37,22 +37,10 @@ def trace(eng, steps: int, trace_path: str | None) -> dict:
                     [SamplingParams(temperature=0.0, max_tokens=steps * 9 + 64, ignore_eos=True)])
     for _ in range(8):
         eng.step()
-    acts = [torch.profiler.ProfilerActivity.CUDA, torch.profiler.ProfilerActivity.CPU]
-    with torch.profiler.profile(activities=acts) as prof:
-        import time
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            eng.step()
-        torch.cuda.synchronize()
-        wall_us = (time.perf_counter() - t0) * 1e6
+    prof, wall_us, busy, _, fam = profiled_steps(eng, steps, cpu=True)
     if trace_path:
         prof.export_chrome_trace(trace_path)
-    cuda = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     cpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
-    busy = _busy_us([(e.time_range.start, e.time_range.end) for e in cuda])
-    fam: dict[str, float] = {}
-    for e in cuda:
-        fam[_kernel_family(e.name)] = fam.get(_kernel_family(e.name), 0.0) + e.time_range.elapsed_us()
     syncs = {n: sum(1 for e in cpu if e.name == n) / steps for n in SYNCS}
     launches = sum(1 for e in cpu if e.name in ("cudaLaunchKernel", "cuLaunchKernel",
                                                "cudaLaunchKernelExC", "cuLaunchKernelEx")) / steps
