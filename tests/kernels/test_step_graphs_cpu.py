@@ -110,15 +110,21 @@ def test_ngram_verify_steps_replay_the_graph_of_their_length(tmp_path, prompts, 
     assert all(hit for longest, hit in chosen if longest <= 3), chosen
 
 
+def _assert_drafter_steps_replayed(eager, graphed, replays) -> None:
+    """Graphed = eager, and the target's verify (1 + 2 tokens), the drafter's catch-up at that
+    length and its one-position decode all replayed."""
+    assert graphed == eager
+    assert replays[("", 3)] > 0
+    assert replays[("draft_catch_up", 3)] > 0 and replays[("draft_decode", 1)] > 0
+
+
 def test_draft_model_steps_replay_the_target_s_and_the_draft_s_graphs(tmp_path):
     target = make_checkpoint("llama", tmp_path, name="t", num_hidden_layers=1)
     draft = make_checkpoint("llama", tmp_path, seed=5, name="d", num_hidden_layers=1)
     eager, graphed, replays = _eager_then_graphed(
         target, "specdecode=draft_model", f"specdecode.draft_model={draft}",
         "specdecode.num_speculative_tokens=2", PAIR, prompts=PROMPTS[1:])
-    assert graphed == eager
-    assert replays[("", 3)] > 0
-    assert replays[("draft_catch_up", 3)] > 0 and replays[("draft_decode", 1)] > 0
+    _assert_drafter_steps_replayed(eager, graphed, replays)
 
 
 def test_mtp_steps_replay_the_verify_and_the_layer_s_graphs(tmp_path):
@@ -127,9 +133,7 @@ def test_mtp_steps_replay_the_verify_and_the_layer_s_graphs(tmp_path):
     eager, graphed, replays = _eager_then_graphed(
         path, "specdecode=mtp", "specdecode.num_speculative_tokens=2", PAIR,
         prompts=PROMPTS[1:])
-    assert graphed == eager
-    assert replays[("", 3)] > 0
-    assert replays[("draft_catch_up", 3)] > 0 and replays[("draft_decode", 1)] > 0
+    _assert_drafter_steps_replayed(eager, graphed, replays)
 
 
 def test_eagle3_steps_replay_with_the_aux_states_as_the_target_s_outputs(tmp_path):
@@ -143,6 +147,4 @@ def test_eagle3_steps_replay_with_the_aux_states_as_the_target_s_outputs(tmp_pat
     eager, graphed, replays = _eager_then_graphed(
         target, "specdecode=eagle3", f"specdecode.draft_model={head}",
         "specdecode.num_speculative_tokens=2", PAIR, prompts=PROMPTS[1:])
-    assert graphed == eager
-    assert replays[("", 3)] > 0
-    assert replays[("draft_catch_up", 3)] > 0 and replays[("draft_decode", 1)] > 0
+    _assert_drafter_steps_replayed(eager, graphed, replays)
