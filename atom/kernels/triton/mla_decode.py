@@ -162,9 +162,10 @@ def num_splits(batch: int, tiles: int, device: torch.device, per_sm: int = 1) ->
 
 def head_tile(n_heads: int, q_pad: int) -> int:
     """Heads per program: up to 64 rows of (query, head) pairs (FlashMLA's tile): the smallest
-    M of Hopper's wgmma, so R1's 128 heads read each latent page twice. At 64 rows × 16 tokens
-    the [64, 512] fp32 accumulator is 128 registers a thread: bf16 fits (245), fp8 spills ~150
-    bytes; 16 and 32 rows run on mma.sync and do not spill."""
+    M of Hopper's wgmma, so R1's 128 heads read each latent page twice. At 64 rows the [64, 512]
+    fp32 accumulator is 128 registers a thread at 8 warps (research/probes/mla_decode_ptx.py, at
+    16-token tiles: bf16 fits in 245, fp8 spills ~150 bytes); 16 and 32 rows run on mma.sync and
+    do not spill."""
     return max(1, min(triton.next_power_of_2(n_heads), 64 // q_pad))
 
 
