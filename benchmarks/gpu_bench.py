@@ -966,6 +966,7 @@ def bench_fp8_quality(model: str, overrides: tuple[str, ...]) -> dict[str, Any]:
         outs = eng.generate(prompts, _sp(max_tokens=32, temperature=0, ignore_eos=True))
         toks[q] = [o["token_ids"] for o in outs]
         free(eng)
+        del eng  # free() drops only its own reference; the fp8 engine needs this one's memory
     same = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), len(x))
             for x, y in zip(toks["auto"], toks["fp8"])]
     res.update(text_tokens=len(ids), ppl_ratio=round(res["ppl_fp8"] / res["ppl_auto"], 4),
