@@ -36,11 +36,10 @@ def _check(q_lens, ctx_lens, heads, lora, rope, kv_dtype, **kw):
     assert err < 1.5e-2, err
 
 
-@pytest.mark.parametrize("prefetch", [False, True], ids=["in-loop", "prefetched"])
 @pytest.mark.parametrize("splits", [1, 4], ids=["one-split", "four-splits"])
 @pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
-def test_one_query_per_sequence_across_page_boundaries(kv_dtype, splits, prefetch):
-    _check([1] * 5, [1, 16, 17, 33, 70], *TINY, kv_dtype, splits=splits, prefetch=prefetch)
+def test_one_query_per_sequence_across_page_boundaries(kv_dtype, splits):
+    _check([1] * 5, [1, 16, 17, 33, 70], *TINY, kv_dtype, splits=splits)
 
 
 @pytest.mark.parametrize("splits", [1, 4], ids=["one-split", "four-splits"])
@@ -79,15 +78,6 @@ def test_heads_past_one_tile():
 ])
 def test_r1_widths(q_lens, ctx_lens, heads, kv_dtype):
     _check(q_lens, ctx_lens, heads, *R1, kv_dtype)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("q_lens,ctx_lens", [
-    pytest.param([1] * 64, list(range(1024, 8193, 112))[:64], id="b64-1k-8k"),
-    pytest.param([2] * 16, [8192] * 16, id="verify2-b16-8k"),
-])
-def test_r1_tp8_fp8_with_the_next_tile_prefetched(q_lens, ctx_lens):
-    _check(q_lens, ctx_lens, 16, *R1, FP8, prefetch=True)
 
 
 @pytest.mark.gpu

@@ -33,7 +33,6 @@ def test_prefill_attention(q_lens, ctx, hq, hk, d, page, dtype, window, kv_dtype
     _check(prefill_attention, q_lens, ctx, hq, hk, d, page, dtype, kv_dtype, window)
 
 
-@pytest.mark.parametrize("prefetch_v", [False, True], ids=["v-in-loop", "v-prefetched"])
 @pytest.mark.parametrize("splits", [1, 4], ids=["one-split", "four-splits"])
 @pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
 @pytest.mark.parametrize("ctx,hq,hk,d,page,window", [
@@ -43,9 +42,9 @@ def test_prefill_attention(q_lens, ctx, hq, hk, d, page, dtype, window, kv_dtype
     gpu_param(list(range(1, 4097, 64)), 32, 8, 128, 16, None, id="llama8b-b64"),
     gpu_param([1000, 3, 77], 16, 8, 128, 16, None, id="qwen0.6b"),
 ])
-def test_decode_attention(ctx, hq, hk, d, page, window, kv_dtype, splits, prefetch_v):
+def test_decode_attention(ctx, hq, hk, d, page, window, kv_dtype, splits):
     _check(decode_attention, [1] * len(ctx), ctx, hq, hk, d, page, BF16, kv_dtype, window,
-           splits=splits, prefetch_v=prefetch_v)
+           splits=splits)
 
 
 def test_backend_dispatches_decode_and_prefill():

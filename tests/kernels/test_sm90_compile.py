@@ -49,13 +49,7 @@ for split in (False, True):  # the kernel's two variants: every split count > 1 
     compile_sm90(A._decode_kernel, decode, dict(
         GROUP=2, G_PAD=16, PAGE=16, BLOCK_N=64 if split else 128, HEAD_DIM=128, SPLIT=split,
         SPLIT_PAD=A.MAX_SPLITS, HAS_WINDOW=False, DOT=tl.bfloat16, PREC="tf32", PDL=False,
-        E4M3_PAIRS=False, PREFETCH_V=split), 4)
-# an fp8 cache: V as e4m3 pairs converted in registers, loaded a tile ahead or in the loop
-for prefetch in (False, True):
-    compile_sm90(A._decode_kernel, decode | {"kc_ptr": "*fp8e4nv", "vc_ptr": "*fp8e4nv"}, dict(
-        GROUP=4, G_PAD=16, PAGE=16, BLOCK_N=128, HEAD_DIM=128, SPLIT=False,
-        SPLIT_PAD=A.MAX_SPLITS, HAS_WINDOW=False, DOT=tl.float16, PREC="tf32", PDL=True,
-        E4M3_PAIRS=True, PREFETCH_V=prefetch), 4)
+        E4M3_PAIRS=False), 4)
 
 from atom.kernels.triton import paged_multi_query_attention as MQ
 mq = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_ptr", "bt_ptr")
@@ -112,20 +106,15 @@ mla = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_
 mla |= i32("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride", "c_blk_stride",
            "c_tok_stride", "bt_stride", "n_heads", "n_splits")
 mla |= {"qk_scale": "fp32", "kv_scale": "fp32"}
-# the fp8 16-row cases twice more with the next tile's loads issued ahead (prefetch)
-for fp8, rows, split, dot, ahead in ((False, 16, False, tl.bfloat16, False),
-                                     (False, 32, True, tl.bfloat16, False),
-                                     (False, 64, True, tl.bfloat16, False),
-                                     (True, 16, True, tl.float16, False),
-                                     (True, 64, False, tl.float16, False),
-                                     (True, 16, False, tl.float32, False),  # an fp32 model
-                                     (True, 16, True, tl.float16, True),
-                                     (True, 16, False, tl.float16, True)):
+for fp8, rows, split, dot in ((False, 16, False, tl.bfloat16), (False, 32, True, tl.bfloat16),
+                              (False, 64, True, tl.bfloat16), (True, 16, True, tl.float16),
+                              (True, 64, False, tl.float16),
+                              (True, 16, False, tl.float32)):  # the last: an fp32 model
     block_n, warps, stages, _ = MD.tile_defaults(rows, fp8)
     compile_sm90(MD._mla_decode_kernel, mla | ({"c_ptr": "*fp8e4nv"} if fp8 else {}), dict(
         L=512, R=64, HEADS=rows, M=rows, PAGE=64, BLOCK_N=block_n, LORA=512,
         ROPE=64, SPLIT=split, DOT=dot, PREC="ieee" if dot == tl.float32 else "tf32", PDL=False,
-        E4M3_PAIRS=fp8, PREFETCH=ahead), warps, stages)
+        E4M3_PAIRS=fp8), warps, stages)
 compile_sm90(MD._mla_merge_kernel, {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": "*bf16",
              "kv_scale": "fp32"} | i32("o_tok_stride", "o_head_stride", "n_heads", "n_splits"),
              dict(L=512, HEADS=8, SPLIT_PAD=MD.MAX_SPLITS, LORA=512, PDL=False), 4)
@@ -240,9 +229,9 @@ def test_kernels_compile_for_sm90():
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
-        *["_decode_kernel"] * 4, *["_multi_query_kernel"] * 3,
+        "_decode_kernel", "_decode_kernel", *["_multi_query_kernel"] * 3,
         "_multi_query_merge_kernel", *["_moe_gemm_kernel"] * 12,
-        *["_count_kernel", "_offsets_kernel", "_scatter_kernel"] * 2, *["_mla_decode_kernel"] * 8,
+        *["_count_kernel", "_offsets_kernel", "_scatter_kernel"] * 2, *["_mla_decode_kernel"] * 6,
         "_mla_merge_kernel", "_mla_rope_store_kernel",
         "_gather_latents_kernel", "_mla_prefill_kernel", "_mla_prefill_kernel",
         "_per_token_kernel", "_per_group_kernel"]

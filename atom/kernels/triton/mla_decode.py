@@ -26,43 +26,28 @@ import triton.language as tl
 
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.triton.dot_dtype import dot_dtype, dot_precision, interpreted
-from atom.kernels.triton.e4m3 import e4m3_pairs_as_f16, load_e4m3_pairs
+from atom.kernels.triton.e4m3 import load_e4m3_as_f16
 from atom.kernels.triton.paged_decode_attention import LOG2E, MAX_SPLITS
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 
 @triton.jit
-def _load_latent(c_ptr, off, n_mask, L: tl.constexpr, R: tl.constexpr, LORA: tl.constexpr,
-                 ROPE: tl.constexpr, E4M3_PAIRS: tl.constexpr):
-    """The [BLOCK_N, LORA] compressed KV and [BLOCK_N, ROPE] rope key of tokens at `off` as
-    loaded: e4m3 pairs, or the cache's own values (padding columns past L and R zero)."""
+def _load_latent(c_ptr, off, n_mask, BLOCK_N: tl.constexpr, L: tl.constexpr, R: tl.constexpr,
+                 LORA: tl.constexpr, ROPE: tl.constexpr, DOT: tl.constexpr,
+                 E4M3_PAIRS: tl.constexpr):
+    """The [BLOCK_N, LORA] compressed KV and [BLOCK_N, ROPE] rope key of tokens at `off`, in
+    the dot dtype (padding columns past L and R zero)."""
     if E4M3_PAIRS:
-        kv = load_e4m3_pairs(c_ptr, off, n_mask, LORA)
-        pe = load_e4m3_pairs(c_ptr, off + LORA, n_mask, ROPE)
+        kv = load_e4m3_as_f16(c_ptr, off, n_mask, BLOCK_N, LORA).to(DOT)  # DOT: f32 on fp32 models
+        pe = load_e4m3_as_f16(c_ptr, off + LORA, n_mask, BLOCK_N, ROPE).to(DOT)
     else:
         col = tl.arange(0, LORA)
         kv = tl.load(c_ptr + off[:, None] + col[None, :],
-                     mask=n_mask[:, None] & (col < L)[None, :], other=0.0)
+                     mask=n_mask[:, None] & (col < L)[None, :], other=0.0).to(DOT)
         e = tl.arange(0, ROPE)
         pe = tl.load(c_ptr + off[:, None] + L + e[None, :],
-                     mask=n_mask[:, None] & (e < R)[None, :], other=0.0)
+                     mask=n_mask[:, None] & (e < R)[None, :], other=0.0).to(DOT)
     return kv, pe
-
-
-@triton.jit
-def _latent_values(kv, pe, BLOCK_N: tl.constexpr, LORA: tl.constexpr, ROPE: tl.constexpr,
-                   DOT: tl.constexpr, E4M3_PAIRS: tl.constexpr):
-    """A loaded latent tile in the dot dtype (DOT: f32 on fp32 models)."""
-    if E4M3_PAIRS:
-        kv = e4m3_pairs_as_f16(kv, BLOCK_N, LORA)
-        pe = e4m3_pairs_as_f16(pe, BLOCK_N, ROPE)
-    return kv.to(DOT), pe.to(DOT)
-
-
-@triton.jit
-def _latent_offsets(bt_row, n, n_mask, c_blk_stride, c_tok_stride, PAGE: tl.constexpr):
-    blk = tl.load(bt_row + n // PAGE, mask=n_mask, other=0).to(tl.int64)
-    return blk * c_blk_stride + (n % PAGE) * c_tok_stride
 
 
 # bt_stride: the batch's widest block table outside graphs; n_splits: a runtime value, so split
@@ -75,7 +60,7 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
                        HEADS: tl.constexpr, M: tl.constexpr, PAGE: tl.constexpr,
                        BLOCK_N: tl.constexpr, LORA: tl.constexpr, ROPE: tl.constexpr,
                        SPLIT: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
-                       PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr, PREFETCH: tl.constexpr):
+                       PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr):
     tile = tl.program_id(0)  # fastest in launch order: a sequence's tiles share its pages in L2
     seq = tl.program_id(1)
     split = tl.program_id(2)
@@ -105,25 +90,12 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
     l_i = tl.zeros([M], tl.float32)
     acc = tl.zeros([M, LORA], tl.float32)
     bt_row = bt_ptr + seq.to(tl.int64) * bt_stride
-    if PREFETCH:  # the next tile's loads issued before this tile's dots (register loads)
-        n = lo + tl.arange(0, BLOCK_N)
-        kv_raw, pe_raw = _load_latent(
-            c_ptr, _latent_offsets(bt_row, n, n < hi, c_blk_stride, c_tok_stride, PAGE), n < hi,
-            L, R, LORA, ROPE, E4M3_PAIRS)
     for start in range(lo, hi, BLOCK_N):
         n = start + tl.arange(0, BLOCK_N)
         n_mask = n < hi
-        if PREFETCH:
-            kv_this, pe_this = kv_raw, pe_raw
-            n_next = n + BLOCK_N
-            kv_raw, pe_raw = _load_latent(
-                c_ptr, _latent_offsets(bt_row, n_next, n_next < hi, c_blk_stride, c_tok_stride,
-                                       PAGE), n_next < hi, L, R, LORA, ROPE, E4M3_PAIRS)
-        else:
-            kv_this, pe_this = _load_latent(
-                c_ptr, _latent_offsets(bt_row, n, n_mask, c_blk_stride, c_tok_stride, PAGE),
-                n_mask, L, R, LORA, ROPE, E4M3_PAIRS)
-        kv, pe = _latent_values(kv_this, pe_this, BLOCK_N, LORA, ROPE, DOT, E4M3_PAIRS)
+        blk = tl.load(bt_row + n // PAGE, mask=n_mask, other=0).to(tl.int64)
+        off = blk * c_blk_stride + (n % PAGE) * c_tok_stride
+        kv, pe = _load_latent(c_ptr, off, n_mask, BLOCK_N, L, R, LORA, ROPE, DOT, E4M3_PAIRS)
         qk = tl.dot(q_nope, tl.trans(kv), input_precision=PREC)
         qk = tl.dot(q_pe, tl.trans(pe), qk, input_precision=PREC) * qk_scale
         qk = tl.where(n_mask[None, :] & (n[None, :] <= q_pos[:, None]), qk, float("-inf"))
@@ -220,8 +192,7 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
                          splits: int | None = None, block_n: int | None = None,
                          heads_per_tile: int | None = None, num_warps: int | None = None,
                          num_stages: int | None = None,
-                         out: torch.Tensor | None = None,
-                         prefetch: bool = False) -> torch.Tensor:
+                         out: torch.Tensor | None = None) -> torch.Tensor:
     """q: [T, H, L + R] (every sequence of meta, any q_len ≤ meta.max_q_len, its tokens already
     stored); latent_cache [num_blocks, block_size, L + R] → [T, H, L]."""
     n_tok, n_heads, width = q.shape
@@ -254,8 +225,7 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
         M=rows, PAGE=latent_cache.shape[1],
         BLOCK_N=block_n or bn, LORA=lora_pad, ROPE=rope_pad, SPLIT=n_split > 1,
         DOT=dot_dtype(q.dtype, latent_cache.dtype), PREC=dot_precision(q.dtype),
-        E4M3_PAIRS=pairs, PREFETCH=prefetch, num_warps=num_warps or warps,
-        num_stages=num_stages or stages, **pdl)
+        E4M3_PAIRS=pairs, num_warps=num_warps or warps, num_stages=num_stages or stages, **pdl)
     if n_split > 1:
         merge_heads = min(8, triton.next_power_of_2(n_heads))
         _mla_merge_kernel[(n_tok, triton.cdiv(n_heads, merge_heads))](

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.triton.dot_dtype import dot_dtype, dot_precision, interpreted
-from atom.kernels.triton.e4m3 import e4m3_pairs_as_f16, load_e4m3_pairs
+from atom.kernels.triton.e4m3 import load_e4m3_as_f16
 from atom.kernels.triton.paged_kv import paged_kv_offsets
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
@@ -55,17 +55,6 @@ def _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, seq64, heads_base, o_tok_stride
                  out.to(o_ptr.dtype.element_ty), mask=d < head_dim)
 
 
-@triton.jit
-def _load_v(vc_ptr, kv_off, n_mask, d, d_mask, HEAD_DIM: tl.constexpr, E4M3_PAIRS: tl.constexpr):
-    """A V tile as loaded: e4m3 pairs (converted at use) or the cache's own values."""
-    if E4M3_PAIRS:
-        v = load_e4m3_pairs(vc_ptr, kv_off, n_mask, HEAD_DIM)
-    else:
-        v = tl.load(vc_ptr + kv_off[:, None] + d[None, :],
-                    mask=n_mask[:, None] & d_mask[None, :], other=0.0)
-    return v
-
-
 # The block table's row stride is the batch's widest table outside CUDA graphs: specialised on it,
 # the kernel compiled again mid-serving for each new divisibility (twice in one workload).
 # The split count is a runtime value too: as a constexpr, each of its six values (1..32, one per
@@ -80,7 +69,7 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, SPLIT: tl.constexpr,
                    SPLIT_PAD: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
-                   PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr, PREFETCH_V: tl.constexpr):
+                   PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr):
     seq = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -106,31 +95,17 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
     l_i = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
     bt_row = bt_ptr + seq64 * bt_stride
-    if PREFETCH_V:
-        n = lo + tl.arange(0, BLOCK_N)
-        v_raw = _load_v(vc_ptr, paged_kv_offsets(bt_row, n, n < hi, kvh, c_blk_stride,
-                                                 c_tok_stride, c_head_stride, PAGE),
-                        n < hi, d, d_mask, HEAD_DIM, E4M3_PAIRS)
     for start in range(lo, hi, BLOCK_N):
         n = start + tl.arange(0, BLOCK_N)
         n_mask = n < hi
         kv_off = paged_kv_offsets(bt_row, n, n_mask, kvh, c_blk_stride, c_tok_stride,
                                   c_head_stride, PAGE)
-        k = tl.load(kc_ptr + kv_off[:, None] + d[None, :],
-                    mask=n_mask[:, None] & d_mask[None, :], other=0.0)
-        if PREFETCH_V:
-            v_this = v_raw
-            n_next = n + BLOCK_N
-            v_raw = _load_v(vc_ptr, paged_kv_offsets(bt_row, n_next, n_next < hi, kvh,
-                                                     c_blk_stride, c_tok_stride, c_head_stride,
-                                                     PAGE),
-                            n_next < hi, d, d_mask, HEAD_DIM, E4M3_PAIRS)
-        else:
-            v_this = _load_v(vc_ptr, kv_off, n_mask, d, d_mask, HEAD_DIM, E4M3_PAIRS)
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        k = tl.load(kc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         if E4M3_PAIRS:
-            v = e4m3_pairs_as_f16(v_this, BLOCK_N, HEAD_DIM)
+            v = load_e4m3_as_f16(vc_ptr, kv_off, n_mask, BLOCK_N, HEAD_DIM)
         else:
-            v = v_this
+            v = tl.load(vc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         qk = tl.dot(q, tl.trans(k.to(DOT)), input_precision=PREC) * qk_scale
         qk = tl.where(n_mask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -182,8 +157,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      v_scale: float = 1.0, sliding_window: int | None = None,
                      splits: int | None = None, block_n: int | None = None,
                      num_warps: int = 4, out: torch.Tensor | None = None,
-                     num_stages: int | None = None,
-                     prefetch_v: bool | None = None) -> torch.Tensor:
+                     num_stages: int | None = None) -> torch.Tensor:
     """q: [B, Hq, D] (one new token per sequence, already stored) → [B, Hq, D], written into
     `out` when given."""
     batch, n_q_heads, head_dim = q.shape
@@ -220,6 +194,5 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         SPLIT_PAD=max(MAX_SPLITS, triton.next_power_of_2(n_split)),
         HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype, k_cache.dtype),
         PREC=dot_precision(q.dtype), E4M3_PAIRS=fp8 and head_dim == head_pad and not interpreted(),
-        PREFETCH_V=bool(prefetch_v),
         num_warps=num_warps, num_stages=num_stages, **pdl_args(q.device))
     return out
