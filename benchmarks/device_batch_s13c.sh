@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The thirteenth session's third GPU batch: the fp8 decode kernels with the next tile's loads
+# Ran at 450014f (run 70); the prefetch variants and their probe were reverted after it.
 # issued ahead (tests, then research/probes/decode_prefetch.py against the defaults), and issue
 # 22's benchmark 3 at two depths in one command, fitted to R1's 61 layers.
 set -u
