@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The thirteenth session's third GPU batch: the fp8 decode kernels with the next tile's loads
-# Ran at 450014f (run 70); the prefetch variants and their probe were reverted after it.
 # issued ahead (tests, then research/probes/decode_prefetch.py against the defaults), and issue
 # 22's benchmark 3 at two depths in one command, fitted to R1's 61 layers.
 set -u
+# Ran at 450014f (run 70); the prefetch variants and their probe were reverted after it.
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 T="python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=120 --durations=5"
