@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 import msgspec
 import zmq
 
+from atom.executor.block_table_deltas import TableKeeper
 from atom.executor.worker_ipc import (Flush, Launched, Profile, Profiled, RunStep, StepResult,
                                       Stop, ToWorker, WorkerFailed, WorkerReady)
 from atom.log_setup import configure_logging
@@ -108,6 +109,7 @@ def serve(spec: WorkerSpec, rank: int) -> None:
         push.send(encode(WorkerReady(rank, blocks, runner.max_model_len, runner.vocab_size,
                                      runner.device.type)))
         in_flight, number = None, 0
+        tables = TableKeeper()
 
         def answer(step: Any) -> None:
             if rank == 0:
@@ -157,7 +159,7 @@ def serve(spec: WorkerSpec, rank: int) -> None:
             assert isinstance(msg, RunStep)
             number += 1
             try:
-                step = launch(runner, msg.out)
+                step = launch(runner, tables.restore(msg.out, msg.table_starts))
             except Exception as exc:
                 raised(number, exc, in_flight)
                 in_flight = None
