@@ -38,19 +38,27 @@ class TableSender:
         by a request scheduled in the same step)."""
         for rid in out.finished_ids:
             self._held.pop(rid, None)
+        held_of, replace = self._held.get, msgspec.structs.replace
         reqs, starts = [], []
-        for r in out.requests:
-            table, held = r.block_table, self._held.get(r.request_id)
-            n = len(held) if held is not None else 0
-            if held is not None and len(table) >= n and table[:n] == held:
-                tail = table[n:]
-                held.extend(tail)
-            else:
-                n, tail = WHOLE, table
-                self._held[r.request_id] = list(table)
-            starts.append(n)
-            reqs.append(msgspec.structs.replace(r, block_table=tail))
-        return msgspec.structs.replace(out, requests=reqs), starts
+        for r in out.requests:  # ~0.1 us a request: at 256 a step, as much as the encode
+            table, held = r.block_table, held_of(r.request_id)
+            if held is not None:
+                n = len(held)
+                if len(table) == n:
+                    if table == held:
+                        starts.append(n)
+                        reqs.append(replace(r, block_table=[]))
+                        continue
+                elif table[:n] == held:
+                    tail = table[n:]
+                    held += tail
+                    starts.append(n)
+                    reqs.append(replace(r, block_table=tail))
+                    continue
+            self._held[r.request_id] = table[:]
+            starts.append(WHOLE)
+            reqs.append(r)
+        return replace(out, requests=reqs), starts
 
     def forget(self) -> None:
         """A step may not have reached every rank: from now on every table goes whole."""
