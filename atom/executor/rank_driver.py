@@ -2,9 +2,10 @@
 answers back, the ranks watched while it waits.
 
 Each step's SchedulerOutput is encoded once and pushed to every rank (IPC on this host, TCP to
-other hosts: atom/executor/rendezvous.py); rank 0 answers with the tokens each request keeps, in
-step order. A step's result is waited for only when the engine asks for it, so with async
-scheduling the ranks run step N while the engine builds step N+1. A rank that fails or exits, or
+other hosts: atom/executor/rendezvous.py), each block table as only the blocks the ranks lack
+(block_table_deltas.py); rank 0 answers with the tokens each request keeps, in step order. A
+step's result is waited for only when the engine asks for it, so with async scheduling the
+ranks run step N while the engine builds step N+1. A rank that fails or exits, or
 another host that falls silent, makes the next wait raise at once (never a hang).
 
 The ranks are the same worker loop (atom/executor/worker.py) whoever starts them: what differs

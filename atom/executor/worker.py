@@ -5,8 +5,10 @@ Started by MultiprocExecutor (or, on another host, by atom/executor/headless.py)
 joins the torch.distributed group (NCCL on GPUs, gloo on CPUs), builds its ModelRunner with the
 function the builder handed over (the layers shard themselves by the rank it reads), agrees with
 the others on the KV block count (the minimum), then runs every step the engine core
-broadcasts. Rank 0 alone answers with the tokens each request keeps; every rank samples the same
-tokens from the same gathered logits, so each one's pending tokens (async scheduling) match.
+broadcasts, its block tables made whole again from the ones the rank keeps
+(block_table_deltas.py). Rank 0 alone answers with the tokens each request keeps; every rank
+samples the same tokens from the same gathered logits, so each one's pending tokens (async
+scheduling) match.
 
 A step stays in flight until the next one arrives or the engine asks for it (Flush), so the
 device runs step N while the host prepares step N+1, as in one process.
