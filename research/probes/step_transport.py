@@ -66,18 +66,15 @@ def answer(seqs: int) -> bytes:
     return msgspec.msgpack.Encoder().encode(StepResult({i: [1234] for i in range(seqs)}, {}))
 
 
-def _per_step_ms(work: Callable[[], None], steps: int) -> float:
-    t0 = time.perf_counter()
-    work()
-    return round((time.perf_counter() - t0) / steps * 1e3, 4)
-
-
-def _rank_side(all_frames: list[bytes]) -> None:
-    dec = msgspec.msgpack.Decoder(ToWorker).decode
-    keeper = TableKeeper()
-    for f in all_frames:
-        msg = dec(f)
-        keeper.restore(msg.out, msg.table_starts)
+def _median_ms(work: Callable[[int], None], steps: int) -> float:
+    """The median over the steps of `work(k)` for step k (the machine is shared: a mean would
+    carry other processes' bursts)."""
+    times = []
+    for k in range(steps):
+        t0 = time.perf_counter()
+        work(k)
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times) * 1e3, 4)
 
 
 def _free_port() -> int:
@@ -175,15 +172,21 @@ def _ms(times: list[float]) -> dict:
 def tables_as(outs: list[SchedulerOutput], delta: bool, reply: bytes, folder: str) -> dict:
     """One way of sending the tables, measured end to end."""
     enc = msgspec.msgpack.Encoder().encode
+    dec = msgspec.msgpack.Decoder(ToWorker).decode
     sent = frames(outs, delta)
-    sender = TableSender()
+    sender, keeper = TableSender(), TableKeeper()
     cut = (lambda o: RunStep(*sender.cut(o))) if delta else (
         lambda o: RunStep(o, [WHOLE] * len(o.requests)))
+
+    def rank_side(k: int) -> None:
+        msg = dec(sent[k])
+        keeper.restore(msg.out, msg.table_starts)
+
     steady = sent[len(sent) // 2:]
     return {
         "frame_bytes_median": int(statistics.median(len(f) for f in steady)),
-        "driver_encode_ms": _per_step_ms(lambda: [enc(cut(o)) for o in outs], len(outs)),
-        "rank_decode_ms": _per_step_ms(lambda: _rank_side(sent), len(sent)),
+        "driver_encode_ms": _median_ms(lambda k: enc(cut(outs[k])), len(outs)),
+        "rank_decode_ms": _median_ms(rank_side, len(sent)),
         "round_trip_zmq_ipc": _ms(zmq_round_trips(sent, reply, f"ipc://{folder}/to{delta}",
                                                   f"ipc://{folder}/back{delta}")),
     }
@@ -210,10 +213,8 @@ def main() -> None:
     whole["round_trip_gloo_broadcast"] = _ms(gloo_round_trips(whole_frame, a.steps))
     report = {"seqs": a.seqs, "context": a.context, "steps": a.steps, "cpus": os.cpu_count(),
               "answer": {"bytes": len(reply),
-                         "encode_ms": _per_step_ms(lambda: [enc(res) for _ in range(a.steps)],
-                                                   a.steps),
-                         "decode_ms": _per_step_ms(
-                             lambda: [dec_reply(reply) for _ in range(a.steps)], a.steps)},
+                         "encode_ms": _median_ms(lambda k: enc(res), a.steps),
+                         "decode_ms": _median_ms(lambda k: dec_reply(reply), a.steps)},
               "whole_tables": whole, "table_deltas": delta}
     text = json.dumps(report, indent=1)
     print(text)
