@@ -122,3 +122,27 @@ def test_ranks_given_table_deltas_end_every_request_as_one_process(ckpt, one_pro
     assert len(after) >= 2, "both poisons made steps raise"
     assert all(all(n == WHOLE for n in s) for s in after), after
     assert held <= untold, "the driver keeps tables of requests it told the ranks are gone"
+
+
+@pytest.mark.gpu
+def test_on_one_gpu_a_rank_given_table_deltas_ends_every_request_as_one_process(ckpt):
+    """On the GPU a rank's launch is queued, so it extends a held table in place while the step
+    before is still running (as the scheduler extends a sequence's list in one process): tp=1
+    through the multi-process executor against the runner in this process, fp32 (no bf16 tie
+    can flip a greedy token), 16-token blocks."""
+    import atom
+
+    pool = [o for o in _POOL if not o.startswith(("kv_cache.block_size", "kv_cache.num_blocks"))]
+
+    def run(*extra: str):
+        engine = atom.build_engine(atom.compose([
+            "model=local", f"model.path={ckpt}", "model.dtype=float32", "load.progress_bar=false",
+            "kv_cache.block_size=16", "kv_cache.num_blocks=12", *pool, *extra]))
+        try:
+            return _script(engine), engine.core.scheduler.num_preempted
+        finally:
+            engine.shutdown()
+
+    one, preempted = run()
+    assert preempted > 0, "the pool is meant to preempt"
+    assert run("parallel.executor=multiproc") == (one, preempted)
