@@ -3,7 +3,7 @@ step is cut by the driver's TableSender, msgpack-encoded as a RunStep, decoded a
 it and restored by a TableKeeper, and the runner must then see exactly the tables the scheduler
 made, through growth across block boundaries, a preempted request's new blocks, finished and
 reused ids, and a step that never reached the rank (the driver forgets, tables go whole).
-The engine-level paths (tp=1 and tp=2 against one process) are in test_table_delta_steps.py."""
+The engine-level paths (tp=1 and tp=2 against one process): test_multiproc_block_tables.py."""
 from __future__ import annotations
 
 import random

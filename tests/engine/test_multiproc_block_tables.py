@@ -3,8 +3,8 @@ on gloo ranks at tp=1 and tp=2 against the runner in the engine's own process.
 
 One script runs on each engine with async scheduling on (the GPU's mode): tables that grow
 across 8-token blocks, a pool small enough to preempt (the preempted get new tables), a request
-aborted mid-generation, two requests whose steps raise (one while the driver encodes it, one in
-every rank's launch: the driver then forgets what the ranks hold and sends whole tables), and
+aborted mid-generation, two requests whose steps raise (one while the driver encodes it, one as
+every rank decodes it: the driver then forgets what the ranks hold and sends whole tables), and
 the prompts again for prefix-cache hits. Every request must end as in one process (greedy tokens
 and finish reason), the driver must have sent only new blocks on most steps and whole tables
 on the step after each raise, and it may hold no table of a request whose end it has told.
@@ -32,7 +32,7 @@ def _poisoned() -> list[SamplingParams]:
     seed = SamplingParams(temperature=0.8, max_tokens=6, seed=1)
     seed.seed = 2**70  # msgpack cannot carry it: the driver's encode raises
     logprobs = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
-    logprobs.logprobs = 10**6  # torch.topk past the vocabulary: every rank's launch raises
+    logprobs.logprobs = 10**6  # refused as a rank decodes it (in one process, by torch.topk)
     return [seed, logprobs]
 
 
