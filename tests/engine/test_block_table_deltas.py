@@ -81,8 +81,8 @@ def test_after_a_step_that_never_arrived_the_driver_forgets_and_whole_tables_hea
     tables["a"].append(4)
     tables["b"].append(5)
     frame, _ = _send(sender, _step(tables))
-    with pytest.raises(TablesOutOfStep):  # without the fallback the rank would be lost
-        _arrive(TableKeeper(), frame)
+    with pytest.raises(TablesOutOfStep):  # the rank missed a block: without the fallback
+        _arrive(keeper, frame)
     sender.forget()
     frame, starts = _send(sender, _step(tables))
     assert starts == [WHOLE, WHOLE]
