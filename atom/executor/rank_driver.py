@@ -2,9 +2,10 @@
 answers back, the ranks watched while it waits.
 
 Each step's SchedulerOutput is encoded once and pushed to every rank (IPC on this host, TCP to
-other hosts: atom/executor/rendezvous.py); rank 0 answers with the tokens each request keeps, in
-step order. A step's result is waited for only when the engine asks for it, so with async
-scheduling the ranks run step N while the engine builds step N+1. A rank that fails or exits, or
+other hosts: atom/executor/rendezvous.py), each block table as only the blocks the ranks lack
+(block_table_deltas.py); rank 0 answers with the tokens each request keeps, in step order. A
+step's result is waited for only when the engine asks for it, so with async scheduling the
+ranks run step N while the engine builds step N+1. A rank that fails or exits, or
 another host that falls silent, makes the next wait raise at once (never a hang).
 
 The ranks are the same worker loop (atom/executor/worker.py) whoever starts them: what differs
@@ -22,6 +23,7 @@ import msgspec
 import zmq
 
 from atom.config.schema import Config
+from atom.executor.block_table_deltas import TableSender
 from atom.executor.rendezvous import Endpoints
 from atom.executor.step_ledger import RanksOutOfStep, StepLedger
 from atom.executor.worker_ipc import (NO_MULTICAST_ENV, FromWorker, Flush, HostAlive, Launched,
@@ -92,6 +94,7 @@ class RankDriver:
         self._sent = 0  # steps sent
         self._flushed = 0  # the last step a Flush was sent for
         self.ledger = StepLedger()
+        self._tables = TableSender()  # what every rank holds of each request's block table
         self._dead = False  # a WorkerDied was raised: shutdown does not wait on the ranks
         self._push: list[zmq.Socket] = []
         self._heard: dict[int, float] = {}  # another host → when its launcher last spoke
@@ -161,7 +164,11 @@ class RankDriver:
 
     # -- steps ------------------------------------------------------------------------------
     def execute(self, out: SchedulerOutput) -> RemoteStep:
-        frame = self._encode(RunStep(out))
+        try:
+            frame = self._encode(RunStep(*self._tables.cut(out)))
+        except Exception:
+            self._tables.forget()  # no rank heard of this step: the record is ahead of them
+            raise
         for sock in self._push:
             sock.send(frame, copy=False)
         self._sent += 1
@@ -188,6 +195,7 @@ class RankDriver:
         error = status[1]
         if error is None:
             return None
+        self._tables.forget()  # a rank may have raised before or after taking the step's tables
         deadline = time.monotonic() + AGREE_S
         while not self.ledger.raised_everywhere(number, self.world_size):
             self._take(self._recv(deadline, f"step {number} raised on rank 0 ({error}) but not "

@@ -5,8 +5,10 @@ Started by MultiprocExecutor (or, on another host, by atom/executor/headless.py)
 joins the torch.distributed group (NCCL on GPUs, gloo on CPUs), builds its ModelRunner with the
 function the builder handed over (the layers shard themselves by the rank it reads), agrees with
 the others on the KV block count (the minimum), then runs every step the engine core
-broadcasts. Rank 0 alone answers with the tokens each request keeps; every rank samples the same
-tokens from the same gathered logits, so each one's pending tokens (async scheduling) match.
+broadcasts, its block tables made whole again from the ones the rank keeps
+(block_table_deltas.py). Rank 0 alone answers with the tokens each request keeps; every rank
+samples the same tokens from the same gathered logits, so each one's pending tokens (async
+scheduling) match.
 
 A step stays in flight until the next one arrives or the engine asks for it (Flush), so the
 device runs step N while the host prepares step N+1, as in one process.
@@ -28,6 +30,7 @@ from typing import Any, Callable, Optional
 import msgspec
 import zmq
 
+from atom.executor.block_table_deltas import TableKeeper
 from atom.executor.worker_ipc import (Flush, Launched, Profile, Profiled, RunStep, StepResult,
                                       Stop, ToWorker, WorkerFailed, WorkerReady)
 from atom.log_setup import configure_logging
@@ -108,6 +111,7 @@ def serve(spec: WorkerSpec, rank: int) -> None:
         push.send(encode(WorkerReady(rank, blocks, runner.max_model_len, runner.vocab_size,
                                      runner.device.type)))
         in_flight, number = None, 0
+        tables = TableKeeper()
 
         def answer(step: Any) -> None:
             if rank == 0:
@@ -157,7 +161,7 @@ def serve(spec: WorkerSpec, rank: int) -> None:
             assert isinstance(msg, RunStep)
             number += 1
             try:
-                step = launch(runner, msg.out)
+                step = launch(runner, tables.restore(msg.out, msg.table_starts))
             except Exception as exc:
                 raised(number, exc, in_flight)
                 in_flight = None

@@ -15,7 +15,11 @@ from atom.runner.scheduler_output import SchedulerOutput
 
 
 class RunStep(msgspec.Struct, tag="step"):
+    """`out`'s block tables hold only what the ranks lack, from `table_starts` on (one per
+    request; 0: whole): atom/executor/block_table_deltas.py."""
+
     out: SchedulerOutput
+    table_starts: list[int]
 
 
 class Flush(msgspec.Struct, tag="flush"):
