@@ -109,16 +109,22 @@ def _mtp(tmp_path) -> tuple:
     return add_mtp_layer(make_checkpoint("deepseek_v3_q_lora", tmp_path)), ("specdecode=mtp",)
 
 
-@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
-@pytest.mark.parametrize("method", [_eagle3, _mtp], ids=["eagle3", "mtp"])
+@pytest.mark.parametrize("method,graphs,forced", [
+    pytest.param(_eagle3, True, (), id="eagle3-graphs"),
+    pytest.param(_eagle3, False, (), id="eagle3-eager"),
+    pytest.param(_mtp, True, (), id="mtp-graphs"),
+    pytest.param(_mtp, False, (), id="mtp-eager"),
+    # benchmark 1's: the forced schedule's counts staged at launch, every draft rejected
+    pytest.param(_eagle3, True, ("specdecode.acceptance_length=1.0",), id="eagle3-graphs-forced"),
+])
 def test_a_verify_step_and_its_drafting_make_no_sync_call_but_the_drafts_read(tmp_path, method,
-                                                                             graphs):
+                                                                             graphs, forced):
     path, spec = method(tmp_path)
     mode = (("runtime.enforce_eager=false", "runtime.level=2",
              "runtime.cudagraph_capture_sizes=[1,2,4]") if graphs
             else ("runtime.enforce_eager=true",))
     engine = local_engine(path, "kv_cache.block_size=4", *on_cuda_f32("triton"), *mode, *spec,
-                          "specdecode.num_speculative_tokens=3")
+                          "specdecode.num_speculative_tokens=3", *forced)
     guard = SyncGuard(engine.core.executor.runner)
     try:
         prompts = spec_prompts()
