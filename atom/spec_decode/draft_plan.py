@@ -162,7 +162,7 @@ class DraftPlanner:
              decodes: int) -> DraftPlan:
         """decodes: one-position decodes at most; kept: None when no row sampled."""
         pack = _Pack()
-        rows, base, limits, ends = self._rows(pack, reqs, step, decodes)
+        rows, base, limits = self._rows(pack, reqs, step, decodes)
         sampling = self._sampling(pack, step)
         views = self.stager.stage(*pack.arrays)
         opt = lambda h: None if h is None else views[h]  # noqa: E731
@@ -173,18 +173,17 @@ class DraftPlanner:
         fix_token = (kept.kept if chunk_tokens is None
                      else torch.cat([kept.kept, chunk_tokens]))
         last_idx = views[rows.base_idx] + kept.accepted
-        depths = self._depths(step, views, rows, base, limits, ends,
-                              views[rows.base] + kept.accepted, decodes)
+        depths = self._depths(step, views, rows, base, limits, views[rows.base] + kept.accepted,
+                              decodes)
         return DraftPlan(CatchUpInputs(last_idx, kept.last, fix_idx, fix_token),
                          None if sampling is None else sampling.resolve(views), depths, base,
                          limits)
 
     def _rows(self, pack: _Pack, reqs: list[ScheduledRequest], step: StepRows, decodes: int
-              ) -> tuple[_HostRows, list[int], list[int], list[int]]:
-        """(the handles, per sampling row its first sampled position, its limit, and the
-        end position of its step's tokens). The token after each of the step's positions is its
-        next input but at a row's sampled positions (the kept ones) and at the end of a chunk
-        (the prompt's next token)."""
+              ) -> tuple[_HostRows, list[int], list[int]]:
+        """(the handles, per sampling row its first sampled position and its limit). The token
+        after each of the step's positions is its next input but at a row's sampled positions
+        (the kept ones) and at the end of a chunk (the prompt's next token)."""
         q_lens = step.meta.q_lens_cpu or []
         ends = list(itertools.accumulate(q_lens))
         base_idx = [ends[row] - m for row, m in zip(step.rows, step.counts)]
@@ -203,12 +202,11 @@ class DraftPlanner:
             pack.put(np.arange(max(n_rows, decodes) + 1), np.int64),
             pack.put(fix, np.int64) if fix else None,
             pack.put([t for _, t in chunks], np.int64) if chunks else None)
-        ctx_ends = [base_i + m for base_i, m in zip(base, step.counts)]
-        return handles, base, limits, ctx_ends
+        return handles, base, limits
 
     def _depths(self, step: StepRows, views: list[torch.Tensor], rows: _HostRows,
-                base: list[int], limits: list[int], ends: list[int], last_pos: torch.Tensor,
-                decodes: int) -> list[Depth]:
+                base: list[int], limits: list[int], last_pos: torch.Tensor, decodes: int
+                ) -> list[Depth]:
         """Decode j runs at last_pos + 1 + j, all depths' positions, slots and context lengths
         at once ([decodes, R]); a row dead at j (no slot there) runs at its last slot's
         position, writing none. The host bounds each depth's longest context by the row's
@@ -216,6 +214,7 @@ class DraftPlanner:
         if not decodes:
             return []
         bs, n = self.block_size, len(base)
+        ends = [b + m for b, m in zip(base, step.counts)]
         limit = views[rows.limits]
         tables = (step.meta.block_tables if rows.tables is None
                   else step.meta.block_tables.index_select(0, views[rows.tables]))
