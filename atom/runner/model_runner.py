@@ -284,9 +284,7 @@ class ModelRunner:
         if inputs.rows:
             logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_idx))
             tokens = self._sample(out, inputs, logits)
-            drafts = self._drafts(out, inputs)
-            verdict = judge(tokens, counts, [drafts.get(row, []) for row in inputs.rows],
-                            forced_counts(self.verify, [m - 1 for m in counts]), self.stager)
+            verdict = self._judge(out, inputs, counts, tokens)
             step = self._step(out, inputs, logits, tokens, verdict.accepted)
         states = [self._requests[out.requests[row].request_id] for row in inputs.rows]
         draft_step = DraftStep(inputs.input_ids, inputs.positions, inputs.meta, hidden,
@@ -294,6 +292,14 @@ class ModelRunner:
                                [st.generator for st in states], tuple(extras))
         step.proposals = self.drafter.propose(out.requests, draft_step, verdict)
         return step
+
+    def _judge(self, out: SchedulerOutput, inputs: StepInputs, counts: list[int],
+               tokens: torch.Tensor) -> Verdict:
+        """The drafts each row keeps, decided on the device: exact match over the samples, or
+        the forced schedule's counts, drawn now (the step's only draws of it)."""
+        drafts = self._drafts(out, inputs)
+        return judge(tokens, counts, [drafts.get(row, []) for row in inputs.rows],
+                     forced_counts(self.verify, [m - 1 for m in counts]), self.stager)
 
     def _sampled_step(self, out: SchedulerOutput, inputs: StepInputs,
                       logits: torch.Tensor) -> LaunchedStep:
