@@ -46,8 +46,8 @@ class LaunchedStep:
         row, how many alternatives it asked for (None = none); drafts: per verifying row, the
         draft tokens its positions check; verify: which of them stand (exact match, or the
         forced schedule of atom/spec_decode/acceptance.py); accepted: [rows] the drafts each row
-        keeps, decided on the device (spec_decode/verdict.py: a drafting step's, whose drafter
-        read it there), which then rules in place of verify."""
+        keeps as the device decided them (spec_decode/verdict.py: a drafting step's, whose
+        drafting was queued on them), read with the tokens and ruling in place of verify."""
         self.rows = rows
         self.tokens = tokens
         self.counts = counts
