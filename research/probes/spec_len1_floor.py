@@ -11,7 +11,8 @@ the meta device: every parameter once per forward but the embeddings (one row a 
 reads the target's), plus the KV each forward's attention reads at the benchmark's context.
 A second bound uses the bf16 single-row GEMV as measured (benchmarks/results/H200.md, run 59's
 fp8_kernels table, bf16 column): a least-squares line through its four 8B projections gives a
-fixed cost per launch and a streaming rate, charged per linear layer of each forward.
+fixed cost per launch and a streaming rate, charged per linear layer of each forward. The last
+column halves the head's linear weights (an e4m3 head), the target kept in bf16.
 
     python research/probes/spec_len1_floor.py [--ctx 512] [--gen 256]
 """
@@ -131,14 +132,16 @@ def main() -> None:
     print(f"head forward: catch-up {catch_up.bytes(ctx, 0) / 1e9:.3f} GB (fc included), depth "
           f"{depth.bytes(ctx, 0) / 1e9:.3f} GB; lm_head {head_hf_cfg['draft_vocab_size']} x "
           f"{head_hf_cfg['hidden_size']}")
-    print("k | step GB | floor at copy | by the GEMV line")
+    print("k | step GB | floor at copy | by the GEMV line | fp8 head weights, at copy")
     for k in range(1, 8):
         verify = target.bytes(ctx, 1 + k)
         heads = catch_up.bytes(ctx, 1 + k) + (k - 1) * depth.bytes(ctx, 1)
         step = verify + heads
+        halved = step - (sum(catch_up.linears) + (k - 1) * sum(depth.linears)) // 2
         step_us = (_gemv_us(target, ctx, fit) + _gemv_us(catch_up, ctx, fit)
                    + (k - 1) * _gemv_us(depth, ctx, fit))
-        print(f"{k} | {step / 1e9:.3f} | {plain / step:.3f}x | {plain_us / step_us:.3f}x")
+        print(f"{k} | {step / 1e9:.3f} | {plain / step:.3f}x | {plain_us / step_us:.3f}x | "
+              f"{plain / halved:.3f}x")
 
 
 if __name__ == "__main__":
