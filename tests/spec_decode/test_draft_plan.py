@@ -87,3 +87,43 @@ def test_depths_follow_the_kept_counts_on_the_device_and_end_at_the_rows_last_sl
         first, m, n = ends[row] - counts[i], counts[i], agree[i]
         kept = tokens[sum(counts[:i]):sum(counts[:i]) + n + 1]
         assert after[first:first + m] == [kept[min(j, n)] for j in range(m)]
+
+
+def test_rows_whose_drafts_run_past_max_model_len_write_no_other_rows_kv(tmp_path, monkeypatch):
+    """End to end with a random head: sequences near max_model_len have dead depths (slot -1)
+    in steps beside sequences whose depths are all live, and greedy output is the plain output
+    token for token for every one of them."""
+    from atom.spec_decode.draft_plan import DraftPlan
+    from tests.engine.checkpoints import local_engine, make_checkpoint
+    from tests.engine.spec_steps import flat, run, spec_prompts
+    from tests.engine.test_eagle3_spec_decode import TARGET_LAYERS, make_eagle3
+
+    target = make_checkpoint("llama", tmp_path, num_hidden_layers=TARGET_LAYERS)
+    limit = ("model.max_model_len=28", "kv_cache.block_size=4")
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    prompts = spec_prompts()[:3]  # 1, 6 and 19 tokens: they reach 28 at different steps
+    plain = local_engine(target, *limit)
+    try:
+        want = [flat(c) for c in run(plain, prompts, params)[0]]
+    finally:
+        plain.shutdown()
+    dead: dict[int, tuple[DraftPlan, list[bool]]] = {}  # per plan (held: ids stay unique),
+    # whether each of its rows had a dead depth
+    live_depths = DraftPlan.live_depths
+
+    def spied(plan, row, accepted):
+        n = live_depths(plan, row, accepted)
+        dead.setdefault(id(plan), (plan, []))[1].append(n < len(plan.depths))
+        return n
+
+    monkeypatch.setattr(DraftPlan, "live_depths", spied)
+    engine = local_engine(target, *limit, "specdecode=eagle3",
+                          f"specdecode.draft_model={make_eagle3(tmp_path)}",
+                          "specdecode.num_speculative_tokens=4")
+    try:
+        got = [flat(c) for c in run(engine, prompts, params)[0]]
+    finally:
+        engine.shutdown()
+    assert got == want
+    assert [len(p) + len(w) for p, w in zip(prompts, want)] == [28] * 3
+    assert any(any(rows) and not all(rows) for _, rows in dead.values())
