@@ -79,6 +79,9 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> to
 def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
               scale: float, k_scale: float = 1.0, v_scale: float = 1.0,
               sliding_window: Optional[int] = None) -> torch.Tensor:
+    if meta.is_decode and meta.context_lens_cpu is None:
+        return _decode_attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale,
+                                 sliding_window)
     out = torch.empty_like(q)
     q_lens = meta.q_lens_cpu or (meta.cu_seqlens_q[1:] - meta.cu_seqlens_q[:-1]).tolist()
     ctx_lens = meta.context_lens_cpu or meta.context_lens.tolist()
@@ -101,6 +104,32 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, met
         out[start:start + ql] = o.transpose(0, 1).to(q.dtype)
         start += ql
     return out
+
+
+def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      meta: AttentionMetadata, scale: float, k_scale: float, v_scale: float,
+                      sliding_window: Optional[int]) -> torch.Tensor:
+    """One query a sequence, its context length on the device only (a draft depth's, which
+    follows drafts the host has not read): every sequence over max_context_len keys, the ones
+    past its length masked, so no length is read back."""
+    b, length, bs = meta.num_seqs, meta.max_context_len, k_cache.shape[1]
+    tables = meta.block_tables[:, :-(-length // bs)].long().clamp(min=0)
+    cdtype = torch.float32
+
+    def keys(cache: torch.Tensor, kv_scale: float) -> torch.Tensor:
+        kv = cache[tables].reshape(b, -1, *cache.shape[2:])[:, :length]  # [B, L, Hk, D]
+        kv = _dequant(kv, kv_scale, cdtype)
+        return kv.repeat_interleave(q.shape[1] // kv.shape[2], dim=2).transpose(1, 2)
+
+    kpos = torch.arange(length, device=q.device).unsqueeze(0)
+    qpos = meta.context_lens.long().unsqueeze(1) - 1
+    mask = kpos <= qpos
+    if sliding_window is not None:
+        mask &= kpos > qpos - sliding_window
+    o = F.scaled_dot_product_attention(q.to(cdtype).unsqueeze(2), keys(k_cache, k_scale),
+                                       keys(v_cache, v_scale), attn_mask=mask[:, None, None, :],
+                                       scale=scale)
+    return o.squeeze(2).to(q.dtype)
 
 
 def mla_rope_store(positions: torch.Tensor, q_pe: torch.Tensor, k_pe: torch.Tensor,

@@ -39,12 +39,15 @@ class LaunchedStep:
                  top: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
                  counts: Optional[list[int]] = None,
                  drafts: Optional[dict[int, list[int]]] = None,
-                 verify: Callable[[list[int], list[int]], list[int]] = accept_drafts) -> None:
+                 verify: Callable[[list[int], list[int]], list[int]] = accept_drafts,
+                 accepted: Optional[torch.Tensor] = None) -> None:
         """rows: the batch index of each sampling row; counts: positions each row sampled (None =
         one each); tokens: [positions] on the device (None when no row samples); logprob_ks: per
         row, how many alternatives it asked for (None = none); drafts: per verifying row, the
         draft tokens its positions check; verify: which of them stand (exact match, or the
-        forced schedule of atom/spec_decode/acceptance.py)."""
+        forced schedule of atom/spec_decode/acceptance.py); accepted: [rows] the drafts each row
+        keeps as the device decided them (spec_decode/verdict.py: a drafting step's, whose
+        drafting was queued on them), read with the tokens and ruling in place of verify."""
         self.rows = rows
         self.tokens = tokens
         self.counts = counts
@@ -55,6 +58,7 @@ class LaunchedStep:
         self.proposals: dict[int, list[int]] = {}
         self._result: Optional[tuple[dict[int, list[int]], dict[int, list[TokenLogprob]]]] = None
         self._host = [_to_host(t) for t in (tokens, chosen, *(top or ())) if t is not None]
+        self._accepted = None if accepted is None else _to_host(accepted)
         self._event: Optional[torch.cuda.Event] = None
         if tokens is not None and tokens.is_cuda:
             self._event = torch.cuda.Event()
@@ -66,8 +70,7 @@ class LaunchedStep:
 
     def result(self) -> tuple[dict[int, list[int]], dict[int, list[TokenLogprob]]]:
         """(batch index → the tokens it keeps, batch index → their logprob records); waits for
-        this step. Read once: a drafter reads it inside the launch, and the forced schedule
-        must not be drawn twice for one step."""
+        this step. Read once: the forced schedule must not be drawn twice for one step."""
         if self._result is None:
             self._result = self._read()
         return self._result
@@ -101,10 +104,16 @@ class LaunchedStep:
         verifier lets stand: its accepted drafts and the target's token after them."""
         if self.counts is None:
             return [(row, r, token_list[r:r + 1]) for r, row in enumerate(self.rows)]
+        accepted = None if self._accepted is None else self._accepted.tolist()
         spans, p = [], 0
-        for row, m in zip(self.rows, self.counts):
+        for r, (row, m) in enumerate(zip(self.rows, self.counts)):
             d = self.drafts.get(row)
-            spans.append((row, p, self.verify(token_list[p:p + m], d) if d
-                          else token_list[p:p + m]))
+            if not d:
+                kept = token_list[p:p + m]
+            elif accepted is not None:
+                kept = d[:accepted[r]] + [token_list[p + accepted[r]]]
+            else:
+                kept = self.verify(token_list[p:p + m], d)
+            spans.append((row, p, kept))
             p += m
         return spans

@@ -20,9 +20,10 @@ from atom.runner.launched_step import LaunchedStep
 from atom.runner.profiler import StepProfiler
 from atom.runner.scheduler_output import PENDING_TOKEN, ScheduledRequest, SchedulerOutput
 from atom.sampling_params import SamplingParams
-from atom.spec_decode.acceptance import Verifier
+from atom.spec_decode.acceptance import Verifier, forced_counts
 from atom.spec_decode.drafter import Drafter, DraftStep
 from atom.spec_decode.rejection import resample_drafted
+from atom.spec_decode.verdict import Verdict, judge
 
 
 @dataclass
@@ -272,23 +273,41 @@ class ModelRunner:
     @torch.inference_mode()
     def _launch_drafting(self, out: SchedulerOutput, inputs: StepInputs) -> LaunchedStep:
         """A step with a runner-side drafter: the target's hidden states stay for the draft
-        layer, which runs once this step's kept tokens are known (spec_decode/drafter.py)."""
+        layer, whose drafting is queued right behind the step's sampling; what it needs of
+        the kept tokens is decided on the device (spec_decode/verdict.py), so nothing waits
+        for them here (spec_decode/drafter.py)."""
         assert self.drafter is not None
         hidden, *extras = self._forward_drafting(inputs.input_ids, inputs.positions, inputs.meta)
-        step = (self._sampled_step(out, inputs, self.model.compute_logits(
-                    hidden.index_select(0, inputs.logits_idx)))
-                if inputs.rows else LaunchedStep([], None))
         counts = inputs.counts or [1] * len(inputs.rows)
+        verdict: Optional[Verdict] = None
+        step = LaunchedStep([], None)
+        if inputs.rows:
+            logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_idx))
+            tokens = self._sample(out, inputs, logits)
+            verdict = self._judge(out, inputs, counts, tokens)
+            step = self._step(out, inputs, logits, tokens, verdict.accepted)
         states = [self._requests[out.requests[row].request_id] for row in inputs.rows]
         draft_step = DraftStep(inputs.input_ids, inputs.positions, inputs.meta, hidden,
                                inputs.rows, counts, [st.params for st in states],
                                [st.generator for st in states], tuple(extras))
-        step.proposals = self.drafter.propose(out.requests, draft_step, step.result()[0])
+        step.proposals = self.drafter.propose(out.requests, draft_step, verdict)
         return step
+
+    def _judge(self, out: SchedulerOutput, inputs: StepInputs, counts: list[int],
+               tokens: torch.Tensor) -> Verdict:
+        """The drafts each row keeps, decided on the device: exact match over the samples, or
+        the forced schedule's counts, drawn now (the step's only draws of it)."""
+        drafts = self._drafts(out, inputs)
+        return judge(tokens, counts, [drafts.get(row, []) for row in inputs.rows],
+                     forced_counts(self.verify, [m - 1 for m in counts]), self.stager)
 
     def _sampled_step(self, out: SchedulerOutput, inputs: StepInputs,
                       logits: torch.Tensor) -> LaunchedStep:
-        """Sample every sampled position; rows whose drafts came with a q are then resampled
+        return self._step(out, inputs, logits, self._sample(out, inputs, logits))
+
+    def _sample(self, out: SchedulerOutput, inputs: StepInputs, logits: torch.Tensor
+                ) -> torch.Tensor:
+        """Every sampled position's token; rows whose drafts came with a q are then resampled
         by the rejection rule (spec_decode/rejection.py)."""
         sb = inputs.sampling
         tokens = sample(logits, sb)
@@ -297,17 +316,31 @@ class ModelRunner:
             drafted = self.drafter.drafted_rows(out.requests, inputs.rows, inputs.counts, gens)
             if drafted is not None:
                 resample_drafted(logits, tokens, sb, drafted, self.stager)
-        drafts = ({row: out.requests[row].token_ids[-(m - 1):]
-                   for row, m in zip(inputs.rows, inputs.counts) if m > 1}
-                  if inputs.counts is not None else None)
+        return tokens
+
+    @staticmethod
+    def _drafts(out: SchedulerOutput, inputs: StepInputs) -> dict[int, list[int]]:
+        """Per verifying row, the drafts its positions check."""
+        if inputs.counts is None:
+            return {}
+        return {row: out.requests[row].token_ids[-(m - 1):]
+                for row, m in zip(inputs.rows, inputs.counts) if m > 1}
+
+    def _step(self, out: SchedulerOutput, inputs: StepInputs, logits: torch.Tensor,
+              tokens: torch.Tensor, accepted: Optional[torch.Tensor] = None) -> LaunchedStep:
+        """The launched step over its sampled tokens (and their logprobs when asked);
+        accepted: the drafts each row keeps, when the device decided them (a drafting step)."""
+        sb = inputs.sampling
+        drafts = self._drafts(out, inputs) if inputs.counts is not None else None
         if sb.max_logprobs < 0:
             return LaunchedStep(inputs.rows, tokens, counts=inputs.counts, drafts=drafts,
-                                verify=self.verify)
+                                verify=self.verify, accepted=accepted)
         chosen, top = compute_logprobs(logits, tokens, sb.max_logprobs)
         ks = [self._requests[out.requests[row].request_id].params.logprobs for row in inputs.rows]
         return LaunchedStep(inputs.rows, tokens, ks, chosen,
                             None if top is None else (top.values, top.indices),
-                            counts=inputs.counts, drafts=drafts, verify=self.verify)
+                            counts=inputs.counts, drafts=drafts, verify=self.verify,
+                            accepted=accepted)
 
 
 def _sampled_positions(cu: np.ndarray, rows: list[int], counts: Optional[list[int]]) -> np.ndarray:

@@ -49,10 +49,23 @@ class ForcedAcceptance:
         self.frac = accepted - self.whole
         self._rng = random.Random(seed)  # own stream: request seeds must not move with it
 
-    def __call__(self, sampled: list[int], drafts: list[int]) -> list[int]:
+    def draw(self, n_drafts: int) -> int:
+        """How many of a row's n_drafts drafts stand: the schedule's draw, no token read."""
         n = self.whole + (1 if self.frac and self._rng.random() < self.frac else 0)
-        n = min(n, len(drafts))
+        return min(n, n_drafts)
+
+    def __call__(self, sampled: list[int], drafts: list[int]) -> list[int]:
+        n = self.draw(len(drafts))
         return drafts[:n] + [sampled[n]]
+
+
+def forced_counts(verify: Verifier, n_drafts: list[int]) -> Optional[list[int]]:
+    """Per sampling row, the drafts it keeps when the schedule decides: drawn now, in row order
+    and only for rows with drafts, the draws a host verify of the same rows makes. None under
+    exact match, which only the step's tokens decide."""
+    if not isinstance(verify, ForcedAcceptance):
+        return None
+    return [verify.draw(n) if n else 0 for n in n_drafts]
 
 
 def build_verifier(cfg: SpecDecodeConfig, seed: int, exact: Verifier) -> Verifier:

@@ -1,16 +1,20 @@
-"""What a drafter's propose reads on the device, worked out on the host before its first forward
-and sent in one pinned copy.
+"""What a drafter's propose reads on the device, planned before the host knows how many drafts
+the verify step kept, and sent in one pinned copy.
 
 A `torch.tensor(list, device="cuda")` copies from pageable memory, and such a copy waits for the
-whole stream (runner/host_staging.py): made at every draft depth, each depth's small inputs would
-wait for the previous depth's forward, so the host could prepare a depth only once the GPU had
-run the one before, and the two would never overlap (EAGLE-3 at k = 7: some 40 waits a step).
-Nothing a depth needs depends on the drafts: with p the position whose output predicts a
-sampling row's last kept token, its j-th one-position decode runs at p + 1 + j while that
-position has a slot in the row's blocks (the scheduler's lookahead, from free blocks only). So
-every depth's rows, positions, context lengths, slots and sampling settings, and the catch-up's
-next tokens and selections, are known at once: `DraftPlanner.plan` stages them together, the
-depths run on views of that one copy, and only the final drafts are read back.
+whole stream (runner/host_staging.py); so does reading the verify step's tokens. The drafting is
+queued right behind the verify step instead, and whatever depends on a row's kept count n is
+computed on the device from the step's Verdict (verdict.py): with b the position of the row's
+first sampled input, its last kept token is predicted at b + n (the token index whose output
+gives its first drafts' logits), and its j-th one-position decode runs at b + n + 1 + j while
+that position has a slot in its blocks (the scheduler's lookahead, from free blocks only) and
+lies within max_model_len. Every depth runs every sampling row, so its shapes, the host's
+lengths and the sampling settings do not depend on n: a row whose position has no slot is dead
+there (its position clamped to its last slot's, writing no KV: slot -1, reading only its own
+blocks), and the host, which reads n with the drafts, drops its drafts from that depth on (the
+limit only falls further behind as j grows). The host's part (b, the limits, the block-table
+rows, the chunks' next tokens, the sampling settings) is staged together, the depths run on
+views of it, and only the drafts and n are read back, once.
 """
 from __future__ import annotations
 
@@ -54,9 +58,17 @@ class StepRows(Protocol):
     generators: list[Optional[torch.Generator]]  # per row
 
 
+class Kept(Protocol):
+    """What the plan reads of the verify step's outcome (verdict.Verdict)."""
+
+    accepted: torch.Tensor  # [R] int64
+    kept: torch.Tensor  # [S] int64
+    last: torch.Tensor  # [R] int64
+
+
 @dataclass
 class Sampling:
-    """How one column's rows turn logits into drafts when any of them samples (a column of
+    """How a column's rows turn logits into drafts when any of them samples (a column of
     greedy rows has none: its drafts are the argmax)."""
 
     temperatures: torch.Tensor  # [n] float32, 0 for greedy rows
@@ -67,31 +79,34 @@ class Sampling:
 
 @dataclass
 class CatchUpInputs:
-    """What a catch-up reads besides the step, per sampling row R: where its last kept token
-    is predicted, that token, and the step's next tokens where they are not its next inputs."""
+    """What a catch-up reads besides the step: per sampling row R where its last kept token is
+    predicted and that token, and the step's next tokens where they are not its next inputs."""
 
-    last_idx: torch.Tensor  # [R] int64, the step's token index whose output predicts it
-    last_token: torch.Tensor  # [R] int64
+    last_idx: Optional[torch.Tensor]  # [R] int64 the step's token index whose output predicts it
+    last_token: Optional[torch.Tensor]  # [R] int64
     fix_idx: Optional[torch.Tensor]  # [F] int64 token indices, None when F = 0
     fix_token: Optional[torch.Tensor]  # [F] int64 the token after each
 
 
 @dataclass
 class Depth:
-    """One one-position decode of the rows still live, on the previous column's outputs."""
+    """One one-position decode of every sampling row, on the previous column's outputs."""
 
-    live: list[int]  # its rows, as indices into the step's sampling rows
-    sel: Optional[torch.Tensor]  # [n] the previous column's rows that stay; None = all
-    positions: torch.Tensor  # [n] int64
+    positions: torch.Tensor  # [R] int64
     meta: AttentionMetadata
-    sampling: Optional[Sampling]
 
 
 @dataclass
 class DraftPlan:
     catch_up: CatchUpInputs
-    first: Optional[Sampling]  # the catch-up's column (every sampling row), when it drafts
+    sampling: Optional[Sampling]  # every column's: the rows are the same at every depth
     depths: list[Depth]
+    base: list[int]  # per sampling row, the position of its first sampled input
+    limits: list[int]  # per sampling row, the first position without a slot
+
+    def live_depths(self, row: int, accepted: int) -> int:
+        """How many depths decode a real position of the row that kept `accepted` drafts."""
+        return max(0, min(len(self.depths), self.limits[row] - self.base[row] - accepted - 1))
 
 
 class _Pack:
@@ -100,7 +115,7 @@ class _Pack:
     def __init__(self) -> None:
         self.arrays: list[np.ndarray] = []
 
-    def put(self, values: Sequence[int] | Sequence[float], dtype: type) -> int:
+    def put(self, values: Sequence[int] | Sequence[float] | np.ndarray, dtype: type) -> int:
         self.arrays.append(np.asarray(values, dtype=dtype))
         return len(self.arrays) - 1
 
@@ -120,17 +135,17 @@ class _HostSampling:
 
 
 @dataclass
-class _HostDepth:
-    """A Depth before the copy: handles (_Pack) where it will hold tensors."""
+class _HostRows:
+    """Per sampling row what the host knows before the verdict, as handles (_Pack)."""
 
-    live: list[int]
-    sel: Optional[int]
-    tables: Optional[int]  # batch rows whose block tables it reads; None = the step's, whole
-    positions: int
-    ctx: list[int]
-    ctx_handle: int
-    slots: int
-    sampling: Optional[_HostSampling]
+    base_idx: int  # [R] int64 the token index of its first sampled position
+    base: int  # [R] int64 its position
+    limits: int  # [R] int64
+    tables: Optional[int]  # [R] batch rows whose block tables the depths read; None = all
+    cu: int  # [R + 1] int32
+    iota: int  # [max(R, decodes) + 1] int64 0, 1, ...
+    sampled_idx: Optional[int]  # [S + C] int64 sampled positions' token indices, then chunks'
+    chunk_tokens: Optional[int]  # [C] int64 the prompt token after each chunk
 
 
 class DraftPlanner:
@@ -143,79 +158,88 @@ class DraftPlanner:
         self.stager, self.block_size, self.max_model_len = stager, block_size, max_model_len
         self.vocab_size, self.split_counters = vocab_size, split_counters
 
-    def plan(self, reqs: list[ScheduledRequest], step: StepRows, kept: dict[int, list[int]],
-             decodes: int, catch_up_drafts: bool) -> DraftPlan:
-        """decodes: one-position decodes at most; catch_up_drafts: whether the catch-up's
-        forward gives the first column (its sampling is planned too)."""
+    def plan(self, reqs: list[ScheduledRequest], step: StepRows, kept: Optional[Kept],
+             decodes: int) -> DraftPlan:
+        """decodes: one-position decodes at most; kept: None when no row sampled."""
         pack = _Pack()
-        last_pos, catch_up = self._catch_up(pack, reqs, step, kept)
-        n_rows = len(step.rows)
-        cu = pack.put(np.arange(n_rows + 1), np.int32)
-        first = self._sampling(pack, step, list(range(n_rows))) if catch_up_drafts else None
-        depths = self._depths(pack, reqs, step, last_pos, decodes)
+        rows, base, limits = self._rows(pack, reqs, step, decodes)
+        sampling = self._sampling(pack, step)
         views = self.stager.stage(*pack.arrays)
-        return DraftPlan(CatchUpInputs(*(None if h is None else views[h] for h in catch_up)),
-                         None if first is None else first.resolve(views),
-                         [self._resolve(d, step.meta, views[cu], views) for d in depths])
+        opt = lambda h: None if h is None else views[h]  # noqa: E731
+        chunk_tokens = opt(rows.chunk_tokens)
+        fix_idx = opt(rows.sampled_idx)
+        if kept is None:
+            return DraftPlan(CatchUpInputs(None, None, fix_idx, chunk_tokens), None, [], [], [])
+        fix_token = (kept.kept if chunk_tokens is None
+                     else torch.cat([kept.kept, chunk_tokens]))
+        last_idx = views[rows.base_idx] + kept.accepted
+        depths = self._depths(step, views, rows, base, limits, views[rows.base] + kept.accepted,
+                              decodes)
+        return DraftPlan(CatchUpInputs(last_idx, kept.last, fix_idx, fix_token),
+                         None if sampling is None else sampling.resolve(views), depths, base,
+                         limits)
 
-    @staticmethod
-    def _catch_up(pack: _Pack, reqs: list[ScheduledRequest], step: StepRows,
-                  kept: dict[int, list[int]]) -> tuple[list[int], list[Optional[int]]]:
-        """(per sampling row, the position whose output predicts its last kept token; the
-        catch-up's handles in CatchUpInputs' order). The token after each of the step's
-        positions is its next input but at a row's sampled positions (the kept tokens there,
-        the last one past a rejection) and at the end of a chunk (the prompt's next token)."""
+    def _rows(self, pack: _Pack, reqs: list[ScheduledRequest], step: StepRows, decodes: int
+              ) -> tuple[_HostRows, list[int], list[int]]:
+        """(the handles, per sampling row its first sampled position and its limit). The token
+        after each of the step's positions is its next input but at a row's sampled positions
+        (the kept ones) and at the end of a chunk (the prompt's next token)."""
         q_lens = step.meta.q_lens_cpu or []
         ends = list(itertools.accumulate(q_lens))
-        last_idx, last_pos, last_token, fix_idx, fix_token = [], [], [], [], []
-        for row, m in zip(step.rows, step.counts):
-            toks, end = kept[row], ends[row]
-            a = len(toks) - 1
-            last_idx.append(end - m + a)
-            last_pos.append(reqs[row].start + q_lens[row] - m + a)
-            last_token.append(toks[-1])
-            for j in range(m):
-                fix_idx.append(end - m + j)
-                fix_token.append(toks[min(j, a)])
-        for row, req in enumerate(reqs):
-            if req.next_token is not None:
-                fix_idx.append(ends[row] - 1)
-                fix_token.append(req.next_token)
-        fixes = ([pack.put(fix_idx, np.int64), pack.put(fix_token, np.int64)] if fix_idx
-                 else [None, None])
-        return last_pos, [pack.put(last_idx, np.int64), pack.put(last_token, np.int64), *fixes]
+        base_idx = [ends[row] - m for row, m in zip(step.rows, step.counts)]
+        base = [reqs[row].start + q_lens[row] - m for row, m in zip(step.rows, step.counts)]
+        bs, n_rows = self.block_size, len(step.rows)
+        limits = [min(len(reqs[row].block_table) * bs, self.max_model_len) for row in step.rows]
+        sampled = [i + j for i, m in zip(base_idx, step.counts) for j in range(m)]
+        chunks = [(ends[row] - 1, req.next_token) for row, req in enumerate(reqs)
+                  if req.next_token is not None]
+        fix = sampled + [i for i, _ in chunks]
+        whole = step.rows == list(range(step.meta.num_seqs))
+        handles = _HostRows(
+            pack.put(base_idx, np.int64), pack.put(base, np.int64), pack.put(limits, np.int64),
+            None if whole else pack.put(step.rows, np.int64),
+            pack.put(np.arange(n_rows + 1), np.int32),
+            pack.put(np.arange(max(n_rows, decodes) + 1), np.int64),
+            pack.put(fix, np.int64) if fix else None,
+            pack.put([t for _, t in chunks], np.int64) if chunks else None)
+        return handles, base, limits
 
-    def _depths(self, pack: _Pack, reqs: list[ScheduledRequest], step: StepRows,
-                last_pos: list[int], decodes: int) -> list[_HostDepth]:
-        """Decode j runs at last_pos + 1 + j for the rows whose position has a slot; the slot
-        limit only falls behind as j grows, so the live rows shrink and the first depth with
-        none ends the plan."""
-        bs = self.block_size
-        tables = [reqs[row].block_table for row in step.rows]
-        limits = [min(len(t) * bs, self.max_model_len) for t in tables]
-        whole = list(range(step.meta.num_seqs))
-        prev, out = list(range(len(step.rows))), []
+    def _depths(self, step: StepRows, views: list[torch.Tensor], rows: _HostRows,
+                base: list[int], limits: list[int], last_pos: torch.Tensor, decodes: int
+                ) -> list[Depth]:
+        """Decode j runs at last_pos + 1 + j, all depths' positions, slots and context lengths
+        at once ([decodes, R]); a row dead at j (no slot there) runs at its last slot's
+        position, writing none. The host bounds each depth's longest context by the row's
+        most drafts kept (its end: b + m)."""
+        if not decodes:
+            return []
+        bs, n = self.block_size, len(base)
+        ends = [b + m for b, m in zip(base, step.counts)]
+        limit = views[rows.limits]
+        tables = (step.meta.block_tables if rows.tables is None
+                  else step.meta.block_tables.index_select(0, views[rows.tables]))
+        iota = views[rows.iota]
+        pos = last_pos.unsqueeze(0) + iota[1:decodes + 1].unsqueeze(1)  # [decodes, R]
+        live = pos < limit
+        pos = torch.minimum(pos, limit - 1)
+        blocks = tables.to(torch.int64)[iota[:n].unsqueeze(0), pos // bs]
+        slots = torch.where(live, blocks * bs + pos % bs, -1)
+        ctx = (pos + 1).to(torch.int32)
+        cu = views[rows.cu]
+        out = []
         for j in range(decodes):
-            keep = [n for n, i in enumerate(prev) if last_pos[i] + 1 + j < limits[i]]
-            if not keep:
-                break
-            live = [prev[n] for n in keep]
-            pos = [last_pos[i] + 1 + j for i in live]
-            batch_rows = [step.rows[i] for i in live]
-            slots = [tables[i][p // bs] * bs + p % bs for i, p in zip(live, pos)]
-            ctx = [p + 1 for p in pos]
-            out.append(_HostDepth(
-                live, None if len(keep) == len(prev) else pack.put(keep, np.int64),
-                None if batch_rows == whole else pack.put(batch_rows, np.int64),
-                pack.put(pos, np.int64), ctx, pack.put(ctx, np.int32), pack.put(slots, np.int64),
-                self._sampling(pack, step, live)))
-            prev = live
+            max_ctx = max(min(e + 1 + j, lim) for e, lim in zip(ends, limits))
+            meta = AttentionMetadata(
+                cu_seqlens_q=cu, context_lens=ctx[j], block_tables=tables,
+                slot_mapping=slots[j], max_q_len=1, max_context_len=max_ctx, is_decode=True,
+                q_lens_cpu=[1] * n, split_counters=self.split_counters)
+            out.append(Depth(pos[j], meta))
         return out
 
-    def _sampling(self, pack: _Pack, step: StepRows, live: list[int]
-                  ) -> Optional[_HostSampling]:
-        """None when every row is greedy; top-k and top-p only when a row truncates."""
-        params = [step.params[i] for i in live]
+    def _sampling(self, pack: _Pack, step: StepRows) -> Optional[_HostSampling]:
+        """Every sampling row's, None when each is greedy; top-k and top-p only when a row
+        truncates."""
+        params = step.params
         if all(p.temperature == 0 for p in params):
             return None
         vocab = self.vocab_size
@@ -223,21 +247,6 @@ class DraftPlanner:
               if any(0 < p.top_k < vocab for p in params) else None)
         ps = (pack.put([p.top_p for p in params], np.float32)
               if any(p.top_p < 1.0 for p in params) else None)
-        draws = [(n, step.generators[i]) for n, i in enumerate(live)
-                 if params[n].temperature > 0]
+        draws = [(n, step.generators[n]) for n, p in enumerate(params) if p.temperature > 0]
         return _HostSampling(pack.put([p.temperature for p in params], np.float32), ks, ps,
                              draws)
-
-    def _resolve(self, d: _HostDepth, step_meta: AttentionMetadata, cu: torch.Tensor,
-                 views: list[torch.Tensor]) -> Depth:
-        """One query per live row, attending to everything before it in the row's blocks."""
-        n = len(d.live)
-        tables = (step_meta.block_tables if d.tables is None
-                  else step_meta.block_tables.index_select(0, views[d.tables]))
-        meta = AttentionMetadata(
-            cu_seqlens_q=cu[:n + 1], context_lens=views[d.ctx_handle], block_tables=tables,
-            slot_mapping=views[d.slots], max_q_len=1, max_context_len=max(d.ctx),
-            is_decode=True, q_lens_cpu=[1] * n, context_lens_cpu=d.ctx,
-            split_counters=self.split_counters)
-        return Depth(d.live, None if d.sel is None else views[d.sel], views[d.positions], meta,
-                     None if d.sampling is None else d.sampling.resolve(views))

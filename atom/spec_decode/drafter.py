@@ -10,9 +10,11 @@ rows (temperature 0) take the argmax; the others sample from q (their own temper
 and top-p on the drafter's logits) with their own generator, and q is kept for the rejection
 sampler at the step that verifies them. Positions past a rejection hold tokens that were not
 kept: their slots lie past the sequence's kept length and the next step, which starts there,
-writes them again before any query reads them. Every depth's inputs are known on the host
-before the first forward and sent in one copy (draft_plan.py), so nothing waits for the device
-until the drafts are read back, once, at the end.
+writes them again before any query reads them. The drafting is queued right behind the verify
+step: what depends on the drafts each row kept is computed on the device from the step's
+verdict (verdict.py), the host's part of every depth's inputs goes in one copy (draft_plan.py),
+so nothing waits for the device, the verify step's tokens included, until the drafts and the
+kept counts are read back together, once, at the end.
 
 Each drafter's forwards (its catch-up and its one-position decode) are `DraftForward`s: a
 function of (ids, positions, *inputs) run under the drafter's forward context, which the runner
@@ -32,8 +34,8 @@ from atom.kernels.metadata import AttentionMetadata
 from atom.layers.forward_context import ForwardContext, ForwardSlot
 from atom.layers.sampler import probabilities
 from atom.sampling_params import SamplingParams
-from atom.spec_decode.draft_plan import (CatchUpInputs, DraftPlanner, Sampling, ScheduledRequest,
-                                         Stager)
+from atom.spec_decode.draft_plan import (CatchUpInputs, DraftPlan, DraftPlanner, Kept, Sampling,
+                                         ScheduledRequest, Stager)
 from atom.spec_decode.rejection import DraftedRows
 
 
@@ -63,7 +65,7 @@ class CaughtUp:
     state: Optional[torch.Tensor]  # [R, ...]
 
 
-Column = tuple[list[int], torch.Tensor, Optional[torch.Tensor]]  # live rows, drafts, their q
+Column = tuple[torch.Tensor, Optional[torch.Tensor]]  # every sampling row's drafts, their q
 
 CATCH_UP, DECODE = "catch_up", "decode"  # the names of a drafter's two forwards
 
@@ -185,30 +187,29 @@ class Drafter(ABC):
         return out if out.counts else None
 
     @torch.inference_mode()
-    def propose(self, reqs: list[ScheduledRequest], step: DraftStep, kept: dict[int, list[int]]
+    def propose(self, reqs: list[ScheduledRequest], step: DraftStep, kept: Optional[Kept]
                 ) -> dict[int, list[int]]:
         """Bring the drafter's KV up to date with the whole step and return each sampling
-        row's drafts. Everything but the final read of the drafts is queued without waiting
-        for the device: the plan's one staged copy holds every depth's inputs."""
+        row's drafts. kept: the verify step's outcome on the device (None when no row
+        sampled). Everything but the final read of the drafts is queued without waiting for
+        the device, the verify step's tokens included: the plan's one staged copy holds the
+        host's part of every depth's inputs, the rest follows from `kept` there."""
         decodes = self.k - 1 if self.catch_up_drafts else self.k
-        plan = self.planner.plan(reqs, step, kept, decodes, self.catch_up_drafts)
+        plan = self.planner.plan(reqs, step, kept, decodes)
         up = self._catch_up(step, plan.catch_up)
-        if not step.rows:
+        if kept is None or not step.rows:
             return {}
         columns: list[Column] = []
         tokens, state = up.tokens, up.state
         if up.logits is not None:
-            tokens, probs = self._pick(up.logits, plan.first)
-            columns.append((list(range(len(step.rows))), tokens, probs))
+            columns.append(self._pick(up.logits, plan.sampling))
+            tokens = columns[-1][0]
         for depth in plan.depths:
             assert tokens is not None
-            if depth.sel is not None:
-                tokens = tokens.index_select(0, depth.sel)
-                state = None if state is None else state.index_select(0, depth.sel)
             logits, state = self._decode(depth.positions, tokens, state, depth.meta)
-            tokens, probs = self._pick(logits, depth.sampling)
-            columns.append((depth.live, tokens, probs))
-        return self._collect(reqs, step, columns)
+            columns.append(self._pick(logits, plan.sampling))
+            tokens = columns[-1][0]
+        return self._collect(reqs, step, plan, kept.accepted, columns)
 
     @staticmethod
     def _pick(logits: torch.Tensor, sampling: Optional[Sampling]
@@ -226,25 +227,24 @@ class Drafter(ABC):
         return torch.where(sampling.temperatures == 0, greedy, sampled), q
 
     @staticmethod
-    def _read_drafts(columns: list[Column]) -> list[int]:
-        """Every column's drafts, in column order, in one device→host read: the propose's only
-        wait for the device."""
-        return torch.cat([tokens for _, tokens, _ in columns]).tolist()
+    def _read_drafts(accepted: torch.Tensor, columns: list[Column]) -> list[int]:
+        """The drafts each row kept, then every column's drafts in column order, in one
+        device→host read: the propose's only wait for the device."""
+        return torch.cat([accepted, *(tokens for tokens, _ in columns)]).tolist()
 
-    def _collect(self, reqs: list[ScheduledRequest], step: DraftStep, columns: list[Column]
-                 ) -> dict[int, list[int]]:
-        """Per row, its drafts depth by depth; rows that sample keep their q for the step that
-        verifies these drafts."""
-        drafts: dict[int, list[int]] = {row: [] for row in step.rows}
-        qs: dict[int, list[torch.Tensor]] = {}
-        flat, p = self._read_drafts(columns), 0
-        for live, _, probs in columns:
-            for n, i in enumerate(live):
-                drafts[step.rows[i]].append(flat[p + n])
-                if probs is not None and step.params[i].temperature > 0:
-                    qs.setdefault(i, []).append(probs[n])
-            p += len(live)
-        for i, rows_q in qs.items():
-            row = step.rows[i]
-            self._q[reqs[row].request_id] = (drafts[row], torch.stack(rows_q))
+    def _collect(self, reqs: list[ScheduledRequest], step: DraftStep, plan: DraftPlan,
+                 accepted: torch.Tensor, columns: list[Column]) -> dict[int, list[int]]:
+        """Per row, its drafts column by column up to its first dead depth; rows that sample
+        keep their q for the step that verifies these drafts."""
+        n = len(step.rows)
+        flat = self._read_drafts(accepted, columns)
+        kept, flat = flat[:n], flat[n:]
+        before = len(columns) - len(plan.depths)  # the catch-up's column, when it drafts
+        drafts: dict[int, list[int]] = {}
+        for i, row in enumerate(step.rows):
+            made = before + plan.live_depths(i, kept[i])
+            drafts[row] = [flat[c * n + i] for c in range(made)]
+            if made and columns[0][1] is not None and step.params[i].temperature > 0:
+                q = torch.stack([probs[i] for _, probs in columns[:made]])
+                self._q[reqs[row].request_id] = (drafts[row], q)
         return drafts

@@ -11,9 +11,9 @@ From each sampling row's last kept position the layer gives the first draft; dra
 the same layer one position at a time with its own output as the next hidden state (vLLM and
 SGLang reuse R1's single layer the same way). The loop, sampling and q are drafter.py's.
 
-The layer is run in the launch, after the step's tokens are read back: with a proposer the core
-resolves every step before scheduling the next (engine_core._may_overlap), so this read costs
-no overlap. Known approximations, which cost acceptance and never exactness: a prefix-cache hit
+The layer is queued in the launch right behind the step's sampling, on the kept tokens the
+device decided (verdict.py), so the host reads nothing of the step before the drafts. Known
+approximations, which cost acceptance and never exactness: a prefix-cache hit
 reuses the layer's KV of the shared blocks (each block's last position written with the token
 that followed it in the sequence that computed it), and a draft position past the sequence's
 blocks (the scheduler adds the k - 1 slots past a step's tokens only from free blocks) ends that

@@ -2,11 +2,12 @@
 torch.cuda.set_sync_debug_mode("error") every call that blocks the host on the stream raises
 (a pageable host→device copy such as torch.tensor(list, device="cuda"), .item(), .tolist() of a
 device tensor, a blocking copy, torch.cuda.synchronize), and a drafter's propose makes none but
-its one read of the drafts (Drafter._read_drafts), for an EAGLE-3 head and DeepSeek's MTP layer,
-greedy and sampled (q of sampled drafts, the rejection sampler's inputs), with CUDA graphs and
-eager. A verify step's whole launch (its inputs, the target's forward and sampling, the
-rejection sampler, then the drafting) is held to the same: its only other wait is for its own
-tokens, an event (LaunchedStep.result), which the debug mode does not count."""
+its one read of the kept counts and the drafts (Drafter._read_drafts), for an EAGLE-3 head and
+DeepSeek's MTP layer, greedy and sampled (q of sampled drafts, the rejection sampler's inputs),
+with CUDA graphs and eager. A verify step's whole launch (its inputs, the target's forward and
+sampling, the rejection sampler, the verdict, then the drafting) is held to the same, and waits
+on no event either (which the debug mode does not count): the drafting is queued before the
+host has read the verify step's tokens (LaunchedStep.result, read after the launch)."""
 from __future__ import annotations
 
 import traceback
@@ -37,16 +38,33 @@ def _sync_mode(mode: str) -> Iterator[None]:
         torch.cuda.set_sync_debug_mode(before)
 
 
+@contextmanager
+def _counting_event_waits(counter: list[int]) -> Iterator[None]:
+    """Every torch.cuda.Event.synchronize inside counted (a host wait the debug mode lets by)."""
+    original = torch.cuda.Event.synchronize
+
+    def counted(event):
+        counter[0] += 1
+        return original(event)
+
+    torch.cuda.Event.synchronize = counted
+    try:
+        yield
+    finally:
+        torch.cuda.Event.synchronize = original
+
+
 class SyncGuard:
     """Runs every propose, and every launch of a verify step (each token samples: the steps
     after the prompts'), with synchronizing calls raising; the drafts read alone may sync.
-    Records per propose whether it had sampling rows and how many reads it made, and the
-    traceback of every sync that raised (the engine core would isolate the step's requests
-    and go on)."""
+    Records per propose whether it had sampling rows and how many reads it made, the event
+    waits inside verify launches, and the traceback of every sync that raised (the engine core
+    would isolate the step's requests and go on)."""
 
     def __init__(self, runner) -> None:
         self.proposes: list[tuple[bool, int]] = []
         self.verify_launches = 0
+        self.event_waits = [0]
         self.errors: list[str] = []
         drafter = runner.drafter
         propose, read, launch = drafter.propose, drafter._read_drafts, runner.launch
@@ -55,17 +73,18 @@ class SyncGuard:
             self.proposes.append((bool(step.rows), 0))
             return self._raising(propose, reqs, step, kept)
 
-        def allowed_read(columns):
+        def allowed_read(*args):
             has_rows, reads = self.proposes[-1]
             self.proposes[-1] = (has_rows, reads + 1)
             with _sync_mode("default"):
-                return read(columns)
+                return read(*args)
 
         def guarded_launch(out):
             if not all(len(r.token_ids) == r.num_sampled for r in out.requests):
                 return launch(out)
             self.verify_launches += 1
-            return self._raising(launch, out)
+            with _counting_event_waits(self.event_waits):
+                return self._raising(launch, out)
 
         drafter.propose, drafter._read_drafts, runner.launch = (guarded_propose, allowed_read,
                                                                 guarded_launch)
@@ -90,16 +109,22 @@ def _mtp(tmp_path) -> tuple:
     return add_mtp_layer(make_checkpoint("deepseek_v3_q_lora", tmp_path)), ("specdecode=mtp",)
 
 
-@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
-@pytest.mark.parametrize("method", [_eagle3, _mtp], ids=["eagle3", "mtp"])
+@pytest.mark.parametrize("method,graphs,forced", [
+    pytest.param(_eagle3, True, (), id="eagle3-graphs"),
+    pytest.param(_eagle3, False, (), id="eagle3-eager"),
+    pytest.param(_mtp, True, (), id="mtp-graphs"),
+    pytest.param(_mtp, False, (), id="mtp-eager"),
+    # benchmark 1's: the forced schedule's counts staged at launch, every draft rejected
+    pytest.param(_eagle3, True, ("specdecode.acceptance_length=1.0",), id="eagle3-graphs-forced"),
+])
 def test_a_verify_step_and_its_drafting_make_no_sync_call_but_the_drafts_read(tmp_path, method,
-                                                                             graphs):
+                                                                             graphs, forced):
     path, spec = method(tmp_path)
     mode = (("runtime.enforce_eager=false", "runtime.level=2",
              "runtime.cudagraph_capture_sizes=[1,2,4]") if graphs
             else ("runtime.enforce_eager=true",))
     engine = local_engine(path, "kv_cache.block_size=4", *on_cuda_f32("triton"), *mode, *spec,
-                          "specdecode.num_speculative_tokens=3")
+                          "specdecode.num_speculative_tokens=3", *forced)
     guard = SyncGuard(engine.core.executor.runner)
     try:
         prompts = spec_prompts()
@@ -111,5 +136,6 @@ def test_a_verify_step_and_its_drafting_make_no_sync_call_but_the_drafts_read(tm
     assert not guard.errors, guard.errors[0]
     assert all(sum(map(len, chunks)) == GREEDY.max_tokens for chunks in outputs)
     assert guard.verify_launches > 0
+    assert guard.event_waits == [0]  # the drafting never waited for the verify step's tokens
     assert any(has_rows for has_rows, _ in guard.proposes)
     assert all(reads == (1 if has_rows else 0) for has_rows, reads in guard.proposes)

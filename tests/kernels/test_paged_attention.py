@@ -1,4 +1,6 @@
 """Triton paged attention (varlen prefill with cached prefix; split-KV decode) vs the torch oracle."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -45,6 +47,21 @@ def test_prefill_attention(q_lens, ctx, hq, hk, d, page, dtype, window, kv_dtype
 def test_decode_attention(ctx, hq, hk, d, page, window, kv_dtype, splits):
     _check(decode_attention, [1] * len(ctx), ctx, hq, hk, d, page, BF16, kv_dtype, window,
            splits=splits)
+
+
+@pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
+@pytest.mark.parametrize("window", [None, 6], ids=["full", "window"])
+def test_the_oracle_decodes_device_only_lengths_as_it_decodes_host_ones(kv_dtype, window):
+    """A draft depth's context lengths follow drafts the host has not read: the oracle then
+    masks every sequence's keys past its device length instead of looping over host lengths."""
+    scale_kv = 0.05 if kv_dtype == FP8 else 1.0
+    ctx = [1, 13, 30, 7]
+    q, kc, vc, meta = paged_case([1] * len(ctx), ctx, 4, 2, 16, 4, torch.float32, kv_dtype,
+                                 scale_kv)
+    device_only = dataclasses.replace(meta, context_lens_cpu=None)
+    want = torch_ref.attention(q, kc, vc, meta, 0.25, scale_kv, scale_kv, window)
+    got = torch_ref.attention(q, kc, vc, device_only, 0.25, scale_kv, scale_kv, window)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_backend_dispatches_decode_and_prefill():

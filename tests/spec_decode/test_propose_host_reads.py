@@ -70,3 +70,44 @@ def test_a_propose_stages_its_inputs_once_and_reads_its_drafts_once(tmp_path, mo
     for counts in calls.per_propose:
         reads = sum(counts[name] for name in READS)
         assert (counts["stage"], counts["torch.tensor"], reads) == (1, 0, 1), counts
+
+
+@pytest.mark.parametrize("forced", [(), ("specdecode.acceptance_length=1.0",)],
+                         ids=["exact", "forced"])
+def test_a_drafting_launch_reads_nothing_of_its_step_before_the_drafts(tmp_path, monkeypatch,
+                                                                       forced):
+    """The drafting is queued on the verify step's device verdict: inside a launch the step's
+    tokens are never resolved (on CUDA, an event wait before the drafting's launches); the core
+    reads them after the launch, under exact match and under the forced schedule alike."""
+    from atom.runner.launched_step import LaunchedStep
+    from tests.engine.test_eagle3_spec_decode import TARGET_LAYERS, make_eagle3
+
+    target = make_checkpoint("llama", tmp_path, num_hidden_layers=TARGET_LAYERS)
+    engine = local_engine(target, "kv_cache.block_size=4", "runtime.kernels=torch",
+                          "specdecode=eagle3", f"specdecode.draft_model={make_eagle3(tmp_path)}",
+                          "specdecode.num_speculative_tokens=3", *forced)
+    runner = engine.core.executor.runner
+    inside, launching, after = [0], [False], [0]
+    launch, result = runner.launch, LaunchedStep.result
+
+    def counted_result(step):
+        inside[0] += launching[0]
+        after[0] += not launching[0]
+        return result(step)
+
+    def counted_launch(out):
+        launching[0] = True
+        try:
+            return launch(out)
+        finally:
+            launching[0] = False
+
+    monkeypatch.setattr(LaunchedStep, "result", counted_result)
+    runner.launch = counted_launch
+    params = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
+    try:
+        outputs, _ = run(engine, spec_prompts()[1:3], params)
+    finally:
+        engine.shutdown()
+    assert inside == [0] and after[0] > 0
+    assert all(sum(map(len, chunks)) == params.max_tokens for chunks in outputs)
