@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from atom import SamplingParams
-from atom.runner.scheduler_output import SchedulerOutput
+from atom.runner.dp_attention_runner import PAD_REQUEST, rank_batch
+from atom.runner.scheduler_output import ScheduledRequest, SchedulerOutput
 from tests.engine.checkpoints import local_engine, make_checkpoint
 
 # 8 KV blocks of 16 tokens per rank (one is DP attention's scratch block), 48 tokens a step:
@@ -45,8 +46,11 @@ def _params() -> list[SamplingParams]:
 def _run(path: Path, *extra: str) -> tuple[list[tuple[list[int], list]], list[SchedulerOutput],
                                            int]:
     """((tokens, logprob records) of each request: the batch's, then one prompt's alone; every
-    step the engine sent; the preemptions)."""
-    engine = local_engine(path, *ENGINE, *extra)
+    step the engine sent; the preemptions) of the CPU engine."""
+    return _generate(local_engine(path, *ENGINE, *extra))
+
+
+def _generate(engine) -> tuple[list[tuple[list[int], list]], list[SchedulerOutput], int]:
     sent: list[SchedulerOutput] = []
     executor = engine.core.executor
     execute = executor.execute
@@ -96,3 +100,77 @@ def test_dp_attention_gives_the_one_process_tokens(ckpts, arch, extra):
     assert {0} in ranks or {1} in ranks, "a step where one rank had no sequence"
     assert any(r.num_sampled == 0 for out in sent for r in out.requests), "a chunked prefill"
     assert preempted > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3_q_lora"])
+def test_dp_attention_on_two_gpus_gives_the_one_gpu_tokens(ckpts, arch):
+    """NCCL's all-gather and reduce-scatter, the Triton kernels and the decode graphs (on a
+    decode step every rank replays the same size; on any other, none does), in fp32 so that no
+    bf16 rounding of the partial sums flips a greedy tie."""
+    import atom
+
+    def run(*extra: str):
+        return _generate(atom.build_engine(atom.compose([
+            "model=local", f"model.path={ckpts[arch]}", "model.dtype=float32",
+            "runtime.kernels=triton", "load.progress_bar=false", *ENGINE, *extra])))
+
+    one, _, _ = run()
+    dp, _, preempted = run("parallel.tensor_parallel_size=2", "parallel.enable_dp_attention=true")
+    _same(dp, one)
+    assert preempted > 0
+
+
+def _request(rid: str, rank: int, n: int, sampled: int = 1) -> ScheduledRequest:
+    return ScheduledRequest(rid, 3, [5] * n, [0, 1], sampled, rank=rank)
+
+
+def test_a_decode_step_pads_each_rank_with_one_token_sequences_to_the_most_rows():
+    """Rank 1 has one decode to rank 0's three: two one-token pads keep it decode-shaped (a
+    graph of the same size on both); the sampled tokens' places follow the step's order."""
+    out = SchedulerOutput([], [_request("a", 0, 1), _request("b", 1, 1), _request("c", 0, 1),
+                               _request("d", 0, 1)], [])
+    batch = rank_batch(out, rank=1, ranks=2, scratch_block=9, block_size=16)
+    assert [(r.request_id, r.token_ids, r.block_table, r.num_sampled)
+            for r in batch.out.requests] == [
+        ("b", [5], [0, 1], 1), (PAD_REQUEST, [0], [9], 0), (PAD_REQUEST, [0], [9], 0)]
+    assert not batch.eager and batch.most == 3 and batch.rows == [0, 1, 2, 3]
+    assert batch.index.tolist() == [0, 3, 1, 2]  # a, c, d in rank 0's block, b in rank 1's
+    assert rank_batch(out, rank=0, ranks=2, scratch_block=9, block_size=16).out.requests == [
+        out.requests[0], out.requests[2], out.requests[3]]
+
+
+def test_another_step_pads_with_one_sequence_in_the_scratch_block_and_runs_eager():
+    """A 40-token chunk (sampling nothing) on rank 0: rank 1, with no request, runs one pad
+    sequence of 40 tokens over the scratch block three times (16-token blocks)."""
+    out = SchedulerOutput([], [_request("a", 0, 40, sampled=0)], [])
+    batch = rank_batch(out, rank=1, ranks=2, scratch_block=9, block_size=16)
+    (pad,) = batch.out.requests
+    assert (pad.start, pad.token_ids, pad.block_table) == (0, [0] * 40, [9, 9, 9])
+    assert batch.eager and batch.rows == [] and batch.most == 0
+    assert rank_batch(out, rank=0, ranks=2, scratch_block=9, block_size=16).out.requests == \
+        out.requests
+
+
+def test_a_dp_attention_rank_holds_every_head_and_its_share_of_the_mlps():
+    """Built as rank 1 of 2 (no collective runs while building): attention, embedding and LM
+    head whole, the dense MLP and every expert split by column as in tensor parallelism."""
+    import transformers
+
+    from atom.kernels.backend import get_backend
+    from atom.layers.model_context import ModelContext
+    from atom.layers.parallel_state import ParallelState
+    from atom.models.deepseek_v3 import DeepseekV3ForCausalLM
+    from tests.engine.checkpoints import COMMON, DEEPSEEK_ARCHS
+
+    hf = transformers.DeepseekV3Config(**{**COMMON, **DEEPSEEK_ARCHS["deepseek_v3_q_lora"][1]})
+    mc = ModelContext(get_backend("torch"), ParallelState(tp_size=2, tp_rank=1),
+                      dp_attention=True)
+    model = DeepseekV3ForCausalLM(hf, mc)
+    dense, sparse = model.model.layers
+    assert dense.self_attn.num_heads == sparse.self_attn.num_heads == hf.num_attention_heads
+    assert model.lm_head.weight.shape[0] == model.model.embed_tokens.weight.shape[0] == 256
+    assert dense.mlp.down_proj.weight.shape[1] == hf.intermediate_size // 2
+    assert sparse.mlp.experts.w2.shape[2] == hf.moe_intermediate_size // 2
+    assert not (dense.mlp.down_proj.reduce_results or sparse.mlp.reduce_results)
