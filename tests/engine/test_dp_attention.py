@@ -102,6 +102,33 @@ def test_dp_attention_gives_the_one_process_tokens(ckpts, arch, extra):
     assert preempted > 0
 
 
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3_q_lora"])
+def test_dp_attention_on_the_triton_kernels_gives_the_one_process_tokens(ckpts, arch,
+                                                                        monkeypatch):
+    """The Triton attention (GQA, MLA) and fused-MoE kernels, interpreted in both ranks, over
+    the pad rows (a 40-token prompt's chunk beside another rank's decodes, one-token pads in
+    decode steps), give the one-process engine's tokens on the torch reference. Three tokens
+    each (an interpreted step costs the ranks seconds)."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter runs CPU tensors; on GPUs the two-GPU test runs them")
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # read by each rank's process at its import
+    g = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(3, 256, (k,), generator=g).tolist() for k in (5, 31, 12, 40)]
+
+    def tokens(*extra: str) -> list[list[int]]:
+        engine = local_engine(ckpts[arch], *ENGINE, *extra)
+        try:
+            outs = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=3,
+                                                           ignore_eos=True))
+        finally:
+            engine.shutdown()
+        return [o["token_ids"] for o in outs]
+
+    assert tokens("parallel.tensor_parallel_size=2", "parallel.enable_dp_attention=true",
+                  "runtime.kernels=triton") == tokens()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 @pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3_q_lora"])
