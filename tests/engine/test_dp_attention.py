@@ -4,7 +4,8 @@ sequences and their KV, the MLPs and MoE over both ranks' rows (gathered, then r
 The oracle is the one-process engine: tp=2 with enable_dp_attention must give its greedy tokens
 (and logprobs) for Qwen3-MoE (experts tensor- and expert-parallel) and DeepSeek-V3 (MLA, a dense
 first layer, shared experts), through steps where one rank has no sequence, chunked prefills
-and a preemption in one rank's pool. The steps the engine sent are recorded on their way to the
+and a preemption in one rank's pool, and with async scheduling (each step's pending tokens read
+from the previous step's gathered tokens). The steps the engine sent are recorded on their way to the
 ranks, to show that the run went through each of those.
 """
 from __future__ import annotations
@@ -86,10 +87,10 @@ def _same(dp: list[tuple[list[int], list]], one: list[tuple[list[int], list]]) -
             assert [t for t, _ in x.top] == [t for t, _ in y.top]
 
 
-@pytest.mark.parametrize("arch,extra", [("qwen3_moe", ()),
-                                        ("qwen3_moe", ("parallel.enable_expert_parallel=true",)),
-                                        ("deepseek_v3_q_lora", ())],
-                         ids=["qwen3_moe", "qwen3_moe_ep", "deepseek_v3"])
+@pytest.mark.parametrize("arch,extra", [
+    ("qwen3_moe", ()), ("qwen3_moe", ("parallel.enable_expert_parallel=true",)),
+    ("deepseek_v3_q_lora", ()), ("deepseek_v3_q_lora", ("scheduler.async_scheduling=true",))],
+    ids=["qwen3_moe", "qwen3_moe_ep", "deepseek_v3", "deepseek_v3_async"])
 def test_dp_attention_gives_the_one_process_tokens(ckpts, arch, extra):
     one, _, _ = _run(ckpts[arch], "parallel.tensor_parallel_size=1")
     dp, sent, preempted = _run(ckpts[arch], "parallel.tensor_parallel_size=2",
