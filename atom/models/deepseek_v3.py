@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from atom.config.errors import ConfigError
-from atom.layers.dp_attention import gathered_mlp
+from atom.layers.dp_attention import mlp_ranks, mlp_step
 from atom.layers.linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear
 from atom.layers.mla import MLAAttention
 from atom.layers.model_context import ModelContext
@@ -138,7 +138,7 @@ class DeepseekV3DecoderLayer(nn.Module):
         else:
             self.mlp = LlamaMLP(mc, hf.hidden_size, hf.intermediate_size,
                                 getattr(hf, "hidden_act", "silu"), reduce)
-        self.mlp_ranks = mc.parallel if mc.dp_attention else None
+        self.mlp_ranks = mlp_ranks(mc)
         self.input_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
 
@@ -149,10 +149,7 @@ class DeepseekV3DecoderLayer(nn.Module):
         else:
             h, residual = self.input_layernorm(x, residual)
         x = self.self_attn(positions, h)
-        if self.mlp_ranks is not None:
-            return gathered_mlp(self.mlp, self.post_attention_layernorm, x, residual,
-                                self.mlp_ranks)
-        return self.mlp.normed_forward(self.post_attention_layernorm, x, residual)
+        return mlp_step(self.mlp, self.post_attention_layernorm, x, residual, self.mlp_ranks)
 
 
 class DeepseekV3Model(LlamaModel):

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from atom.layers.attention import PagedAttention
-from atom.layers.dp_attention import gathered_mlp
+from atom.layers.dp_attention import mlp_ranks, mlp_step
 from atom.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from atom.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from atom.layers.norm import RMSNorm
@@ -93,8 +93,7 @@ class LlamaDecoderLayer(nn.Module):
         self.self_attn = self.attention_cls(mc.attention_context(), hf, layer_idx, qkv_bias,
                                             o_bias)
         self.mlp = self.make_mlp(mc, hf, layer_idx)
-        # DP attention: the MLP's ranks, over which it gathers its rows (dp_attention.py)
-        self.mlp_ranks = mc.parallel if mc.dp_attention else None
+        self.mlp_ranks = mlp_ranks(mc)
         self.input_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
 
@@ -106,10 +105,7 @@ class LlamaDecoderLayer(nn.Module):
                 residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         qkv, residual = self.input_layernorm.project(x, residual, self.self_attn.qkv_proj)
         x = self.self_attn(positions, qkv)
-        if self.mlp_ranks is not None:
-            return gathered_mlp(self.mlp, self.post_attention_layernorm, x, residual,
-                                self.mlp_ranks)
-        return self.mlp.normed_forward(self.post_attention_layernorm, x, residual)
+        return mlp_step(self.mlp, self.post_attention_layernorm, x, residual, self.mlp_ranks)
 
 
 class LlamaModel(nn.Module):
