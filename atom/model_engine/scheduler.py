@@ -207,6 +207,7 @@ class Scheduler:
         admitted = False
         reserve = self.reserve_ratio > 0
         reserved = self._reserved_blocks() if reserve else [0] * len(self.pools)
+        busy = {s.rank for s in self.running}  # pools whose growth the reservation protects
         while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
             seq = self.waiting[0]
             if not seq.block_table:
@@ -215,9 +216,9 @@ class Scheduler:
             pool.match_prefix(seq)
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
             future = max(0, self._expected_blocks(seq) - len(seq.block_table)) if reserve else 0
-            # The first sequence into an empty engine is admitted whatever it may grow to.
+            # The first sequence into an empty pool is admitted whatever it may grow to.
             if (not pool.can_allocate(seq, seq.num_computed_tokens + n)
-                    or (self.running and pool.num_free_blocks - reserved[seq.rank] < future)):
+                    or (seq.rank in busy and pool.num_free_blocks - reserved[seq.rank] < future)):
                 if not self.running and not batch.seqs and seq.block_table == []:
                     raise RuntimeError(f"KV cache too small for one chunk of {n} tokens "
                                        f"({pool.num_free_blocks} free blocks)")
@@ -234,6 +235,7 @@ class Scheduler:
                 pool.try_allocate(seq, min(seq.num_tokens + self.lookahead, self.max_model_len))
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
+            busy.add(seq.rank)
             batch.seqs.append(seq)
             batch.num_new_tokens.append(n)
             budget -= n

@@ -77,3 +77,17 @@ def test_a_preemption_takes_its_victim_from_the_full_pool_only():
         _step(sched)
     assert [p.num_free_blocks for p in sched.pools] == [4, 4]
     assert all(s.num_output_tokens == s.params.max_tokens for s in seqs.values())
+
+
+def test_the_reservation_holds_back_a_sequence_only_in_a_pool_that_runs_others():
+    """With every remaining output reserved (reserve_ratio 1), b's 44 possible tokens (11
+    blocks) fit no 4-block pool. Beside a running a, one shared pool holds b back; with two,
+    b goes to the empty one and is admitted, as an empty engine admits its first sequence."""
+    for pools, admitted in ((1, ["a"]), (2, ["a", "b"])):
+        sched = _scheduler(4, pools, "scheduler.reserve_ratio=1.0")
+        sched.add(Sequence("a", list(range(3, 7)), SamplingParams(max_tokens=3, ignore_eos=True)))
+        _step(sched)
+        sched.add(Sequence("b", list(range(9, 13)), SamplingParams(max_tokens=40)))
+        out = _step(sched)
+        assert [r.request_id for r in out.requests] == admitted
+        assert [r.rank for r in out.requests] == list(range(pools))
