@@ -7,9 +7,10 @@ the most rows any rank runs (each rank pads to it, so the MLPs' gather over the 
 equal blocks: atom/layers/dp_attention.py), and where each rank's sampled tokens go. The pad
 rows write their KV into a scratch block the scheduler never hands out. A step of decodes only
 pads with one-token sequences, so every rank stays decode-shaped and replays a graph of the
-same size; any other step pads with one sequence of the missing tokens (the sequence count
-stays within what the decode kernel's split counters hold), and no rank replays a graph, since
-the ranks' forwards must meet at the same collectives with the same row counts.
+same size (or none, on every rank alike); any other step pads with one sequence of the missing
+tokens (one-token pads could then outnumber max_num_seqs, which sizes the decode kernel's split
+counters), and no rank replays a graph, since the ranks' forwards must meet at the same
+collectives with the same row counts.
 
 The tokens come back with one all-gather (every rank's padded to the most sampling rows of
 any rank) and an index in the step's order: rank 0 answers with them as in tensor parallelism,
@@ -30,7 +31,8 @@ from atom.runner.launched_step import LaunchedStep
 from atom.runner.model_runner import ModelRunner
 from atom.runner.scheduler_output import ScheduledRequest, SchedulerOutput
 
-PAD_REQUEST = ""  # the request id of pad rows: no request has it (the engine refuses "")
+# The request id of pad rows; never looked up: they sample nothing and hold no pending token.
+PAD_REQUEST = ""
 
 
 @dataclass
