@@ -5,8 +5,8 @@ The oracle is the one-process engine: tp=2 with enable_dp_attention must give it
 (and logprobs) for Qwen3-MoE (experts tensor- and expert-parallel) and DeepSeek-V3 (MLA, a dense
 first layer, shared experts), through steps where one rank has no sequence, chunked prefills
 and a preemption in one rank's pool, and with async scheduling (each step's pending tokens read
-from the previous step's gathered tokens). The steps the engine sent are recorded on their way to the
-ranks, to show that the run went through each of those.
+from the previous step's gathered tokens). The steps the engine sent are recorded on their way
+to the ranks, to show that the run went through each of those.
 """
 from __future__ import annotations
 
@@ -44,14 +44,16 @@ def _params() -> list[SamplingParams]:
             for n, k in ((24, None), (10, 3), (30, None), (16, None), (6, 1))]
 
 
-def _run(path: Path, *extra: str) -> tuple[list[tuple[list[int], list]], list[SchedulerOutput],
-                                           int]:
-    """((tokens, logprob records) of each request: the batch's, then one prompt's alone; every
-    step the engine sent; the preemptions) of the CPU engine."""
+Outputs = list[tuple[list[int], list]]  # each request's tokens and logprob records
+
+
+def _run(path: Path, *extra: str) -> tuple[Outputs, list[SchedulerOutput], int]:
+    """(the outputs of each request: the batch's, then one prompt's alone; every step the
+    engine sent; the preemptions) of the CPU engine."""
     return _generate(local_engine(path, *ENGINE, *extra))
 
 
-def _generate(engine) -> tuple[list[tuple[list[int], list]], list[SchedulerOutput], int]:
+def _generate(engine) -> tuple[Outputs, list[SchedulerOutput], int]:
     sent: list[SchedulerOutput] = []
     executor = engine.core.executor
     execute = executor.execute
@@ -77,7 +79,7 @@ def _generate(engine) -> tuple[list[tuple[list[int], list]], list[SchedulerOutpu
     return [(done[i], records.get(i, [])) for i in ids], sent, preempted
 
 
-def _same(dp: list[tuple[list[int], list]], one: list[tuple[list[int], list]]) -> None:
+def _same(dp: Outputs, one: Outputs) -> None:
     assert [t for t, _ in dp] == [t for t, _ in one]
     assert [len(r) for _, r in dp] == [len(r) for _, r in one] == [0, 10, 0, 0, 6, 0]
     for (_, a), (_, b) in zip(dp, one):
