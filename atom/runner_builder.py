@@ -66,6 +66,10 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
     if parallel.ep_size > 1:
         log.info("expert parallel rank %d of %d: %s", parallel.ep_rank, parallel.ep_size,
                  held_experts(model))
+    if mc.dp_attention:
+        log.info("DP attention rank %d of %d: attention, embedding and LM head whole over this "
+                 "rank's sequences, the MLPs over every rank's rows", parallel.tp_rank,
+                 parallel.tp_size)
     forward_fn = compile_forward(model, cfg.runtime, device, backend_name)
     graphs_on = graphs_enabled(cfg.runtime.enforce_eager, cfg.runtime.level, device, backend_name)
     log.info("%s", describe_level(cfg.runtime, device, backend_name, graphs_on))

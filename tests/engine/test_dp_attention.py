@@ -93,11 +93,13 @@ def _same(dp: Outputs, one: Outputs) -> None:
     ("qwen3_moe", ()), ("qwen3_moe", ("parallel.enable_expert_parallel=true",)),
     ("deepseek_v3_q_lora", ()), ("deepseek_v3_q_lora", ("scheduler.async_scheduling=true",))],
     ids=["qwen3_moe", "qwen3_moe_ep", "deepseek_v3", "deepseek_v3_async"])
-def test_dp_attention_gives_the_one_process_tokens(ckpts, arch, extra):
+def test_dp_attention_gives_the_one_process_tokens(ckpts, arch, extra, capfd):
     one, _, _ = _run(ckpts[arch], "parallel.tensor_parallel_size=1")
     dp, sent, preempted = _run(ckpts[arch], "parallel.tensor_parallel_size=2",
                                "parallel.enable_dp_attention=true", *extra)
     _same(dp, one)
+    err = capfd.readouterr().err
+    assert all(f"DP attention rank {r} of 2" in err for r in (0, 1)), "the ranks' start-up"
     ranks = [{r.rank for r in out.requests} for out in sent]
     assert {0, 1} in ranks, "both ranks ran sequences in one step"
     assert {0} in ranks or {1} in ranks, "a step where one rank had no sequence"
