@@ -51,8 +51,10 @@ def build_core(cfg: Config, tokenizer: Any = None) -> "EngineCoreProtocol":
     hf = load_hf_config(cfg)
     executor = build_executor(cfg, hf)
     eos = eos_token_ids(hf, _tokenizer_eos(cfg, tokenizer))
+    p = cfg.parallel
     scheduler = Scheduler(cfg.scheduler, cfg.kv_cache, executor.num_blocks, eos,
-                          executor.max_model_len, draft_lookahead(cfg.specdecode))
+                          executor.max_model_len, draft_lookahead(cfg.specdecode),
+                          p.tensor_parallel_size if p.enable_dp_attention else 1)
     rt = cfg.runtime
     return EngineCore(executor, scheduler, build_proposer(cfg.specdecode),
                       async_scheduling_enabled(cfg.scheduler, executor.device_type),

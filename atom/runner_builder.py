@@ -31,6 +31,7 @@ from atom.runner.cpu_threads import cpu_threads
 from atom.runner.cuda_graphs import (GraphFn, StepGraphs, capture_sizes, graphs_enabled,
                                      multi_token_sizes, plan_graphs)
 from atom.runner.device import resolve_device, resolve_dtype
+from atom.runner.dp_attention_runner import DPAttentionRunner
 from atom.runner.host_staging import HostStager
 from atom.runner.kv_cache import (KVCache, KVCacheSpec, allocate, describe_kv_dtype, kv_dtype,
                                   model_kv_spec, num_blocks_for)
@@ -57,13 +58,18 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
     if device.type == "cpu":
         torch.set_num_threads(cpu_threads(cfg.runtime.cpu_threads, serving=False))
     torch.manual_seed(cfg.runtime.seed)
-    mc = ModelContext(get_backend(backend_name), parallel)
+    mc = ModelContext(get_backend(backend_name), parallel,
+                      dp_attention=cfg.parallel.enable_dp_attention)
     src = model_source(cfg) if cfg.load.dummy is None else None
     model = build_model(cfg.load, src, hf, mc, device, dtype, cfg.quant.method,
                         mtp=cfg.specdecode.method == "mtp")
     if parallel.ep_size > 1:
         log.info("expert parallel rank %d of %d: %s", parallel.ep_rank, parallel.ep_size,
                  held_experts(model))
+    if mc.dp_attention:
+        log.info("DP attention rank %d of %d: attention, embedding and LM head whole over this "
+                 "rank's sequences, the MLPs over every rank's rows", parallel.tp_rank,
+                 parallel.tp_size)
     forward_fn = compile_forward(model, cfg.runtime, device, backend_name)
     graphs_on = graphs_enabled(cfg.runtime.enforce_eager, cfg.runtime.level, device, backend_name)
     log.info("%s", describe_level(cfg.runtime, device, backend_name, graphs_on))
@@ -87,13 +93,15 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
              describe_kv_dtype(cfg.kv_cache, spec.dtype), backend_name)
     drafter = _drafter(cfg, model, kv, max_model_len, draft, draft_spec, aux, device, dtype,
                        split_counters)
-    runner = ModelRunner(model, forward_fn, mc.forward, kv, split_counters, device=device,
-                         max_model_len=max_model_len, vocab_size=int(hf.vocab_size),
-                         verify=build_verifier(cfg.specdecode, cfg.runtime.seed, accept_drafts),
-                         profiler=StepProfiler(cfg.profiler.torch_profiler_dir,
-                                               mc.parallel.tp_rank,
-                                               cfg.parallel.data_parallel_rank),
-                         drafter=drafter)
+    # DP attention: each rank runs its own rows (dp_attention_runner.py)
+    dp = {"ranks": parallel} if mc.dp_attention else {}
+    runner = (DPAttentionRunner if dp else ModelRunner)(
+        model, forward_fn, mc.forward, kv, split_counters, device=device,
+        max_model_len=max_model_len, vocab_size=int(hf.vocab_size),
+        verify=build_verifier(cfg.specdecode, cfg.runtime.seed, accept_drafts),
+        profiler=StepProfiler(cfg.profiler.torch_profiler_dir, mc.parallel.tp_rank,
+                              cfg.parallel.data_parallel_rank),
+        drafter=drafter, **dp)
     if graphs_on:
         _capture(step_graphs(cfg, runner, draft_spec, mc.parallel.tp_rank))
     return runner

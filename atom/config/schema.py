@@ -83,7 +83,9 @@ class ParallelConfig:
     # None: MASTER_PORT (+1 under torchrun, whose agent holds it), else 29500
     master_port: Optional[int] = None
     enable_expert_parallel: bool = False  # shard MoE experts across ranks instead of within
-    enable_dp_attention: bool = False  # data-parallel attention beside expert-parallel MoE
+    # each tensor-parallel rank runs the whole attention over its own sequences and their KV;
+    # the MLPs and MoE run over every rank's tokens (tp > 1; Qwen3-MoE and DeepSeek-V3 only)
+    enable_dp_attention: bool = False
     engine_port: int = 8006  # the spec's `--port`: internal engine communication
 
 

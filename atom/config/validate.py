@@ -30,6 +30,8 @@ EAGLE3_HEAD = "LlamaForCausalLMEagle3"
 EAGLE3_TARGETS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
                   "Qwen3ForCausalLM")
 MTP_ARCHITECTURES = ("DeepseekV3ForCausalLM",)  # those whose next-n layer atom builds
+# MoE models whose decoder layers gather their MLP rows over the ranks (atom/layers/dp_attention.py)
+DP_ATTENTION_ARCHITECTURES = ("Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM")
 JOBS = ("serve", "generate", "throughput", "bench")
 ENGINE_SOURCES = ("model", "synthetic", "scripted")
 
@@ -93,19 +95,19 @@ def validate(cfg: Config, launching: bool = False) -> Config:
 def engine_problems(cfg: Config) -> list[ConfigError]:
     """Settings that compose (benchmark configs and synthetic servers name them) but that the
     model engine does not implement or this host cannot hold: the Ray executor without ray,
-    replicas over several hosts, more ranks than GPUs, DP attention (so experts over several
-    replicas), and speculative decoding drafts the engine cannot run beside the target."""
+    replicas over several hosts, more ranks than GPUs, experts over several replicas, DP
+    attention outside the layout it is built for, and speculative decoding drafts the engine
+    cannot run beside the target."""
     rules = _Rules()
     p = cfg.parallel
     _refuse_unbuilt_executors(cfg, rules)
     _devices_fit(cfg, rules)
-    rules.check(not p.enable_dp_attention, "parallel.enable_dp_attention", True,
-                "not implemented yet: attention shards with tensor parallelism (set false)")
     rules.check(not p.enable_expert_parallel or p.data_parallel_size == 1,
                 "parallel.enable_expert_parallel", True,
                 "experts split over one replica's tensor-parallel ranks; over "
-                f"data_parallel_size={p.data_parallel_size} replicas they need "
-                "enable_dp_attention, not implemented yet")
+                f"data_parallel_size={p.data_parallel_size} replicas, not implemented yet "
+                "(enable_dp_attention splits one replica's attention by sequence instead)")
+    _validate_dp_attention(cfg, rules)
     if (cfg.specdecode.method in ("draft_model", "eagle3")
             and cfg.specdecode.draft_model is not None):
         _validate_draft_model(cfg, rules)
@@ -119,6 +121,32 @@ def engine_problems(cfg: Config) -> list[ConfigError]:
                         f"next-n layers of {shape.architecture} are not implemented yet "
                         f"(mtp runs {', '.join(MTP_ARCHITECTURES)})")
     return rules.errors
+
+
+def _validate_dp_attention(cfg: Config, rules: _Rules) -> None:
+    """DP attention as built: the tensor-parallel ranks of one engine core (one scheduler, so
+    the ranks step together), an MoE model whose layers gather their MLP rows, no drafts (the
+    drafters' forwards do not gather), and worker processes that are the ranks."""
+    p = cfg.parallel
+    if not p.enable_dp_attention:
+        return
+    rules.check(p.tensor_parallel_size > 1, "parallel.tensor_parallel_size",
+                p.tensor_parallel_size, "enable_dp_attention spreads the sequences over the "
+                "tensor-parallel ranks: it needs more than one")
+    rules.check(p.data_parallel_size == 1, "parallel.data_parallel_size", p.data_parallel_size,
+                "enable_dp_attention runs inside one engine core (its ranks are the "
+                "tensor-parallel ones); replicas of such cores are not implemented yet")
+    rules.check(p.executor in ("auto", "multiproc"), "parallel.executor", p.executor,
+                "enable_dp_attention runs on the multiproc executor's ranks (auto or multiproc)")
+    rules.check(cfg.specdecode.method is None, "specdecode.method", cfg.specdecode.method,
+                "not with parallel.enable_dp_attention: the drafters' forwards run on one "
+                "rank's rows without the MLP's gather (set specdecode=none)")
+    shape = read_architecture_shape(cfg)
+    if shape is not None:
+        rules.check(shape.architecture in DP_ATTENTION_ARCHITECTURES,
+                    "parallel.enable_dp_attention", True,
+                    f"not implemented for {shape.architecture} (built for "
+                    f"{', '.join(DP_ATTENTION_ARCHITECTURES)})")
 
 
 def _json(path: str) -> Optional[dict]:
@@ -342,12 +370,8 @@ def _validate_shards(cfg: Config, rules: _Rules, shape: ArchitectureShape) -> No
     """What tensor (and expert) parallelism splits must split evenly; the vocabulary is padded."""
     p = cfg.parallel
     tp = p.tensor_parallel_size
-    rules.check(shape.num_attention_heads % tp == 0, "parallel.tensor_parallel_size", tp,
-                f"must divide the number of attention heads ({shape.num_attention_heads})")
-    kv = shape.num_key_value_heads
-    rules.check(kv % tp == 0 or tp % kv == 0, "parallel.tensor_parallel_size", tp,
-                f"must divide the number of KV heads ({kv}) or be a multiple of it (each KV "
-                f"head then replicated on tp / {kv} ranks)")
+    if not p.enable_dp_attention:  # DP attention keeps every head on every rank
+        _validate_head_shards(rules, shape, tp)
     widths = [("the MLP's intermediate size", shape.intermediate_size)]
     if not p.enable_expert_parallel:  # expert parallelism keeps each expert whole
         widths.append(("each expert's intermediate size", shape.moe_intermediate_size))
@@ -356,6 +380,16 @@ def _validate_shards(cfg: Config, rules: _Rules, shape: ArchitectureShape) -> No
                     f"must divide {what} ({width})")
     _validate_expert_parallel(cfg, rules, shape)
     _validate_block_fp8_experts(cfg, rules, shape)
+
+
+def _validate_head_shards(rules: _Rules, shape: ArchitectureShape, tp: int) -> None:
+    """Tensor-parallel attention gives each rank whole heads (a KV head may be replicated)."""
+    rules.check(shape.num_attention_heads % tp == 0, "parallel.tensor_parallel_size", tp,
+                f"must divide the number of attention heads ({shape.num_attention_heads})")
+    kv = shape.num_key_value_heads
+    rules.check(kv % tp == 0 or tp % kv == 0, "parallel.tensor_parallel_size", tp,
+                f"must divide the number of KV heads ({kv}) or be a multiple of it (each KV "
+                f"head then replicated on tp / {kv} ranks)")
 
 
 def _validate_expert_parallel(cfg: Config, rules: _Rules, shape: ArchitectureShape) -> None:

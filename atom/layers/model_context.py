@@ -6,6 +6,7 @@ process may run on different backends and ranks, each stepped through its own sl
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -23,3 +24,14 @@ class ModelContext:
     # per output channel ("channel") or per 128 x 128 block ("block"); the loader decides it
     # before the layers are built, so fp8 experts never take their float size in memory.
     fp8_experts: Optional[str] = None
+    # DP attention: attention, the embedding and the LM head are whole on every rank, which
+    # runs them over its own sequences; only the MLPs shard over `parallel`, over the rows of
+    # every rank (atom/layers/dp_attention.py).
+    dp_attention: bool = False
+
+    def attention_context(self) -> "ModelContext":
+        """What the layers that see only this rank's rows are built with: one rank of one
+        under DP attention (every head, the whole vocabulary), else this context."""
+        if not self.dp_attention:
+            return self
+        return dataclasses.replace(self, parallel=ParallelState(), dp_attention=False)

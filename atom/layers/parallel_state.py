@@ -55,6 +55,25 @@ class ParallelState:
             dist.all_reduce(x, group=self.tp_group)
         return x
 
+    def all_gather_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Every tensor-parallel rank's x [T, ...] stacked in rank order: [tp * T, ...]. Every
+        rank's T must be the same (DP attention pads each rank's rows to the step's largest)."""
+        if self.tp_size == 1:
+            return x
+        out = x.new_empty((self.tp_size * x.shape[0], *x.shape[1:]))
+        dist.all_gather_into_tensor(out, x.contiguous(), group=self.tp_group)
+        return out
+
+    def reduce_scatter_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """x [tp * T, ...] summed over the tensor-parallel ranks, this rank keeping its own T
+        rows (the rank-th block): all_gather_rows' inverse for partial sums, at the bytes of
+        half an all-reduce."""
+        if self.tp_size == 1:
+            return x
+        out = x.new_empty((x.shape[0] // self.tp_size, *x.shape[1:]))
+        dist.reduce_scatter_tensor(out, x.contiguous(), group=self.tp_group)
+        return out
+
     def all_gather_last_dim(self, x: torch.Tensor) -> torch.Tensor:
         """Every tensor-parallel rank's x side by side along the last dimension, in rank order."""
         if self.tp_size == 1:

@@ -49,7 +49,7 @@ class EngineCore:
         self._told: Optional[SchedulerOutput] = None  # what the last launch told the runner
         self.async_scheduling = async_scheduling
         self._inflight: Optional[tuple[ScheduledBatch, LaunchedStepProtocol]] = None
-        self._stats = EngineStats(kv_blocks_total=executor.num_blocks)
+        self._stats = EngineStats(kv_blocks_total=executor.num_blocks * len(scheduler.pools))
         self._last_log = time.perf_counter()
         self._tokens_since_log = 0
         self.log_interval_s = log_interval_s
@@ -65,10 +65,11 @@ class EngineCore:
         if n >= self.max_model_len:
             raise RequestRejected(f"the prompt has {n} tokens; this model's max_model_len is "
                                   f"{self.max_model_len}")
-        blocks = -(-(n + 1) // self.scheduler.blocks.block_size)
-        if blocks > self.scheduler.blocks.num_blocks:
+        pool = self.scheduler.pools[0]  # a sequence's blocks all come from one rank's pool
+        blocks = -(-(n + 1) // pool.block_size)
+        if blocks > pool.num_blocks:
             raise RequestRejected(f"the prompt has {n} tokens and needs {blocks} KV blocks; the "
-                                  f"cache has {self.scheduler.blocks.num_blocks}")
+                                  f"cache has {pool.num_blocks}")
         if request.request_id in self.seqs:
             raise RequestRejected(f"request id {request.request_id!r} is already running")
         vocab = self.executor.vocab_size
@@ -251,11 +252,12 @@ class EngineCore:
 
     # -- observability --------------------------------------------------------------------------
     def stats(self) -> EngineStats:
-        s, b = self._stats, self.scheduler.blocks
+        s, pools = self._stats, self.scheduler.pools
         s.num_running, s.num_waiting = len(self.scheduler.running), len(self.scheduler.waiting)
         s.num_preempted_total = self.scheduler.num_preempted
-        s.kv_blocks_free = b.num_free_blocks
-        s.prefix_cache_queries, s.prefix_cache_hits = b.queries, b.hits
+        s.kv_blocks_free = sum(b.num_free_blocks for b in pools)
+        s.prefix_cache_queries = sum(b.queries for b in pools)
+        s.prefix_cache_hits = sum(b.hits for b in pools)
         return s
 
     def _maybe_log(self) -> None:

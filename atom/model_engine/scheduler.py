@@ -6,6 +6,11 @@ with what is left, and only while the cache keeps room for the running sequences
 (`reserve_ratio`): a preempted sequence is recomputed from its first token, so admitting more than
 will fit costs throughput. When a running sequence still needs a block and none is free, the most
 recently admitted running sequence is preempted: its blocks are freed and it is recomputed later.
+
+Under DP attention every rank has its own KV pool: a sequence is pinned to the rank with the
+most free blocks when it is admitted, and its blocks, prefix lookups, reservations and the
+victims of its preemptions all come from that rank's pool; the token budget stays one for the
+step, since every rank's rows meet in the same MLP steps.
 """
 from __future__ import annotations
 
@@ -49,7 +54,7 @@ class ScheduledBatch:
                 ids, sampled = tokens[start:start + n], int(start + n == len(tokens))
             reqs.append(ScheduledRequest(seq.request_id, start, ids, seq.block_table, sampled,
                                          tokens if seq.params.uses_penalties else None,
-                                         None if sampled else tokens[start + n]))
+                                         None if sampled else tokens[start + n], seq.rank))
         return SchedulerOutput(new, reqs, finished_ids)
 
 
@@ -58,9 +63,11 @@ _RESERVE_CAP_TOKENS = 4096  # an EOS-ended request's reservation counts at most 
 
 class Scheduler:
     def __init__(self, sched: SchedulerConfig, kv: KVCacheConfig, num_blocks: int,
-                 eos_token_ids: set[int], max_model_len: int, lookahead: int = 0) -> None:
+                 eos_token_ids: set[int], max_model_len: int, lookahead: int = 0,
+                 num_pools: int = 1) -> None:
         """`lookahead`: KV slots a runner-side drafter writes past a step's tokens
-        (`spec_decode.proposer.draft_lookahead`), taken from free blocks only."""
+        (`spec_decode.proposer.draft_lookahead`), taken from free blocks only; `num_pools`:
+        the ranks with a KV pool of their own (DP attention), `num_blocks` in each."""
         self.max_tokens = sched.max_num_batched_tokens
         self.max_seqs = sched.max_num_seqs
         self.delay_factor = sched.delay_factor
@@ -68,7 +75,9 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.lookahead = lookahead
         self.eos = eos_token_ids
-        self.blocks = BlockManager(num_blocks, kv.block_size, kv.enable_prefix_caching)
+        self.pools = [BlockManager(num_blocks, kv.block_size, kv.enable_prefix_caching)
+                      for _ in range(num_pools)]
+        self.block_size = kv.block_size
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preempted = 0
@@ -97,7 +106,7 @@ class Scheduler:
     def _finish(self, seq: Sequence, reason: str) -> None:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
-        self.blocks.free_seq(seq)
+        self.pools[seq.rank].free_seq(seq)
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
@@ -105,7 +114,7 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
-        self.blocks.free_seq(seq)
+        self.pools[seq.rank].free_seq(seq)
         seq.status = SequenceStatus.WAITING
         seq.num_computed_tokens = 0
         seq.num_cached_tokens = 0
@@ -126,9 +135,10 @@ class Scheduler:
     def _schedule_running(self, batch: ScheduledBatch, budget: int) -> bool:
         preempted = False
         i = 0
-        room = self.blocks.block_size
+        room = self.block_size
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
+            pool = self.pools[seq.rank]
             tokens = seq.token_ids
             if tokens[-1] == PENDING_TOKEN and len(tokens) >= seq.stop_len:
                 i += 1  # its pending token is its last: it finishes when that step resolves
@@ -138,9 +148,9 @@ class Scheduler:
             n += len(drafts)
             need = seq.num_computed_tokens + n
             if self.lookahead:  # the drafter's slots, only from free blocks: never preempts
-                self.blocks.try_allocate(seq, min(need + self.lookahead, self.max_model_len))
-            while need > len(seq.block_table) * room and not self.blocks.try_allocate(seq, need):
-                victim = self.running[-1]
+                pool.try_allocate(seq, min(need + self.lookahead, self.max_model_len))
+            while need > len(seq.block_table) * room and not pool.try_allocate(seq, need):
+                victim = next(s for s in reversed(self.running) if s.rank == seq.rank)
                 self._preempt(victim)
                 preempted = True
                 if victim is seq:
@@ -178,41 +188,54 @@ class Scheduler:
         left = seq.stop_len - seq.num_tokens
         if not seq.params.ignore_eos:
             left = int(min(left, _RESERVE_CAP_TOKENS) * self.reserve_ratio)
-        return -(-(seq.num_tokens + left) // self.blocks.block_size)
+        return -(-(seq.num_tokens + left) // self.block_size)
 
-    def _reserved_blocks(self) -> int:
-        """Free blocks the running sequences are expected to take before they finish."""
-        return sum(max(0, self._expected_blocks(s) - len(s.block_table)) for s in self.running)
+    def _reserved_blocks(self) -> list[int]:
+        """Free blocks of each pool the running sequences are expected to take before they
+        finish."""
+        reserved = [0] * len(self.pools)
+        for s in self.running:
+            reserved[s.rank] += max(0, self._expected_blocks(s) - len(s.block_table))
+        return reserved
+
+    def _emptiest_rank(self) -> int:
+        if len(self.pools) == 1:
+            return 0
+        return max(range(len(self.pools)), key=lambda r: self.pools[r].num_free_blocks)
 
     def _admit_waiting(self, batch: ScheduledBatch, budget: int) -> None:
         admitted = False
         reserve = self.reserve_ratio > 0
-        reserved = self._reserved_blocks() if reserve else 0
+        reserved = self._reserved_blocks() if reserve else [0] * len(self.pools)
+        busy = {s.rank for s in self.running}  # pools whose growth the reservation protects
         while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
             seq = self.waiting[0]
-            self.blocks.match_prefix(seq)
+            if not seq.block_table:
+                seq.rank = self._emptiest_rank()
+            pool = self.pools[seq.rank]
+            pool.match_prefix(seq)
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
             future = max(0, self._expected_blocks(seq) - len(seq.block_table)) if reserve else 0
-            # The first sequence into an empty engine is admitted whatever it may grow to.
-            if (not self.blocks.can_allocate(seq, seq.num_computed_tokens + n)
-                    or (self.running and self.blocks.num_free_blocks - reserved < future)):
+            # The first sequence into an empty pool is admitted whatever it may grow to.
+            if (not pool.can_allocate(seq, seq.num_computed_tokens + n)
+                    or (seq.rank in busy and pool.num_free_blocks - reserved[seq.rank] < future)):
                 if not self.running and not batch.seqs and seq.block_table == []:
                     raise RuntimeError(f"KV cache too small for one chunk of {n} tokens "
-                                       f"({self.blocks.num_free_blocks} free blocks)")
-                self.blocks.free_seq(seq)
+                                       f"({pool.num_free_blocks} free blocks)")
+                pool.free_seq(seq)
                 seq.num_computed_tokens = seq.num_cached_tokens = 0
                 break
             self.waiting.popleft()
-            self.blocks.record_admission(seq)
+            pool.record_admission(seq)
             held = len(seq.block_table)
-            self.blocks.allocate(seq, seq.num_computed_tokens + n)
-            reserved += max(0, future - (len(seq.block_table) - held))
+            pool.allocate(seq, seq.num_computed_tokens + n)
+            reserved[seq.rank] += max(0, future - (len(seq.block_table) - held))
             if self.lookahead and seq.num_computed_tokens + n == seq.num_tokens:
                 # the prompt's last chunk: its first drafts' slots, only from free blocks
-                self.blocks.try_allocate(seq, min(seq.num_tokens + self.lookahead,
-                                                  self.max_model_len))
+                pool.try_allocate(seq, min(seq.num_tokens + self.lookahead, self.max_model_len))
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
+            busy.add(seq.rank)
             batch.seqs.append(seq)
             batch.num_new_tokens.append(n)
             budget -= n
@@ -235,7 +258,7 @@ class Scheduler:
             if i in rows:
                 seq.token_ids.append(PENDING_TOKEN)
             if i not in batch.drafts:  # a verify step's blocks are committed once it resolves
-                self.blocks.commit_full_blocks(seq)
+                self.pools[seq.rank].commit_full_blocks(seq)
 
     def resolve(self, batch: ScheduledBatch,
                  sampled: dict[int, list[int]]) -> list[tuple[int, Sequence]]:
@@ -259,7 +282,7 @@ class Scheduler:
             drafts = batch.drafts.get(i)
             if drafts:
                 seq.num_computed_tokens -= len(drafts) - (len(tokens) - 1)
-                self.blocks.commit_full_blocks(seq)
+                self.pools[seq.rank].commit_full_blocks(seq)
             if reason is not None:
                 self._finish(seq, reason)
             touched.append((i, seq))

@@ -17,7 +17,7 @@ class Sequence:
     __slots__ = ("request_id", "token_ids", "num_prompt_tokens", "params", "arrival_time", "status",
                  "num_computed_tokens", "num_cached_tokens", "block_table", "num_hashed_blocks",
                  "block_hashes", "finish_reason", "num_emitted", "num_preemptions", "stop_len",
-                 "spec_token_ids", "announced")
+                 "spec_token_ids", "announced", "rank")
 
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                  arrival_time: float = 0.0) -> None:
@@ -42,6 +42,9 @@ class Sequence:
         # when scheduled; empty = a plain one-token decode.
         self.spec_token_ids: list[int] = []
         self.announced = False  # the executor has been told of this request (SchedulerOutput)
+        # The rank whose KV pool holds its blocks (DP attention: chosen at each admission); 0
+        # where the ranks share one pool.
+        self.rank = 0
 
     @property
     def num_tokens(self) -> int:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from atom.config.errors import ConfigError
+from atom.layers.dp_attention import mlp_ranks, mlp_step
 from atom.layers.linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear
 from atom.layers.mla import MLAAttention
 from atom.layers.model_context import ModelContext
@@ -93,14 +94,16 @@ class DeepseekV3Attention(nn.Module):
 
 
 class DeepseekV3MoE(nn.Module):
-    def __init__(self, mc: ModelContext, hf: Any) -> None:
+    def __init__(self, mc: ModelContext, hf: Any, reduce_results: bool = True) -> None:
         super().__init__()
         self.gate = GroupedTopKRouter(hf.hidden_size, hf.n_routed_experts, hf.num_experts_per_tok,
                                       hf.n_group, hf.topk_group, bool(hf.norm_topk_prob),
                                       float(hf.routed_scaling_factor))
         # Routed and shared experts leave their partial sums to one all-reduce of both: R1 at
-        # tp8 makes 123 all-reduces a forward instead of 181.
+        # tp8 makes 123 all-reduces a forward instead of 181. reduce_results=False leaves that
+        # sum to the caller (DP attention's reduce-scatter).
         self.parallel = mc.parallel
+        self.reduce_results = reduce_results
         self.experts = FusedMoE(mc, hf.n_routed_experts, hf.hidden_size, hf.moe_intermediate_size,
                                 reduce_results=False)
         self.shared_experts: Optional[LlamaMLP] = None
@@ -113,7 +116,7 @@ class DeepseekV3MoE(nn.Module):
         out = self.experts(x, *self.gate(x))
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
-        return self.parallel.all_reduce(out)
+        return self.parallel.all_reduce(out) if self.reduce_results else out
 
     def normed_forward(self, norm: RMSNorm, x: torch.Tensor,
                        residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,12 +129,16 @@ class DeepseekV3DecoderLayer(nn.Module):
     def __init__(self, mc: ModelContext, hf: Any, layer_idx: int, bias: bool,
                  rotary: RotaryEmbedding) -> None:
         super().__init__()
-        self.self_attn = DeepseekV3Attention(mc, hf, layer_idx, bias, rotary)
+        self.self_attn = DeepseekV3Attention(mc.attention_context(), hf, layer_idx, bias, rotary)
+        # DP attention: the dense first layers' MLPs too are tensor-parallel over every rank's
+        # rows, as the MoE ones (one path, and 1/tp of their weights on each rank).
+        reduce = not mc.dp_attention
         if layer_idx >= hf.first_k_dense_replace:
-            self.mlp: nn.Module = DeepseekV3MoE(mc, hf)
+            self.mlp: nn.Module = DeepseekV3MoE(mc, hf, reduce)
         else:
             self.mlp = LlamaMLP(mc, hf.hidden_size, hf.intermediate_size,
-                                getattr(hf, "hidden_act", "silu"))
+                                getattr(hf, "hidden_act", "silu"), reduce)
+        self.mlp_ranks = mlp_ranks(mc)
         self.input_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
 
@@ -142,7 +149,7 @@ class DeepseekV3DecoderLayer(nn.Module):
         else:
             h, residual = self.input_layernorm(x, residual)
         x = self.self_attn(positions, h)
-        return self.mlp.normed_forward(self.post_attention_layernorm, x, residual)
+        return mlp_step(self.mlp, self.post_attention_layernorm, x, residual, self.mlp_ranks)
 
 
 class DeepseekV3Model(LlamaModel):

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from atom.layers.attention import PagedAttention
+from atom.layers.dp_attention import mlp_ranks, mlp_step
 from atom.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from atom.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from atom.layers.norm import RMSNorm
@@ -89,20 +90,22 @@ class LlamaDecoderLayer(nn.Module):
     def __init__(self, mc: ModelContext, hf: Any, layer_idx: int, qkv_bias: bool,
                  o_bias: bool) -> None:
         super().__init__()
-        self.self_attn = self.attention_cls(mc, hf, layer_idx, qkv_bias, o_bias)
+        self.self_attn = self.attention_cls(mc.attention_context(), hf, layer_idx, qkv_bias,
+                                            o_bias)
         self.mlp = self.make_mlp(mc, hf, layer_idx)
+        self.mlp_ranks = mlp_ranks(mc)
         self.input_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
 
     def make_mlp(self, mc: ModelContext, hf: Any, layer_idx: int) -> nn.Module:
         return LlamaMLP(mc, hf.hidden_size, hf.intermediate_size,
-                        getattr(hf, "hidden_act", "silu"))
+                        getattr(hf, "hidden_act", "silu"), reduce_results=not mc.dp_attention)
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor,
                 residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         qkv, residual = self.input_layernorm.project(x, residual, self.self_attn.qkv_proj)
         x = self.self_attn(positions, qkv)
-        return self.mlp.normed_forward(self.post_attention_layernorm, x, residual)
+        return mlp_step(self.mlp, self.post_attention_layernorm, x, residual, self.mlp_ranks)
 
 
 class LlamaModel(nn.Module):
@@ -110,7 +113,8 @@ class LlamaModel(nn.Module):
 
     def __init__(self, mc: ModelContext, hf: Any, qkv_bias: bool, o_bias: bool) -> None:
         super().__init__()
-        self.embed_tokens = VocabParallelEmbedding(mc, hf.vocab_size, hf.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(mc.attention_context(), hf.vocab_size,
+                                                   hf.hidden_size)
         self.layers = self.make_layers(mc, hf, qkv_bias, o_bias)
         self.norm = RMSNorm(mc, hf.hidden_size, hf.rms_norm_eps)
 
@@ -143,7 +147,7 @@ class LlamaForCausalLM(nn.Module):
         bias = bool(getattr(hf, "attention_bias", False))
         qkv_bias, o_bias = self.attention_biases(hf, bias)
         self.model = self.model_cls(mc, hf, qkv_bias, o_bias)
-        self.lm_head = ParallelLMHead(mc, hf.vocab_size, hf.hidden_size)
+        self.lm_head = ParallelLMHead(mc.attention_context(), hf.vocab_size, hf.hidden_size)
         if getattr(hf, "tie_word_embeddings", False):
             self.lm_head.weight = self.model.embed_tokens.weight
 

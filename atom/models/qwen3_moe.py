@@ -15,11 +15,12 @@ from atom.models.qwen3 import Qwen3DecoderLayer
 
 
 class Qwen3MoeSparseBlock(nn.Module):
-    def __init__(self, mc: ModelContext, hf: Any) -> None:
+    def __init__(self, mc: ModelContext, hf: Any, reduce_results: bool = True) -> None:
         super().__init__()
         self.gate = ReplicatedLinear(mc, hf.hidden_size, hf.num_experts, bias=False)
         self.gate.keep_float = True  # the router: fp8 logits would move expert choices
-        self.experts = FusedMoE(mc, hf.num_experts, hf.hidden_size, hf.moe_intermediate_size)
+        self.experts = FusedMoE(mc, hf.num_experts, hf.hidden_size, hf.moe_intermediate_size,
+                                reduce_results)
         self.top_k = hf.num_experts_per_tok
         self.renormalize = bool(getattr(hf, "norm_topk_prob", True))
 
@@ -38,9 +39,11 @@ class Qwen3MoeDecoderLayer(Qwen3DecoderLayer):
     def make_mlp(self, mc: ModelContext, hf: Any, layer_idx: int) -> nn.Module:
         step = getattr(hf, "decoder_sparse_step", 1) or 1
         dense = layer_idx in (getattr(hf, "mlp_only_layers", None) or [])
+        reduce = not mc.dp_attention  # DP attention reduce-scatters instead (dp_attention.py)
         if not dense and hf.num_experts > 0 and (layer_idx + 1) % step == 0:
-            return Qwen3MoeSparseBlock(mc, hf)
-        return LlamaMLP(mc, hf.hidden_size, hf.intermediate_size, getattr(hf, "hidden_act", "silu"))
+            return Qwen3MoeSparseBlock(mc, hf, reduce)
+        return LlamaMLP(mc, hf.hidden_size, hf.intermediate_size, getattr(hf, "hidden_act", "silu"),
+                        reduce)
 
 
 class Qwen3MoeModel(LlamaModel):

@@ -54,6 +54,7 @@ class LaunchedStep:
         self.drafts = drafts or {}
         self.verify = verify
         self.logprob_ks = logprob_ks
+        self.chosen, self.top = chosen, top  # on the device (DP attention gathers them)
         # batch index → the drafts a runner-side drafter made after this step (MTP)
         self.proposals: dict[int, list[int]] = {}
         self._result: Optional[tuple[dict[int, list[int]], dict[int, list[TokenLogprob]]]] = None

@@ -251,14 +251,21 @@ class ModelRunner:
 
     def launch(self, out: SchedulerOutput) -> LaunchedStep:
         """Queue one step (inputs, forward, sampling) on the device without waiting for it."""
+        step = self._launch_batch(out)
+        self._remember(out, step)
+        return step
+
+    def _launch_batch(self, out: SchedulerOutput) -> LaunchedStep:
         inputs = self.prepare(out)
         with annotate(self.profiler.active, inputs.meta.q_lens_cpu or [],
                       inputs.meta.context_lens_cpu or []):
-            step = self._launch(out, inputs)
+            return self._launch(out, inputs)
+
+    def _remember(self, out: SchedulerOutput, step: LaunchedStep) -> None:
+        """The step's sampled tokens: where the next step reads its pending tokens from."""
         self._last_tokens = step.tokens
         self._last_row_of = ({} if step.counts is not None else
                              {out.requests[row].request_id: r for r, row in enumerate(step.rows)})
-        return step
 
     def _launch(self, out: SchedulerOutput, inputs: StepInputs) -> LaunchedStep:
         if self.drafter is not None:

@@ -51,6 +51,9 @@ class ScheduledRequest(msgspec.Struct, array_like=True):
     # A prefill chunk short of the prompt's end: the prompt token after it (a draft head's input
     # at the chunk's last position; spec_decode/mtp_drafter.py). None otherwise.
     next_token: Optional[int] = None
+    # The rank that runs it and holds its KV (DP attention); block_table indexes that rank's
+    # pool. 0 where every rank runs every request.
+    rank: int = 0
 
     @property
     def num_drafts(self) -> int:

@@ -8,6 +8,9 @@ Two layouts for the same total batch of T tokens on n = ep ranks, hidden H, top-
 - dispatch/combine (attention data-parallel, each rank its own T/n tokens): each token goes to
   the ranks of its k experts and comes back, (T/n)·k·H·2 bytes per rank per direction, of which
   (n-1)/n leave the GPU; two collectives, each paying the latency.
+- gather/scatter (attention data-parallel as atom builds it, parallel.enable_dp_attention):
+  every rank's T/n rows all-gathered before the MoE block and its partial sums reduce-scattered
+  after, (n-1)/n·T·H·2 bytes per rank each: the all-reduce's bytes, in two collectives.
 
 Under tensor-parallel attention an all-to-all would need the tokens split first (a
 reduce-scatter in place of the attention's all-reduce, an all-gather after the combine: the
@@ -56,18 +59,29 @@ def dispatch_combine(m: MoeShape, tokens: int, alpha_us: float, gbs: float,
     return sent, 2 * alpha_us + sent / (gbs * 1e3)
 
 
+def gather_scatter(m: MoeShape, tokens: int, alpha_us: float,
+                   gbs: float) -> tuple[float, float]:
+    """(bytes one rank sends, microseconds) of the all-gather + reduce-scatter of balanced
+    ranks' rows (T/n each; an imbalanced step pays for n times its largest rank's)."""
+    n = m.ep
+    sent = 2 * (n - 1) / n * tokens * m.hidden * BF16
+    return sent, 2 * alpha_us + sent / (gbs * 1e3)
+
+
 def table(alphas: dict[int, float], gbs: float, batches: tuple[int, ...]) -> str:
     rows = ["| model | ep | T | all-reduce: bytes/rank | µs | layer µs | dispatch+combine: "
-            "bytes/rank | µs | fp8 dispatch µs |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "bytes/rank | µs | fp8 dispatch µs | gather+scatter µs |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for m in (DEEPSEEK_R1, QWEN3_30B_A3B):
         a = alphas[m.ep]
         for t in batches:
             ar_b, ar_us = all_reduce(m, t, a, gbs)
             a2a_b, a2a_us = dispatch_combine(m, t, a, gbs)
             _, fp8_us = dispatch_combine(m, t, a, gbs, dispatch_bytes=1)
+            _, gs_us = gather_scatter(m, t, a, gbs)
             rows.append(f"| {m.name} | {m.ep} | {t} | {_bytes(ar_b)} | {ar_us:.1f} | "
-                        f"{2 * ar_us:.1f} | {_bytes(a2a_b)} | {a2a_us:.1f} | {fp8_us:.1f} |")
+                        f"{2 * ar_us:.1f} | {_bytes(a2a_b)} | {a2a_us:.1f} | {fp8_us:.1f} | "
+                        f"{gs_us:.1f} |")
     return "\n".join(rows)
 
 

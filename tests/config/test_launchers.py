@@ -53,7 +53,8 @@ def test_all_broken_rules_at_once_from_the_command_line(tmp_path):
               "parallel=tp2", "parallel.enable_dp_attention=true", "specdecode=mtp"], tmp_path)
     assert r.returncode == 2
     assert [line.split(":")[2].split("=")[0].strip() for line in _lines(r.stderr)] == [
-        "model", "load.dummy", "parallel.enable_dp_attention", "specdecode.method"]
+        "model", "load.dummy", "specdecode.method", "parallel.enable_dp_attention",
+        "specdecode.method"]
 
 
 def test_a_busy_http_port_is_refused_before_the_model_loads_with_the_port_flag_hint(tmp_path):

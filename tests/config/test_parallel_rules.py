@@ -156,6 +156,54 @@ def test_expert_parallelism_splits_over_one_replicas_ranks(arch):
     assert "parallel.enable_expert_parallel" in [x.field for x in e.value.errors]
 
 
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3_q_lora"])
+def test_dp_attention_runs_the_moe_families_with_tp_or_ep_moe(arch):
+    """Each rank keeps every head: a tp its 4 heads do not divide is no error under DP
+    attention (the experts' widths still split)."""
+    base = ["model=local", "load=dummy", "model.path=null", "runtime=cpu",
+            *_arch_overrides(arch), "parallel.enable_dp_attention=true"]
+    compose([*base, "parallel=tp2"], launching=True)
+    compose([*base, "parallel=tp2", "parallel.enable_expert_parallel=true"], launching=True)
+    compose([*base, "parallel.tensor_parallel_size=8", "parallel.executor=multiproc"],
+            launching=True)
+    with pytest.raises(ConfigError, match="must divide the number of attention heads"):
+        compose([*base[:-1], "parallel.tensor_parallel_size=8"])
+
+
+def test_dp_attention_outside_its_layout_is_refused_field_by_field_at_once():
+    base = ["model=local", "load=dummy", "model.path=null", "runtime=cpu",
+            *_arch_overrides("qwen3_moe"), "parallel.enable_dp_attention=true"]
+    assert _dp_rules([*base, "parallel.tensor_parallel_size=1"]) == [
+        "parallel.tensor_parallel_size"]
+    assert _dp_rules([*base, "parallel=tp2", "parallel.data_parallel_size=2",
+                      "specdecode=ngram"]) == ["parallel.data_parallel_size", "specdecode.method"]
+    assert _dp_rules([*base, "parallel=tp2", "parallel.executor=ray"]) == ["parallel.executor"]
+    assert _dp_rules([*base, "parallel=tp2", "specdecode=ngram"], launching=False) == [], \
+        "what the engine cannot run composes (benchmark configs may name it)"
+
+
+@pytest.mark.parametrize("arch", ["llama", "glm4_moe", "minimax_m2"])
+def test_dp_attention_on_another_architecture_is_refused_naming_it(arch):
+    overrides = _arch_overrides(arch)
+    (name,) = [o.split("=[")[1].rstrip("]") for o in overrides if ".architectures=" in o]
+    with pytest.raises(ConfigError) as e:
+        compose(["model=local", "load=dummy", "model.path=null", "runtime=cpu", *overrides,
+                 "parallel=tp2", "parallel.enable_dp_attention=true"], launching=True)
+    (err,) = e.value.errors
+    assert err.field == "parallel.enable_dp_attention"
+    assert err.rule == (f"not implemented for {name} (built for Qwen3MoeForCausalLM, "
+                        "DeepseekV3ForCausalLM)")
+
+
+def _dp_rules(overrides: list[str], launching: bool = True) -> list[str]:
+    """The fields of the broken rules that name DP attention."""
+    try:
+        compose(overrides, launching=launching)
+    except ConfigError as e:
+        return [x.field for x in e.errors if "dp_attention" in x.rule]
+    return []
+
+
 @pytest.mark.gpu
 def test_more_ranks_than_the_hosts_gpus_are_refused_naming_the_field():
     import torch
@@ -163,3 +211,22 @@ def test_more_ranks_than_the_hosts_gpus_are_refused_naming_the_field():
     gpus = torch.cuda.device_count()
     assert ("parallel.data_parallel_size", gpus + 1) in _fields(
         [f"parallel.data_parallel_size={gpus + 1}"], launching=True)
+
+
+def test_the_enable_dp_attention_flag_sets_the_field_and_its_rules_apply():
+    import argparse
+
+    from atom.config.flags import add_cli_args, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_cli_args(parser)
+
+    def launch(*argv: str):
+        return config_from_args(parser.parse_args(
+            ["--model", "tiny_deepseek_v3", "--load-dummy", "zero", "--device", "cpu",
+             "--enable-dp-attention", *argv]), launching=True)
+
+    assert launch("-tp", "2").parallel.enable_dp_attention is True
+    with pytest.raises(ConfigError) as e:
+        launch()
+    assert [x.field for x in e.value.errors] == ["parallel.tensor_parallel_size"]

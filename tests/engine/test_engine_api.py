@@ -63,7 +63,8 @@ def test_sharded_checkpoint_loads_like_the_single_file(ckpt, tmp_path):
 
 @pytest.mark.parametrize("override,field,rule", [
     ("parallel=dp2", "parallel.data_parallel_size", "2: replicas run behind the server"),
-    ("parallel.enable_dp_attention=true", "parallel.enable_dp_attention", "True: not implemented"),
+    ("parallel.enable_dp_attention=true", "parallel.tensor_parallel_size",
+     "1: enable_dp_attention spreads the sequences"),
     ("specdecode=mtp", "specdecode.method", "'mtp': the model has no next-n \\(MTP\\) layers")])
 def test_a_setting_the_engine_cannot_run_is_refused_before_weights_load(override, field, rule,
                                                                         monkeypatch):

@@ -29,7 +29,7 @@ def _run(sched: Scheduler) -> int:
         computed += batch.total_tokens
         sched.advance(batch, rows)
         sched.resolve(batch, {i: [7] for i in rows})
-    assert sched.blocks.num_free_blocks == 60
+    assert sched.pools[0].num_free_blocks == 60
     return computed
 
 
