@@ -151,9 +151,23 @@ def chain_pvalue(outs: list[list[int]], P: torch.Tensor, x: int) -> float:
     return float(chisquare(observed, expected).pvalue)
 
 
-def record_proposals(runner) -> list[dict[int, list[int]]]:
+class Proposals(list):
+    """The drafts of every propose recorded (Drafted), each read as the engine reads it."""
+
+    def __getitem__(self, i):
+        got = super().__getitem__(i)
+        return [d.read() for d in got] if isinstance(i, slice) else got.read()
+
+    def __iter__(self):
+        return (d.read() for d in super().__iter__())
+
+    def __eq__(self, other):
+        return list(self) == list(other)
+
+
+def record_proposals(runner) -> Proposals:
     """Every set of drafts the runner's drafter makes from now on (none without a drafter)."""
-    made: list[dict[int, list[int]]] = []
+    made = Proposals()
     drafter = runner.drafter
     if drafter is not None:
         propose = drafter.propose
