@@ -13,7 +13,7 @@ from atom import SamplingParams
 from atom.model_engine.messages import EngineRequest
 from tests.engine.checkpoints import (add_mtp_layer, local_engine, make_checkpoint,
                                       make_self_drafting_mtp)
-from tests.engine.spec_steps import assert_stops_where_plain_stops, flat, run
+from tests.engine.spec_steps import Overlaps, assert_stops_where_plain_stops, flat, run
 from tests.engine.spec_steps import spec_engine, spec_prompts
 from tests.engine.test_eagle3_spec_decode import (TARGET_LAYERS, _context_free_target,
                                                   make_eagle3, make_self_drafting_eagle3)
@@ -21,33 +21,6 @@ from tests.engine.test_eagle3_spec_decode import (TARGET_LAYERS, _context_free_t
 MAX_TOKENS = 20
 GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
 ASYNC = "scheduler.async_scheduling=true"
-
-
-class Overlaps:
-    """Counts the launches the executor got before the result of the step before was read."""
-
-    def __init__(self, engine) -> None:
-        self.count = self.launches = 0
-        self._unread: set[int] = set()
-        executor = engine.core.executor
-        execute = executor.execute
-
-        def counted(out):
-            step = execute(out)
-            self.launches += 1
-            self.count += bool(self._unread)
-            mine = id(step)
-            self._unread.add(mine)
-            result = step.result
-
-            def read():
-                self._unread.discard(mine)
-                return result()
-
-            step.result = read
-            return step
-
-        executor.execute = counted
 
 
 @pytest.fixture(scope="module")
@@ -216,3 +189,19 @@ def test_ngram_keeps_the_resolved_path(checkpoints):
     got, _ = run(engine, spec_prompts(), GREEDY)
     assert [flat(c) for c in got] == _plain(path)
     assert overlaps.count == 0
+
+
+def test_two_ranks_overlap_as_one_process(checkpoints):
+    """Tensor parallelism on two gloo ranks (worker processes): each rank moves its own copy
+    of the step by its own verdict, rank 0's answer to step N comes after step N+1's launch,
+    and the output is one process's."""
+    path, args = checkpoints["draft_model", "kept"]
+    engine, overlaps = _async(path, args, 2, "parallel.tensor_parallel_size=2")
+    try:
+        got, _ = run(engine, spec_prompts(), GREEDY)
+        s = engine.core.stats()
+    finally:
+        engine.shutdown()
+    assert [flat(c) for c in got] == _plain(path)
+    assert s.spec_draft_tokens > 0 and s.spec_accepted_tokens == s.spec_draft_tokens
+    assert overlaps.count > 0
