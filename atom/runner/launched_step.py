@@ -10,13 +10,8 @@ from typing import Callable, Optional
 
 import torch
 
+from atom.runner.host_staging import HostRead
 from atom.runner.scheduler_output import TokenLogprob
-
-
-def _to_host(t: torch.Tensor) -> torch.Tensor:
-    if not t.is_cuda:
-        return t
-    return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
 
 
 def accept_drafts(sampled: list[int], drafts: list[int]) -> list[int]:
@@ -61,13 +56,11 @@ class LaunchedStep:
         # Reads the drafts a runner-side drafter made after this step (set by the runner).
         self.read_proposals: Callable[[], dict[int, list[int]]] = dict
         self._result: Optional[tuple[dict[int, list[int]], dict[int, list[TokenLogprob]]]] = None
-        self._host = [_to_host(t) for t in (tokens, chosen, *(top or ())) if t is not None]
-        self._accepted = None if accepted is None else _to_host(accepted)
-        self._checked = None if checked is None else _to_host(checked)
-        self._event: Optional[torch.cuda.Event] = None
-        if tokens is not None and tokens.is_cuda:
-            self._event = torch.cuda.Event()
-            self._event.record()
+        shown = [t for t in (tokens, chosen, *(top or ())) if t is not None]
+        self._shown = len(shown)  # the copies after them: accepted and checked, when given
+        self._copies = HostRead(shown + ([] if accepted is None else [accepted, checked]))
+        self._accepted: Optional[torch.Tensor] = None
+        self._checked: Optional[torch.Tensor] = None
 
     @property
     def proposals(self) -> dict[int, list[int]]:
@@ -89,9 +82,10 @@ class LaunchedStep:
     def _read(self) -> tuple[dict[int, list[int]], dict[int, list[TokenLogprob]]]:
         if self.tokens is None:
             return {}, {}
-        if self._event is not None:
-            self._event.synchronize()
-        host = self._host
+        copies = self._copies.wait()
+        host = copies[:self._shown]
+        if len(copies) > self._shown:
+            self._accepted, self._checked = copies[self._shown:]
         token_list = host[0].tolist()
         if self.counts is None and self.logprob_ks is None:  # the plain step: one token a row
             return {row: [tok] for row, tok in zip(self.rows, token_list)}, {}

@@ -35,11 +35,21 @@ from atom.kernels.metadata import AttentionMetadata
 from atom.sampling_params import SamplingParams
 
 
+class HostCopies(Protocol):
+    """runner/host_staging.py's HostRead: device tensors' copies to the host, queued when it
+    was made; `wait` waits for those copies alone, not for work queued after them."""
+
+    def wait(self) -> list[torch.Tensor]: ...
+
+
 class Stager(Protocol):
     """runner/host_staging.py's HostStager, which sits above this package: device tensors of
-    these arrays from one asynchronous pinned copy (the arrays themselves on the CPU)."""
+    these arrays from one asynchronous pinned copy (the arrays themselves on the CPU), and
+    device tensors' copies back, read later."""
 
     def stage(self, *arrays: np.ndarray) -> list[torch.Tensor]: ...
+
+    def read_later(self, *tensors: torch.Tensor) -> HostCopies: ...
 
 
 class ScheduledRequest(Protocol):

@@ -35,8 +35,8 @@ from atom.kernels.metadata import AttentionMetadata
 from atom.layers.forward_context import ForwardContext, ForwardSlot
 from atom.layers.sampler import probabilities
 from atom.sampling_params import SamplingParams
-from atom.spec_decode.draft_plan import (CatchUpInputs, DraftPlan, DraftPlanner, Kept, Sampling,
-                                         ScheduledRequest, Stager)
+from atom.spec_decode.draft_plan import (CatchUpInputs, DraftPlan, DraftPlanner, HostCopies, Kept,
+                                         Sampling, ScheduledRequest, Stager)
 from atom.spec_decode.rejection import DraftedRows
 
 
@@ -234,9 +234,11 @@ class Drafter(ABC):
             logits, state = self._decode(depth.positions, tokens, state, depth.meta)
             columns.append(self._pick(logits, plan.sampling))
             tokens = columns[-1][0]
-        accepted = kept.accepted
-        return Drafted(torch.stack([t for t, _ in columns]),
-                       lambda: self._collect(reqs, step, plan, accepted, columns))
+        assert plan.live is not None  # a plan with kept counts
+        drafts = torch.stack([t for t, _ in columns])
+        # queued here, behind the drafting: a later read waits for it, not for the next step
+        copies = self.planner.stager.read_later(torch.cat([plan.live, drafts.reshape(-1)]))
+        return Drafted(drafts, lambda: self._collect(reqs, step, plan, copies, columns))
 
     @staticmethod
     def _pick(logits: torch.Tensor, sampling: Optional[Sampling]
@@ -254,18 +256,18 @@ class Drafter(ABC):
         return torch.where(sampling.temperatures == 0, greedy, sampled), q
 
     @staticmethod
-    def _read_drafts(live: torch.Tensor, columns: list[Column]) -> list[int]:
+    def _read_drafts(copies: HostCopies) -> list[int]:
         """Each row's live depths, then every column's drafts in column order, in one
-        device→host read: the propose's only wait for the device."""
-        return torch.cat([live, *(tokens for tokens, _ in columns)]).tolist()
+        device→host copy: a propose's only wait for the device."""
+        (flat,) = copies.wait()
+        return flat.tolist()
 
     def _collect(self, reqs: list[ScheduledRequest], step: DraftStep, plan: DraftPlan,
-                 accepted: torch.Tensor, columns: list[Column]) -> dict[int, list[int]]:
+                 copies: HostCopies, columns: list[Column]) -> dict[int, list[int]]:
         """Per row, its drafts column by column up to its first dead depth; rows that sample
         keep their q for the step that verifies these drafts."""
         n = len(step.rows)
-        assert plan.live is not None  # a plan with kept counts
-        flat = self._read_drafts(plan.live, columns)
+        flat = self._read_drafts(copies)
         live_n, flat = flat[:n], flat[n:]
         before = len(columns) - len(plan.depths)  # the catch-up's column, when it drafts
         drafts: dict[int, list[int]] = {}

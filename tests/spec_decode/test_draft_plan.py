@@ -95,7 +95,7 @@ def test_rows_whose_drafts_run_past_max_model_len_write_no_other_rows_kv(tmp_pat
     """End to end with a random head: sequences near max_model_len have dead depths (slot -1)
     in steps beside sequences whose depths are all live, and greedy output is the plain output
     token for token for every one of them."""
-    from atom.spec_decode.drafter import Drafter
+    from atom.spec_decode.draft_plan import DraftPlan
     from tests.engine.checkpoints import local_engine, make_checkpoint
     from tests.engine.spec_steps import flat, run, spec_prompts
     from tests.engine.test_eagle3_spec_decode import TARGET_LAYERS, make_eagle3
@@ -109,14 +109,14 @@ def test_rows_whose_drafts_run_past_max_model_len_write_no_other_rows_kv(tmp_pat
         want = [flat(c) for c in run(plain, prompts, params)[0]]
     finally:
         plain.shutdown()
-    dead: list[list[bool]] = []  # per propose, whether each of its rows had a dead depth
-    read_drafts = Drafter._read_drafts
+    plans: list[DraftPlan] = []
+    plan = DraftPlanner.plan
 
-    def spied(live, columns):
-        dead.append([n < len(columns) - 1 for n in live.tolist()])  # the catch-up's column
-        return read_drafts(live, columns)
+    def spied(self, *args):
+        plans.append(plan(self, *args))
+        return plans[-1]
 
-    monkeypatch.setattr(Drafter, "_read_drafts", staticmethod(spied))
+    monkeypatch.setattr(DraftPlanner, "plan", spied)
     engine = local_engine(target, *limit, "specdecode=eagle3",
                           f"specdecode.draft_model={make_eagle3(tmp_path)}",
                           "specdecode.num_speculative_tokens=4")
@@ -126,4 +126,6 @@ def test_rows_whose_drafts_run_past_max_model_len_write_no_other_rows_kv(tmp_pat
         engine.shutdown()
     assert got == want
     assert [len(p) + len(w) for p, w in zip(prompts, want)] == [28] * 3
+    # per plan, whether each of its rows had a dead depth
+    dead = [[n < len(p.depths) for n in p.live.tolist()] for p in plans if p.live is not None]
     assert any(any(rows) and not all(rows) for rows in dead)
