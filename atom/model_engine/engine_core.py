@@ -100,8 +100,9 @@ class EngineCore:
     # -- one step ---------------------------------------------------------------------------------
     def step(self) -> list[StepOutput]:
         """Schedule and queue a step, then report the previous one. With async scheduling the
-        device runs step N while the host reads step N-1's tokens and builds step N+1; without
-        it (or when penalties need every token on the host) each step is resolved at once."""
+        device runs step N while the host reads step N-1's tokens and builds step N+1 (after a
+        runner-side drafter's verify step too, on the drafts it left on the device); without
+        it (or where _may_overlap says not) each step is resolved at once."""
         outputs, self._pending = self._pending, []
         if self._inflight is not None:
             if not self._may_overlap():
