@@ -205,3 +205,31 @@ def test_two_ranks_overlap_as_one_process(checkpoints):
     assert [flat(c) for c in got] == _plain(path)
     assert s.spec_draft_tokens > 0 and s.spec_accepted_tokens == s.spec_draft_tokens
     assert overlaps.count > 0
+
+
+def test_logprobs_of_overlapped_steps_are_the_resolved_steps(checkpoints):
+    """A moved verify step's logprob records are those of its kept tokens, one per token, as
+    the steps resolved one at a time give them."""
+    path, args = checkpoints["draft_model", "kept"]
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, logprobs=2)
+    got, overlapped = [], 0
+    for extra in ((), (ASYNC,)):
+        engine = spec_engine(path, *args, "specdecode.num_speculative_tokens=3", *extra)
+        overlaps = Overlaps(engine)
+        for i, p in enumerate(spec_prompts()):
+            engine.core.add_request(EngineRequest(request_id=str(i), prompt_token_ids=p,
+                                                  sampling_params=params))
+        records: dict[str, list] = {}
+        while engine.core.has_unfinished():
+            for o in engine.core.step():
+                records.setdefault(o.request_id, []).extend(o.logprobs or [])
+        got.append(records)
+        overlapped = overlaps.count
+    assert overlapped > 0 and got[0].keys() == got[1].keys()
+    for rid, resolved in got[0].items():
+        moved = got[1][rid]
+        assert [r.token_id for r in moved] == [r.token_id for r in resolved]
+        assert len(moved) == params.max_tokens
+        for x, y in zip(resolved, moved):
+            assert x.logprob == pytest.approx(y.logprob, abs=1e-5)
+            assert [t for t, _ in x.top] == [t for t, _ in y.top]
