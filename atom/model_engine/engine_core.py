@@ -13,7 +13,7 @@ from atom.model_engine.executor_protocol import Executor, LaunchedStepProtocol
 from atom.model_engine.messages import EngineRequest, EngineStats, StepOutput
 from atom.model_engine.scheduler import ScheduledBatch, Scheduler
 from atom.model_engine.sequence import Sequence, SequenceStatus
-from atom.runner.scheduler_output import SchedulerOutput
+from atom.runner.scheduler_output import PENDING_TOKEN, SchedulerOutput
 from atom.spec_decode.proposer import Proposer
 from atom.spec_decode.stats import SpecDecodeRecorder
 
@@ -100,11 +100,15 @@ class EngineCore:
     # -- one step ---------------------------------------------------------------------------------
     def step(self) -> list[StepOutput]:
         """Schedule and queue a step, then report the previous one. With async scheduling the
-        device runs step N while the host reads step N-1's tokens and builds step N+1; without
-        it (or when penalties need every token on the host) each step is resolved at once."""
+        device runs step N while the host reads step N-1's tokens and builds step N+1 (after a
+        runner-side drafter's verify step too, on the drafts it left on the device); without
+        it (or where _may_overlap says not) each step is resolved at once."""
         outputs, self._pending = self._pending, []
-        if self._inflight is not None and not self._may_overlap():
-            outputs += self._resolve()
+        if self._inflight is not None:
+            if not self._may_overlap():
+                outputs += self._resolve()
+            elif self.proposer is not None:
+                self._draft_on_device()
         batch = self.scheduler.schedule()
         launched, failure = None, None
         if batch.seqs:
@@ -140,7 +144,7 @@ class EngineCore:
         log.warning("engine step of %d sequences raised %s: %s; isolating the request behind it",
                     len(batch.seqs), type(failure).__name__, failure)
         outputs: list[StepOutput] = []
-        parts = [[(s, n, batch.drafts.get(i)) for i, (s, n) in
+        parts = [[self._on_host(s, n, batch.drafts.get(i)) for i, (s, n) in
                   enumerate(zip(batch.seqs, batch.num_new_tokens))]]
         while parts:
             part = [(s, n, d) for s, n, d in parts.pop() if s.status is SequenceStatus.RUNNING]
@@ -167,6 +171,17 @@ class EngineCore:
             outputs += self._resolve()
         return outputs
 
+    @staticmethod
+    def _on_host(seq: Sequence, n: int, drafts: Optional[list[int]]
+                 ) -> tuple[Sequence, int, Optional[list[int]]]:
+        """A sequence of a step that raised, as a step of its own runs it: drafts it took on
+        the device (the step before's, which has resolved since) are those the host read then
+        (each half's launch replaces what the runner kept of the step before)."""
+        if not drafts or drafts[0] != PENDING_TOKEN:
+            return seq, n, drafts
+        host, seq.spec_token_ids = seq.spec_token_ids[:len(drafts)], []
+        return seq, n - len(drafts) + len(host), host
+
     def _fail(self, seq: Sequence, exc: Exception) -> StepOutput:
         log.error("request %s failed in the engine: %s: %s", seq.request_id, type(exc).__name__, exc)
         self.scheduler.fail(seq)
@@ -182,11 +197,31 @@ class EngineCore:
 
     def _may_overlap(self) -> bool:
         """Whether the next step may be scheduled before the one in flight resolves: not when
-        sampling reads host token lists (penalties), nor after a verify step (the next step's
-        positions depend on how many drafts it kept), nor with a proposer (it reads each
-        sequence's last token)."""
-        return (self.async_scheduling and not self._penalized and self.proposer is None
-                and not (self._inflight is not None and self._inflight[0].drafts))
+        sampling reads host token lists (penalties), nor with a core-side proposer (n-gram
+        reads each sequence's last token), nor after a step that drafted for a row at
+        temperature > 0 (the rejection sampler reads the drafts and their q on the host:
+        Drafter.drafted_rows). After a runner-side drafter's step the next one verifies the
+        drafts it left on the device, at positions the device moves by the drafts each row
+        kept (Scheduler._may_schedule_pending says which rows wait for the resolve)."""
+        if not self.async_scheduling or self._penalized:
+            return False
+        if self.proposer is None or self._inflight is None:
+            return True
+        if not self.proposer.on_device:
+            return False
+        batch, launched = self._inflight
+        return all(batch.seqs[i].params.temperature == 0 for i in launched.rows)
+
+    def _draft_on_device(self) -> None:
+        """The in-flight step's drafts stay on the device: each of its sampling rows still
+        running verifies k of them next (PENDING_TOKEN drafts, cut as the scheduler cuts
+        any), in place of the proposer's, which come when it resolves."""
+        assert self._inflight is not None and self.proposer is not None
+        batch, launched = self._inflight
+        for i in launched.rows:
+            seq = batch.seqs[i]
+            if seq.status is SequenceStatus.RUNNING:
+                seq.spec_token_ids = [PENDING_TOKEN] * self.proposer.k
 
     def _forget(self, seq: Sequence) -> None:
         if self.seqs.pop(seq.request_id, None) is not None and seq.announced:

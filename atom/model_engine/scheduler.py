@@ -54,7 +54,8 @@ class ScheduledBatch:
                 ids, sampled = tokens[start:start + n], int(start + n == len(tokens))
             reqs.append(ScheduledRequest(seq.request_id, start, ids, seq.block_table, sampled,
                                          tokens if seq.params.uses_penalties else None,
-                                         None if sampled else tokens[start + n], seq.rank))
+                                         None if sampled else tokens[start + n], seq.rank,
+                                         seq.num_unverified))
         return SchedulerOutput(new, reqs, finished_ids)
 
 
@@ -118,6 +119,7 @@ class Scheduler:
         seq.status = SequenceStatus.WAITING
         seq.num_computed_tokens = 0
         seq.num_cached_tokens = 0
+        seq.num_unverified, seq.spec_token_ids = 0, []
         seq.num_preemptions += 1
         self.num_preempted += 1
         self.waiting.appendleft(seq)
@@ -140,13 +142,14 @@ class Scheduler:
             seq = self.running[i]
             pool = self.pools[seq.rank]
             tokens = seq.token_ids
-            if tokens[-1] == PENDING_TOKEN and len(tokens) >= seq.stop_len:
-                i += 1  # its pending token is its last: it finishes when that step resolves
+            if tokens[-1] == PENDING_TOKEN and not self._may_schedule_pending(seq):
+                i += 1
                 continue
             n = min(len(tokens) - seq.num_computed_tokens, budget)
             drafts = self._take_drafts(seq, n, budget)
             n += len(drafts)
-            need = seq.num_computed_tokens + n
+            # its unverified drafts' KV may all be kept: room for them too
+            need = seq.num_computed_tokens + seq.num_unverified + n
             if self.lookahead:  # the drafter's slots, only from free blocks: never preempts
                 pool.try_allocate(seq, min(need + self.lookahead, self.max_model_len))
             while need > len(seq.block_table) * room and not pool.try_allocate(seq, need):
@@ -165,14 +168,31 @@ class Scheduler:
             i += 1
         return preempted
 
+    @staticmethod
+    def _may_schedule_pending(seq: Sequence) -> bool:
+        """Whether a sequence whose last step is still in flight is scheduled now, or once
+        that step resolves: not when its pending token is its last (it finishes then), nor
+        when that step verified drafts (how many it keeps moves this step's positions) unless
+        its drafter's drafts wait on the device (PENDING_TOKEN drafts, the engine's) and fit
+        whatever it keeps: then the cut to its length limit is the one it would get after
+        the resolve, so the schedule is the same."""
+        tokens, drafts = seq.token_ids, seq.spec_token_ids
+        if len(tokens) >= seq.stop_len:
+            return False
+        if drafts[:1] != [PENDING_TOKEN]:
+            return not seq.num_unverified
+        return seq.stop_len - (len(tokens) + seq.num_unverified) - 1 >= len(drafts)
+
     def _take_drafts(self, seq: Sequence, n: int, budget: int) -> list[int]:
-        """The drafts a decoding sequence verifies this step: those its proposer left, cut to
-        what the step's budget and the sequence's length limit hold (the one token after the
-        last kept draft must still fit)."""
+        """The drafts a decoding sequence verifies this step: those its proposer left (on the
+        host, or PENDING_TOKEN ones on the device after a pending token), cut to what the
+        step's budget and the sequence's length limit hold (the one token after the last kept
+        draft must still fit, whatever its unverified drafts leave)."""
         drafts, seq.spec_token_ids = seq.spec_token_ids, []
-        if not drafts or n != 1 or seq.token_ids[-1] == PENDING_TOKEN:
+        on_device = drafts[:1] == [PENDING_TOKEN]
+        if not drafts or n != 1 or (seq.token_ids[-1] == PENDING_TOKEN) != on_device:
             return []
-        room = min(budget - 1, seq.stop_len - len(seq.token_ids) - 1)
+        room = min(budget - 1, seq.stop_len - len(seq.token_ids) - seq.num_unverified - 1)
         return drafts[:max(0, room)]
 
     def _may_admit(self) -> bool:
@@ -247,14 +267,19 @@ class Scheduler:
 
     # -- after the launch, and after the result ------------------------------------------------
     def advance(self, batch: ScheduledBatch, sampling_rows: list[int]) -> None:
-        """Right after a step is queued: its tokens count as computed, and each sampling row gets
+        """Right after a step is queued: its tokens count as computed but for the drafts it
+        verifies (unverified until `resolve` says how many stand), and each sampling row gets
         a PENDING_TOKEN until `resolve` reads the real one, so the next step can be scheduled
-        (and its input read on the device) while this one still runs."""
+        (and its input read on the device) while this one still runs. Drafts left for it
+        before (the step before's, resolved after this one was queued) are the ones it
+        verifies."""
         rows = set(sampling_rows)
         for i, seq in enumerate(batch.seqs):
             if seq.status != SequenceStatus.RUNNING:
                 continue
-            seq.num_computed_tokens += batch.num_new_tokens[i]
+            seq.num_unverified = len(batch.drafts.get(i, ()))
+            seq.num_computed_tokens += batch.num_new_tokens[i] - seq.num_unverified
+            seq.spec_token_ids = []
             if i in rows:
                 seq.token_ids.append(PENDING_TOKEN)
             if i not in batch.drafts:  # a verify step's blocks are committed once it resolves
@@ -264,8 +289,9 @@ class Scheduler:
                  sampled: dict[int, list[int]]) -> list[tuple[int, Sequence]]:
         """When a step's tokens are on the host: replace each pending token with the first kept
         token and append the rest (accepted drafts and the token after them), stopping at the
-        first that ends the sequence; a verify step's rejected drafts leave the KV cache's
-        valid length. Returns (batch index, sequence) of those that got a token."""
+        first that ends the sequence; a verify step's accepted drafts join the KV cache's
+        valid length, its rejected ones never did. Returns (batch index, sequence) of those
+        that got a token."""
         touched = []
         for i, tokens in sampled.items():
             seq = batch.seqs[i]
@@ -279,10 +305,10 @@ class Scheduler:
                     break
                 seq.token_ids.append(tok)
                 reason = self._stop_reason(seq, tok)
-            drafts = batch.drafts.get(i)
-            if drafts:
-                seq.num_computed_tokens -= len(drafts) - (len(tokens) - 1)
+            if batch.drafts.get(i) and seq.status is SequenceStatus.RUNNING:
+                seq.num_computed_tokens += len(tokens) - 1
                 self.pools[seq.rank].commit_full_blocks(seq)
+            seq.num_unverified = 0
             if reason is not None:
                 self._finish(seq, reason)
             touched.append((i, seq))

@@ -17,7 +17,7 @@ class Sequence:
     __slots__ = ("request_id", "token_ids", "num_prompt_tokens", "params", "arrival_time", "status",
                  "num_computed_tokens", "num_cached_tokens", "block_table", "num_hashed_blocks",
                  "block_hashes", "finish_reason", "num_emitted", "num_preemptions", "stop_len",
-                 "spec_token_ids", "announced", "rank")
+                 "spec_token_ids", "announced", "rank", "num_unverified")
 
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                  arrival_time: float = 0.0) -> None:
@@ -45,6 +45,9 @@ class Sequence:
         # The rank whose KV pool holds its blocks (DP attention: chosen at each admission); 0
         # where the ranks share one pool.
         self.rank = 0
+        # Drafts of its unresolved verify step, whose KV is written but which it may not keep:
+        # num_computed_tokens counts none of them until that step resolves.
+        self.num_unverified = 0
 
     @property
     def num_tokens(self) -> int:

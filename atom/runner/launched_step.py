@@ -10,13 +10,8 @@ from typing import Callable, Optional
 
 import torch
 
+from atom.runner.host_staging import HostRead
 from atom.runner.scheduler_output import TokenLogprob
-
-
-def _to_host(t: torch.Tensor) -> torch.Tensor:
-    if not t.is_cuda:
-        return t
-    return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
 
 
 def accept_drafts(sampled: list[int], drafts: list[int]) -> list[int]:
@@ -40,14 +35,17 @@ class LaunchedStep:
                  counts: Optional[list[int]] = None,
                  drafts: Optional[dict[int, list[int]]] = None,
                  verify: Callable[[list[int], list[int]], list[int]] = accept_drafts,
-                 accepted: Optional[torch.Tensor] = None) -> None:
+                 accepted: Optional[torch.Tensor] = None,
+                 checked: Optional[torch.Tensor] = None) -> None:
         """rows: the batch index of each sampling row; counts: positions each row sampled (None =
         one each); tokens: [positions] on the device (None when no row samples); logprob_ks: per
         row, how many alternatives it asked for (None = none); drafts: per verifying row, the
         draft tokens its positions check; verify: which of them stand (exact match, or the
         forced schedule of atom/spec_decode/acceptance.py); accepted: [rows] the drafts each row
         keeps as the device decided them (spec_decode/verdict.py: a drafting step's, whose
-        drafting was queued on them), read with the tokens and ruling in place of verify."""
+        drafting was queued on them), read with the tokens and ruling in place of verify, with
+        checked: [positions] the draft each sampled position checked (-1 at bonus slots), which
+        the host may not have had when the step was queued (async scheduling)."""
         self.rows = rows
         self.tokens = tokens
         self.counts = counts
@@ -55,15 +53,20 @@ class LaunchedStep:
         self.verify = verify
         self.logprob_ks = logprob_ks
         self.chosen, self.top = chosen, top  # on the device (DP attention gathers them)
-        # batch index → the drafts a runner-side drafter made after this step (MTP)
-        self.proposals: dict[int, list[int]] = {}
+        # Reads the drafts a runner-side drafter made after this step (set by the runner).
+        self.read_proposals: Callable[[], dict[int, list[int]]] = dict
         self._result: Optional[tuple[dict[int, list[int]], dict[int, list[TokenLogprob]]]] = None
-        self._host = [_to_host(t) for t in (tokens, chosen, *(top or ())) if t is not None]
-        self._accepted = None if accepted is None else _to_host(accepted)
-        self._event: Optional[torch.cuda.Event] = None
-        if tokens is not None and tokens.is_cuda:
-            self._event = torch.cuda.Event()
-            self._event.record()
+        shown = [t for t in (tokens, chosen, *(top or ())) if t is not None]
+        self._shown = len(shown)  # the copies after them: accepted and checked, when given
+        self._copies = HostRead(shown + ([] if accepted is None else [accepted, checked]))
+        self._accepted: Optional[torch.Tensor] = None
+        self._checked: Optional[torch.Tensor] = None
+
+    @property
+    def proposals(self) -> dict[int, list[int]]:
+        """Batch index → the drafts a runner-side drafter made after this step (MTP, EAGLE-3,
+        a draft model); waits for the drafting, so read after result()."""
+        return self.read_proposals()
 
     def launch_failure(self) -> Optional[Exception]:
         """None: a launch in this process that raised raised in the call."""
@@ -79,9 +82,10 @@ class LaunchedStep:
     def _read(self) -> tuple[dict[int, list[int]], dict[int, list[TokenLogprob]]]:
         if self.tokens is None:
             return {}, {}
-        if self._event is not None:
-            self._event.synchronize()
-        host = self._host
+        copies = self._copies.wait()
+        host = copies[:self._shown]
+        if len(copies) > self._shown:
+            self._accepted, self._checked = copies[self._shown:]
         token_list = host[0].tolist()
         if self.counts is None and self.logprob_ks is None:  # the plain step: one token a row
             return {row: [tok] for row, tok in zip(self.rows, token_list)}, {}
@@ -106,13 +110,16 @@ class LaunchedStep:
         if self.counts is None:
             return [(row, r, token_list[r:r + 1]) for r, row in enumerate(self.rows)]
         accepted = None if self._accepted is None else self._accepted.tolist()
+        checked = None if self._checked is None else self._checked.tolist()
         spans, p = [], 0
         for r, (row, m) in enumerate(zip(self.rows, self.counts)):
             d = self.drafts.get(row)
-            if not d:
+            if accepted is not None:
+                assert checked is not None  # given with accepted
+                n = accepted[r]
+                kept = checked[p:p + n] + [token_list[p + n]]
+            elif not d:
                 kept = token_list[p:p + m]
-            elif accepted is not None:
-                kept = d[:accepted[r]] + [token_list[p + accepted[r]]]
             else:
                 kept = self.verify(token_list[p:p + m], d)
             spans.append((row, p, kept))

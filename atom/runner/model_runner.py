@@ -21,7 +21,7 @@ from atom.runner.profiler import StepProfiler
 from atom.runner.scheduler_output import PENDING_TOKEN, ScheduledRequest, SchedulerOutput
 from atom.sampling_params import SamplingParams
 from atom.spec_decode.acceptance import Verifier, forced_counts
-from atom.spec_decode.drafter import Drafter, DraftStep
+from atom.spec_decode.drafter import Drafted, Drafter, DraftStep
 from atom.spec_decode.rejection import resample_drafted
 from atom.spec_decode.verdict import Verdict, judge
 
@@ -37,6 +37,9 @@ class StepInputs:
     counts: Optional[list[int]]  # positions each of those samples; None = one each
     logits_idx: torch.Tensor  # [positions] the token index of each sampled position
     sampling: SamplingBatch
+    # [B] int64 how far each row's start moved on the device (its `unverified` drafts of the
+    # step before, as many as that step kept); None when no row moved
+    shift: Optional[torch.Tensor] = None
 
 
 @dataclass
@@ -71,8 +74,14 @@ class ModelRunner:
         self.num_blocks = kv.num_blocks
         self.profiler = profiler
         self.stager = HostStager(device)
-        self._last_tokens: Optional[torch.Tensor] = None  # the previous step's sampled tokens
-        self._last_row_of: dict[str, int] = {}  # request id → its row in _last_tokens
+        # The previous step's tokens a pending one may be: its sampled tokens, or after a
+        # drafting step each row's last kept token, then its drafts column by column; a
+        # request's pending token j is at j * _last_stride + its row (_last_row_of).
+        self._last_tokens: Optional[torch.Tensor] = None
+        self._last_row_of: dict[str, int] = {}
+        self._last_stride = 0
+        # [rows] the drafts each row of the previous (drafting) step kept, on the device
+        self._last_accepted: Optional[torch.Tensor] = None
         self._requests: dict[str, RunnerRequest] = {}  # what a step does not resend
         # A runner-side proposer (specdecode=mtp: a layer of the model; draft_model, eagle3: a
         # model of their own), run after each step's verification.
@@ -101,7 +110,9 @@ class ModelRunner:
         with numpy: at 256 decoding sequences with 2k-token contexts the nested-list
         torch.tensor of the block tables alone cost more than the GPU forward of a small model.
         A token still being sampled by the previous step (PENDING_TOKEN) is read from that
-        step's device output instead (async scheduling)."""
+        step's device output instead (async scheduling), and so are the drafts a drafter made in
+        that step; a row scheduled before that step's verdict (`unverified` > 0) has its
+        positions, slots and context length moved on the device by the drafts it kept."""
         self._track(out)
         bs = self.block_size
         reqs = out.requests
@@ -123,7 +134,11 @@ class ModelRunner:
         slots = tables[seq_of_tok, pos // bs].astype(np.int64) * bs + pos % bs
         logits_idx = _sampled_positions(cu, rows, counts)
         pending = np.flatnonzero(ids == PENDING_TOKEN)
-        src = self._pending_sources(reqs, seq_of_tok[pending])
+        src = self._pending_sources(reqs, seq_of_tok[pending], pending - cu[seq_of_tok[pending]])
+        moved = [i for i, r in enumerate(reqs) if r.unverified]
+        moving = ([np.asarray(moved, dtype=np.int64), seq_of_tok.astype(np.int64),
+                   self._pending_sources(reqs, np.asarray(moved), np.zeros(len(moved)))]
+                  if moved else [])
         states = [self._requests[reqs[i].request_id] for i in rows]
         if counts is not None:
             states = [st for st, m in zip(states, counts) for _ in range(m)]
@@ -133,23 +148,44 @@ class ModelRunner:
                               for p in params), dtype=np.int64, count=len(params))
         top_ps = np.fromiter((p.top_p for p in params), dtype=np.float32, count=len(params))
         (ids_d, pos_d, cu_d, ctx_d, tables_d, slots_d, idx_d, pend_d, src_d, temps_d, ks_d,
-         ps_d) = self.stager.stage(ids, pos, cu, np.asarray(ctx, dtype=np.int32), tables, slots,
-                                   logits_idx, pending.astype(np.int64), src, temps, top_ks, top_ps)
+         ps_d, *moving_d) = self.stager.stage(
+            ids, pos, cu, np.asarray(ctx, dtype=np.int32), tables, slots, logits_idx,
+            pending.astype(np.int64), src, temps, top_ks, top_ps, *moving)
         if pending.size == ids.size and np.array_equal(src, np.arange(src.size)):
             ids_d = self._last_tokens[:src.size]  # the common decode step: no gather kernels
         elif pending.size:
             ids_d.index_copy_(0, pend_d, self._last_tokens.index_select(0, src_d))
+        shift = None
+        if moving_d:
+            shift, pos_d, ctx_d, slots_d = self._move(tables_d, pos_d, ctx_d, *moving_d)
+        # a moved row's context is bounded by the most it may be (all its drafts kept)
+        most = [c + r.unverified for c, r in zip(ctx, reqs)]
         meta = AttentionMetadata(
             cu_seqlens_q=cu_d, context_lens=ctx_d, block_tables=tables_d, slot_mapping=slots_d,
-            max_q_len=max(q_lens), max_context_len=max(ctx), is_decode=max(q_lens) == 1,
-            q_lens_cpu=q_lens, context_lens_cpu=ctx,
+            max_q_len=max(q_lens), max_context_len=max(most), is_decode=max(q_lens) == 1,
+            q_lens_cpu=q_lens, context_lens_cpu=None if moved else ctx,
             num_decode_seqs=leading_decodes(q_lens),
             split_counters=self.split_counters)
         histories = [reqs[i].history for i in rows]
         if counts is not None:
             histories = [h for h, m in zip(histories, counts) for _ in range(m)]
         sampling = self._sampling_batch(states, histories, temps_d, ks_d, ps_d)
-        return StepInputs(ids_d, pos_d, meta, rows, counts, idx_d, sampling)
+        return StepInputs(ids_d, pos_d, meta, rows, counts, idx_d, sampling, shift)
+
+    def _move(self, tables: torch.Tensor, pos: torch.Tensor, ctx: torch.Tensor,
+              moved: torch.Tensor, seq_of_tok: torch.Tensor, src: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(per row the shift, positions, context lengths, slots) once the moved rows stand
+        where the previous step's verdict put them: their host start assumed none of its
+        drafts kept, the device adds how many were (the slots of a row that moved by none
+        come out as the host's)."""
+        assert self._last_accepted is not None, "moved rows follow a drafting step"
+        shift = torch.zeros(ctx.shape[0], dtype=torch.int64, device=ctx.device).index_copy_(
+            0, moved, self._last_accepted.index_select(0, src))
+        pos = pos + shift.index_select(0, seq_of_tok)
+        bs = self.block_size
+        slots = tables.to(torch.int64)[seq_of_tok, pos // bs] * bs + pos % bs
+        return shift, pos, ctx + shift.to(ctx.dtype), slots
 
     @staticmethod
     def _scan(reqs: list[ScheduledRequest]
@@ -169,14 +205,16 @@ class ModelRunner:
             tables[i, :len(r.block_table)] = r.block_table
         return starts, rows, (counts if any(m > 1 for m in counts) else None), tables
 
-    def _pending_sources(self, reqs: list[ScheduledRequest], seq_rows: np.ndarray) -> np.ndarray:
-        """Where each pending token sits in the previous step's sampled-token tensor."""
+    def _pending_sources(self, reqs: list[ScheduledRequest], seq_rows: np.ndarray,
+                         offsets: np.ndarray) -> np.ndarray:
+        """Where each pending token (the offsets-th of its row's) sits in _last_tokens."""
         try:
-            return np.fromiter((self._last_row_of[reqs[r].request_id] for r in seq_rows),
+            rows = np.fromiter((self._last_row_of[reqs[r].request_id] for r in seq_rows),
                                dtype=np.int64, count=seq_rows.size)
         except KeyError:
             raise RuntimeError("a pending token does not come from the previous step: the engine "
                                "must resolve a step before scheduling twice past it") from None
+        return rows + offsets.astype(np.int64) * self._last_stride
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
@@ -252,7 +290,8 @@ class ModelRunner:
     def launch(self, out: SchedulerOutput) -> LaunchedStep:
         """Queue one step (inputs, forward, sampling) on the device without waiting for it."""
         step = self._launch_batch(out)
-        self._remember(out, step)
+        if self.drafter is None:  # a drafting step remembers its own (_remember_drafted)
+            self._remember(out, step)
         return step
 
     def _launch_batch(self, out: SchedulerOutput) -> LaunchedStep:
@@ -266,6 +305,18 @@ class ModelRunner:
         self._last_tokens = step.tokens
         self._last_row_of = ({} if step.counts is not None else
                              {out.requests[row].request_id: r for r, row in enumerate(step.rows)})
+        self._last_stride, self._last_accepted = len(step.rows), None
+
+    def _remember_drafted(self, out: SchedulerOutput, rows: list[int],
+                          verdict: Optional[Verdict], drafted: Drafted) -> None:
+        """A drafting step's kept counts, last kept tokens and drafts: what the next step,
+        queued before this one resolves, reads its pending tokens and moves from."""
+        if verdict is None or drafted.columns is None:
+            self._last_tokens, self._last_row_of, self._last_accepted = None, {}, None
+            return
+        self._last_tokens = torch.cat([verdict.last, drafted.columns.reshape(-1)])
+        self._last_row_of = {out.requests[row].request_id: r for r, row in enumerate(rows)}
+        self._last_stride, self._last_accepted = len(rows), verdict.accepted
 
     def _launch(self, out: SchedulerOutput, inputs: StepInputs) -> LaunchedStep:
         if self.drafter is not None:
@@ -291,21 +342,21 @@ class ModelRunner:
         if inputs.rows:
             logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_idx))
             tokens = self._sample(out, inputs, logits)
-            verdict = self._judge(out, inputs, counts, tokens)
-            step = self._step(out, inputs, logits, tokens, verdict.accepted)
+            verdict = self._judge(inputs, counts, tokens)
+            step = self._step(out, inputs, logits, tokens, verdict)
         states = [self._requests[out.requests[row].request_id] for row in inputs.rows]
         draft_step = DraftStep(inputs.input_ids, inputs.positions, inputs.meta, hidden,
                                inputs.rows, counts, [st.params for st in states],
-                               [st.generator for st in states], tuple(extras))
-        step.proposals = self.drafter.propose(out.requests, draft_step, verdict)
+                               [st.generator for st in states], tuple(extras), inputs.shift)
+        drafted = self.drafter.propose(out.requests, draft_step, verdict)
+        step.read_proposals = drafted.read
+        self._remember_drafted(out, inputs.rows, verdict, drafted)
         return step
 
-    def _judge(self, out: SchedulerOutput, inputs: StepInputs, counts: list[int],
-               tokens: torch.Tensor) -> Verdict:
+    def _judge(self, inputs: StepInputs, counts: list[int], tokens: torch.Tensor) -> Verdict:
         """The drafts each row keeps, decided on the device: exact match over the samples, or
         the forced schedule's counts, drawn now (the step's only draws of it)."""
-        drafts = self._drafts(out, inputs)
-        return judge(tokens, counts, [drafts.get(row, []) for row in inputs.rows],
+        return judge(tokens, counts, inputs.input_ids, inputs.logits_idx,
                      forced_counts(self.verify, [m - 1 for m in counts]), self.stager)
 
     def _sampled_step(self, out: SchedulerOutput, inputs: StepInputs,
@@ -334,20 +385,23 @@ class ModelRunner:
                 for row, m in zip(inputs.rows, inputs.counts) if m > 1}
 
     def _step(self, out: SchedulerOutput, inputs: StepInputs, logits: torch.Tensor,
-              tokens: torch.Tensor, accepted: Optional[torch.Tensor] = None) -> LaunchedStep:
+              tokens: torch.Tensor, verdict: Optional[Verdict] = None) -> LaunchedStep:
         """The launched step over its sampled tokens (and their logprobs when asked);
-        accepted: the drafts each row keeps, when the device decided them (a drafting step)."""
+        verdict: what each row keeps, when the device decided it (a drafting step)."""
         sb = inputs.sampling
-        drafts = self._drafts(out, inputs) if inputs.counts is not None else None
+        drafts = (self._drafts(out, inputs) if inputs.counts is not None and verdict is None
+                  else None)
+        accepted, checked = (None, None) if verdict is None else (verdict.accepted,
+                                                                  verdict.drafts)
         if sb.max_logprobs < 0:
             return LaunchedStep(inputs.rows, tokens, counts=inputs.counts, drafts=drafts,
-                                verify=self.verify, accepted=accepted)
+                                verify=self.verify, accepted=accepted, checked=checked)
         chosen, top = compute_logprobs(logits, tokens, sb.max_logprobs)
         ks = [self._requests[out.requests[row].request_id].params.logprobs for row in inputs.rows]
         return LaunchedStep(inputs.rows, tokens, ks, chosen,
                             None if top is None else (top.values, top.indices),
                             counts=inputs.counts, drafts=drafts, verify=self.verify,
-                            accepted=accepted)
+                            accepted=accepted, checked=checked)
 
 
 def _sampled_positions(cu: np.ndarray, rows: list[int], counts: Optional[list[int]]) -> np.ndarray:

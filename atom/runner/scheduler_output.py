@@ -54,6 +54,11 @@ class ScheduledRequest(msgspec.Struct, array_like=True):
     # The rank that runs it and holds its KV (DP attention); block_table indexes that rank's
     # pool. 0 where every rank runs every request.
     rank: int = 0
+    # Drafts the step before verified for it that it may keep, scheduled before it resolved
+    # (async scheduling with a runner-side drafter): `start` is where it stands if it kept
+    # none, the runner adds how many it did (its device verdict). Its token_ids are then all
+    # PENDING_TOKEN: that step's last kept token and its drafter's drafts.
+    unverified: int = 0
 
     @property
     def num_drafts(self) -> int:

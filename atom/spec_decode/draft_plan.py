@@ -15,6 +15,12 @@ blocks), and the host, which reads n with the drafts, drops its drafts from that
 limit only falls further behind as j grows). The host's part (b, the limits, the block-table
 rows, the chunks' next tokens, the sampling settings) is staged together, the depths run on
 views of it, and only the drafts and n are read back, once.
+
+Under async scheduling a row's b may not be on the host either: the step was scheduled before
+the one before it resolved, its start is where that step's row would stand had it kept none of
+its drafts (`ScheduledRequest.unverified` of them), and the runner's `StepRows.shift` says on
+the device how many it kept; the host bounds the depths' context lengths by the most it could
+have kept, and each row's live depths are counted on the device and read with the drafts.
 """
 from __future__ import annotations
 
@@ -29,11 +35,21 @@ from atom.kernels.metadata import AttentionMetadata
 from atom.sampling_params import SamplingParams
 
 
+class HostCopies(Protocol):
+    """runner/host_staging.py's HostRead: device tensors' copies to the host, queued when it
+    was made; `wait` waits for those copies alone, not for work queued after them."""
+
+    def wait(self) -> list[torch.Tensor]: ...
+
+
 class Stager(Protocol):
     """runner/host_staging.py's HostStager, which sits above this package: device tensors of
-    these arrays from one asynchronous pinned copy (the arrays themselves on the CPU)."""
+    these arrays from one asynchronous pinned copy (the arrays themselves on the CPU), and
+    device tensors' copies back, read later."""
 
     def stage(self, *arrays: np.ndarray) -> list[torch.Tensor]: ...
+
+    def read_later(self, *tensors: torch.Tensor) -> HostCopies: ...
 
 
 class ScheduledRequest(Protocol):
@@ -45,6 +61,7 @@ class ScheduledRequest(Protocol):
     token_ids: list[int]
     block_table: list[int]
     next_token: Optional[int]
+    unverified: int
 
 
 class StepRows(Protocol):
@@ -56,6 +73,7 @@ class StepRows(Protocol):
     counts: list[int]  # sampled positions of each row
     params: list[SamplingParams]  # per row
     generators: list[Optional[torch.Generator]]  # per row
+    shift: Optional[torch.Tensor]  # [B] int64 what each row's start moved on the device
 
 
 class Kept(Protocol):
@@ -101,12 +119,7 @@ class DraftPlan:
     catch_up: CatchUpInputs
     sampling: Optional[Sampling]  # every column's: the rows are the same at every depth
     depths: list[Depth]
-    base: list[int]  # per sampling row, the position of its first sampled input
-    limits: list[int]  # per sampling row, the first position without a slot
-
-    def live_depths(self, row: int, accepted: int) -> int:
-        """How many depths decode a real position of the row that kept `accepted` drafts."""
-        return max(0, min(len(self.depths), self.limits[row] - self.base[row] - accepted - 1))
+    live: Optional[torch.Tensor]  # [R] int64 per sampling row the depths at a real position
 
 
 class _Pack:
@@ -169,21 +182,33 @@ class DraftPlanner:
         chunk_tokens = opt(rows.chunk_tokens)
         fix_idx = opt(rows.sampled_idx)
         if kept is None:
-            return DraftPlan(CatchUpInputs(None, None, fix_idx, chunk_tokens), None, [], [], [])
+            return DraftPlan(CatchUpInputs(None, None, fix_idx, chunk_tokens), None, [], None)
         fix_token = (kept.kept if chunk_tokens is None
                      else torch.cat([kept.kept, chunk_tokens]))
         last_idx = views[rows.base_idx] + kept.accepted
-        depths = self._depths(step, views, rows, base, limits, views[rows.base] + kept.accepted,
-                              decodes)
+        last_pos = self._base(step, views, rows) + kept.accepted
+        depths = self._depths(step, views, rows, base, limits, last_pos, decodes)
+        live = (views[rows.limits] - last_pos - 1).clamp(0, decodes)
         return DraftPlan(CatchUpInputs(last_idx, kept.last, fix_idx, fix_token),
-                         None if sampling is None else sampling.resolve(views), depths, base,
-                         limits)
+                         None if sampling is None else sampling.resolve(views), depths, live)
+
+    @staticmethod
+    def _base(step: StepRows, views: list[torch.Tensor], rows: _HostRows) -> torch.Tensor:
+        """[R] each sampling row's first sampled position, moved on the device where the host
+        scheduled the step before the one before it resolved."""
+        base = views[rows.base]
+        if step.shift is None:
+            return base
+        shift = step.shift if rows.tables is None else step.shift.index_select(
+            0, views[rows.tables])
+        return base + shift
 
     def _rows(self, pack: _Pack, reqs: list[ScheduledRequest], step: StepRows, decodes: int
               ) -> tuple[_HostRows, list[int], list[int]]:
-        """(the handles, per sampling row its first sampled position and its limit). The token
-        after each of the step's positions is its next input but at a row's sampled positions
-        (the kept ones) and at the end of a chunk (the prompt's next token)."""
+        """(the handles, per sampling row the most its first sampled position may be and its
+        limit). The token after each of the step's positions is its next input but at a row's
+        sampled positions (the kept ones) and at the end of a chunk (the prompt's next
+        token)."""
         q_lens = step.meta.q_lens_cpu or []
         ends = list(itertools.accumulate(q_lens))
         base_idx = [ends[row] - m for row, m in zip(step.rows, step.counts)]
@@ -195,6 +220,7 @@ class DraftPlanner:
                   if req.next_token is not None]
         fix = sampled + [i for i, _ in chunks]
         whole = step.rows == list(range(step.meta.num_seqs))
+        most = [b + reqs[row].unverified for b, row in zip(base, step.rows)]
         handles = _HostRows(
             pack.put(base_idx, np.int64), pack.put(base, np.int64), pack.put(limits, np.int64),
             None if whole else pack.put(step.rows, np.int64),
@@ -202,7 +228,7 @@ class DraftPlanner:
             pack.put(np.arange(max(n_rows, decodes) + 1), np.int64),
             pack.put(fix, np.int64) if fix else None,
             pack.put([t for _, t in chunks], np.int64) if chunks else None)
-        return handles, base, limits
+        return handles, most, limits
 
     def _depths(self, step: StepRows, views: list[torch.Tensor], rows: _HostRows,
                 base: list[int], limits: list[int], last_pos: torch.Tensor, decodes: int
@@ -210,7 +236,7 @@ class DraftPlanner:
         """Decode j runs at last_pos + 1 + j, all depths' positions, slots and context lengths
         at once ([decodes, R]); a row dead at j (no slot there) runs at its last slot's
         position, writing none. The host bounds each depth's longest context by the row's
-        most drafts kept (its end: b + m)."""
+        most drafts kept (its end: b + m, b the most it may be)."""
         if not decodes:
             return []
         bs, n = self.block_size, len(base)

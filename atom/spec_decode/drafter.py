@@ -14,7 +14,8 @@ writes them again before any query reads them. The drafting is queued right behi
 step: what depends on the drafts each row kept is computed on the device from the step's
 verdict (verdict.py), the host's part of every depth's inputs goes in one copy (draft_plan.py),
 so nothing waits for the device, the verify step's tokens included, until the drafts and the
-kept counts are read back together, once, at the end.
+kept counts are read back together, once, when the engine asks for them (`Drafted.read`); the
+next step may be queued before that, reading the drafts on the device (`Drafted.columns`).
 
 Each drafter's forwards (its catch-up and its one-position decode) are `DraftForward`s: a
 function of (ids, positions, *inputs) run under the drafter's forward context, which the runner
@@ -34,8 +35,8 @@ from atom.kernels.metadata import AttentionMetadata
 from atom.layers.forward_context import ForwardContext, ForwardSlot
 from atom.layers.sampler import probabilities
 from atom.sampling_params import SamplingParams
-from atom.spec_decode.draft_plan import (CatchUpInputs, DraftPlan, DraftPlanner, Kept, Sampling,
-                                         ScheduledRequest, Stager)
+from atom.spec_decode.draft_plan import (CatchUpInputs, DraftPlan, DraftPlanner, HostCopies, Kept,
+                                         Sampling, ScheduledRequest, Stager)
 from atom.spec_decode.rejection import DraftedRows
 
 
@@ -52,6 +53,8 @@ class DraftStep:
     params: list[SamplingParams]  # per row
     generators: list[Optional[torch.Generator]]  # per row (seeded requests at temperature > 0)
     extras: tuple[torch.Tensor, ...] = ()  # [T, ...] what target_outputs added to the forward
+    # [B] int64 how far each row's start moved on the device (draft_plan.StepRows.shift)
+    shift: Optional[torch.Tensor] = None
 
 
 @dataclass
@@ -66,6 +69,28 @@ class CaughtUp:
 
 
 Column = tuple[torch.Tensor, Optional[torch.Tensor]]  # every sampling row's drafts, their q
+
+
+class Drafted:
+    """A propose's drafts, on the device until the host asks: reading them waits for the
+    drafting, so the engine reads them once the step resolves, and a step queued before that
+    takes them from `columns`."""
+
+    def __init__(self, columns: Optional[torch.Tensor],
+                 reader: Callable[[], dict[int, list[int]]]) -> None:
+        """columns: [C, R] every column's drafts of the sampling rows (None when none)."""
+        self.columns = columns
+        self._reader: Optional[Callable[[], dict[int, list[int]]]] = reader
+        self._read: dict[int, list[int]] = {}
+
+    def read(self) -> dict[int, list[int]]:
+        """Batch index → the drafts made for it; waits for the device the first time."""
+        if self._reader is not None:
+            self._read, self._reader = self._reader(), None
+        return self._read
+
+
+NOTHING_DRAFTED = Drafted(None, dict)
 
 CATCH_UP, DECODE = "catch_up", "decode"  # the names of a drafter's two forwards
 
@@ -188,17 +213,17 @@ class Drafter(ABC):
 
     @torch.inference_mode()
     def propose(self, reqs: list[ScheduledRequest], step: DraftStep, kept: Optional[Kept]
-                ) -> dict[int, list[int]]:
-        """Bring the drafter's KV up to date with the whole step and return each sampling
-        row's drafts. kept: the verify step's outcome on the device (None when no row
-        sampled). Everything but the final read of the drafts is queued without waiting for
-        the device, the verify step's tokens included: the plan's one staged copy holds the
-        host's part of every depth's inputs, the rest follows from `kept` there."""
+                ) -> Drafted:
+        """Bring the drafter's KV up to date with the whole step and draft for each sampling
+        row. kept: the verify step's outcome on the device (None when no row sampled).
+        Everything is queued without waiting for the device, the verify step's tokens
+        included: the plan's one staged copy holds the host's part of every depth's inputs,
+        the rest follows from `kept` there; the drafts are read when asked (Drafted)."""
         decodes = self.k - 1 if self.catch_up_drafts else self.k
         plan = self.planner.plan(reqs, step, kept, decodes)
         up = self._catch_up(step, plan.catch_up)
         if kept is None or not step.rows:
-            return {}
+            return NOTHING_DRAFTED
         columns: list[Column] = []
         tokens, state = up.tokens, up.state
         if up.logits is not None:
@@ -209,7 +234,11 @@ class Drafter(ABC):
             logits, state = self._decode(depth.positions, tokens, state, depth.meta)
             columns.append(self._pick(logits, plan.sampling))
             tokens = columns[-1][0]
-        return self._collect(reqs, step, plan, kept.accepted, columns)
+        assert plan.live is not None  # a plan with kept counts
+        drafts = torch.stack([t for t, _ in columns])
+        # queued here, behind the drafting: a later read waits for it, not for the next step
+        copies = self.planner.stager.read_later(torch.cat([plan.live, drafts.reshape(-1)]))
+        return Drafted(drafts, lambda: self._collect(reqs, step, plan, copies, columns))
 
     @staticmethod
     def _pick(logits: torch.Tensor, sampling: Optional[Sampling]
@@ -227,22 +256,23 @@ class Drafter(ABC):
         return torch.where(sampling.temperatures == 0, greedy, sampled), q
 
     @staticmethod
-    def _read_drafts(accepted: torch.Tensor, columns: list[Column]) -> list[int]:
-        """The drafts each row kept, then every column's drafts in column order, in one
-        device→host read: the propose's only wait for the device."""
-        return torch.cat([accepted, *(tokens for tokens, _ in columns)]).tolist()
+    def _read_drafts(copies: HostCopies) -> list[int]:
+        """Each row's live depths, then every column's drafts in column order, in one
+        device→host copy: a propose's only wait for the device."""
+        (flat,) = copies.wait()
+        return flat.tolist()
 
     def _collect(self, reqs: list[ScheduledRequest], step: DraftStep, plan: DraftPlan,
-                 accepted: torch.Tensor, columns: list[Column]) -> dict[int, list[int]]:
+                 copies: HostCopies, columns: list[Column]) -> dict[int, list[int]]:
         """Per row, its drafts column by column up to its first dead depth; rows that sample
         keep their q for the step that verifies these drafts."""
         n = len(step.rows)
-        flat = self._read_drafts(accepted, columns)
-        kept, flat = flat[:n], flat[n:]
+        flat = self._read_drafts(copies)
+        live_n, flat = flat[:n], flat[n:]
         before = len(columns) - len(plan.depths)  # the catch-up's column, when it drafts
         drafts: dict[int, list[int]] = {}
         for i, row in enumerate(step.rows):
-            made = before + plan.live_depths(i, kept[i])
+            made = before + live_n[i]
             drafts[row] = [flat[c * n + i] for c in range(made)]
             if made and columns[0][1] is not None and step.params[i].temperature > 0:
                 q = torch.stack([probs[i] for _, probs in columns[:made]])

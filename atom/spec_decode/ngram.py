@@ -41,6 +41,7 @@ def propose_ngram(history: Sequence[int], k: int, n_min: int, n_max: int,
 
 
 class NgramProposer:
+    on_device = False  # it reads each sequence's host history (proposer.Proposer)
     """`propose(history)` → drafts for one decoding sequence, from the specdecode config (core
     side: `drafted`, a runner drafter's output, is never set for it)."""
 

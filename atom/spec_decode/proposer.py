@@ -15,12 +15,17 @@ from atom.spec_decode.ngram import NgramProposer
 
 class Proposer(Protocol):
     k: int
+    # Whether the runner makes the drafts and keeps them on the device, where a step queued
+    # before the one that made them resolves can read them (async scheduling).
+    on_device: bool
 
     def propose(self, history: Sequence[int], drafted: Optional[list[int]]) -> list[int]: ...
 
 
 class RunnerDrafts:
     """The drafts the runner's drafter made for this sequence in the step just resolved."""
+
+    on_device = True
 
     def __init__(self, k: int) -> None:
         self.k = k
@@ -36,7 +41,7 @@ class PaddedProposer:
 
     def __init__(self, inner: Proposer) -> None:
         self.inner = inner
-        self.k = inner.k
+        self.k, self.on_device = inner.k, inner.on_device
 
     def propose(self, history: Sequence[int], drafted: Optional[list[int]]) -> list[int]:
         drafts = self.inner.propose(history, drafted)

@@ -1,7 +1,8 @@
 """Stepping an engine core that speculates: the tokens each step delivered per request, where
 a run of accepted tokens put a token, and the chi-square test of sampled outputs against a
 context-free target's chain, the engine and prompts the runner-side methods' tests share, and
-the seeded-request check they all make (shared by the speculative-decoding tests)."""
+the seeded-request check they all make, and the count of launches made before the step
+before was read (async scheduling's overlap; shared by the speculative-decoding tests)."""
 from __future__ import annotations
 
 import torch
@@ -151,9 +152,23 @@ def chain_pvalue(outs: list[list[int]], P: torch.Tensor, x: int) -> float:
     return float(chisquare(observed, expected).pvalue)
 
 
-def record_proposals(runner) -> list[dict[int, list[int]]]:
+class Proposals(list):
+    """The drafts of every propose recorded (Drafted), each read as the engine reads it."""
+
+    def __getitem__(self, i):
+        got = super().__getitem__(i)
+        return [d.read() for d in got] if isinstance(i, slice) else got.read()
+
+    def __iter__(self):
+        return (d.read() for d in super().__iter__())
+
+    def __eq__(self, other):
+        return list(self) == list(other)
+
+
+def record_proposals(runner) -> Proposals:
     """Every set of drafts the runner's drafter makes from now on (none without a drafter)."""
-    made: list[dict[int, list[int]]] = []
+    made = Proposals()
     drafter = runner.drafter
     if drafter is not None:
         propose = drafter.propose
@@ -177,3 +192,30 @@ def record_graph_choices(runner, into: list[tuple[int, bool]]) -> None:
         return graphs
 
     runner._graphs_for = recorded
+
+
+class Overlaps:
+    """Counts the launches the executor got before the result of the step before was read."""
+
+    def __init__(self, engine) -> None:
+        self.count = self.launches = 0
+        self._unread: set[int] = set()
+        executor = engine.core.executor
+        execute = executor.execute
+
+        def counted(out):
+            step = execute(out)
+            self.launches += 1
+            self.count += bool(self._unread)
+            mine = id(step)
+            self._unread.add(mine)
+            result = step.result
+
+            def read():
+                self._unread.discard(mine)
+                return result()
+
+            step.result = read
+            return step
+
+        executor.execute = counted

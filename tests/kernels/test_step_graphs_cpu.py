@@ -10,7 +10,8 @@ tests/engine/test_spec_decode_graphs.py."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Optional
+import random
+from typing import Any, Callable, Optional
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from atom.layers.forward_context import ForwardContext
 from atom.runner.cuda_graphs import StepGraphs
 from atom.runner_builder import step_graphs
 from tests.engine.checkpoints import add_mtp_layer, make_checkpoint
-from tests.engine.spec_steps import record_graph_choices, record_proposals
+from tests.engine.spec_steps import Overlaps, record_graph_choices, record_proposals
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
                                 reason="the GPU captures real graphs: test_spec_decode_graphs")
@@ -69,14 +70,21 @@ def _greedy(engine, prompts: list[list[int]], params: SamplingParams) -> list[li
 
 def _eager_then_graphed(path, *overrides: str, prompts: list[list[int]] = PROMPTS,
                         chosen: Optional[list] = None,
-                        params: SamplingParams = DRAFTER_GREEDY) -> tuple[list, list, Counter]:
+                        params: SamplingParams = DRAFTER_GREEDY,
+                        watch: Optional[list] = None,
+                        before_each: Callable[[Any], None] = lambda runner: None
+                        ) -> tuple[list, list, Counter]:
     """One engine's greedy output eager, then with every planned graph attached; the drafts
     a drafter made in both runs must be the same too (greedy output alone would hide wrong
     drafts: they are only rejected). `chosen` collects, per target step of the second run,
-    its longest query and whether a graph took it."""
+    its longest query and whether a graph took it; `watch` the engine's Overlaps;
+    `before_each` is handed the runner before each run."""
     cfg, engine = _engine(path, *overrides)
+    if watch is not None:
+        watch.append(Overlaps(engine))
     runner, replays = engine.core.executor.runner, Counter()
     drafts = record_proposals(runner)
+    before_each(runner)
     eager = _greedy(engine, prompts, params)
     eager_drafts = list(drafts)
     for g in step_graphs(cfg, runner, None, 0):
@@ -85,6 +93,7 @@ def _eager_then_graphed(path, *overrides: str, prompts: list[list[int]] = PROMPT
             g.graphs[bs] = (rec, rec.out)  # type: ignore[assignment]
     if chosen is not None:
         record_graph_choices(runner, chosen)
+    before_each(runner)
     graphed = _greedy(engine, prompts, params)
     assert drafts[len(eager_drafts):] == eager_drafts
     return eager, graphed, replays
@@ -148,3 +157,29 @@ def test_eagle3_steps_replay_with_the_aux_states_as_the_target_s_outputs(tmp_pat
         target, "specdecode=eagle3", f"specdecode.draft_model={head}",
         "specdecode.num_speculative_tokens=2", PAIR, prompts=PROMPTS[1:])
     _assert_drafter_steps_replayed(eager, graphed, replays)
+
+
+def test_overlapped_eagle3_steps_replay_on_moved_positions(tmp_path):
+    """Async scheduling forced on: a verify step queued before the step before resolved
+    replays the target's graph and the head's on the positions, slots and context lengths the
+    device moved, and gives the eager steps' tokens and drafts, which are those of the steps
+    resolved one at a time. The forced schedule keeps drafts, so the steps do move (batch 1,
+    its draws from one seed in every run: in the same order with and without the overlap)."""
+    from tests.engine.test_eagle3_spec_decode import make_eagle3
+
+    target = make_checkpoint("llama", tmp_path, num_hidden_layers=4)
+    spec = ("specdecode=eagle3", f"specdecode.draft_model={make_eagle3(tmp_path)}",
+            "specdecode.num_speculative_tokens=2", "specdecode.acceptance_length=2.5",
+            "runtime.cudagraph_capture_sizes=[1]")
+    params = SamplingParams(temperature=0, max_tokens=9, ignore_eos=True)
+    reseed = lambda runner: setattr(runner.verify, "_rng", random.Random(4))  # noqa: E731
+    _, resolved = _engine(target, *spec, "scheduler.async_scheduling=false")
+    reseed(resolved.core.executor.runner)
+    want = _greedy(resolved, PROMPTS[1:2], params)
+    watch: list[Overlaps] = []
+    eager, graphed, replays = _eager_then_graphed(
+        target, *spec, "scheduler.async_scheduling=true", prompts=PROMPTS[1:2], watch=watch,
+        params=params, before_each=reseed)
+    assert eager == want
+    _assert_drafter_steps_replayed(eager, graphed, replays)
+    assert watch[0].count > 0

@@ -59,11 +59,13 @@ def test_depths_follow_the_kept_counts_on_the_device_and_end_at_the_rows_last_sl
     # samples that agree with each row's drafts for `agree` positions, then differ
     tokens = [d[j] if j < n else 90 + j for d, m, n in zip(drafts, counts, agree)
               for j in range(m)]
-    verdict = judge(torch.tensor(tokens), counts, drafts, None, STAGER)
+    ends = step.meta.cu_seqlens_q[1:].tolist()
+    sampled = torch.tensor([ends[row] - m + j for row, m in zip(step.rows, counts)
+                            for j in range(m)])
+    verdict = judge(torch.tensor(tokens), counts, step.input_ids, sampled, None, STAGER)
     assert verdict.accepted.tolist() == list(agree)
     plan = DraftPlanner(STAGER, BS, MAX_LEN, 100, torch.zeros(8, dtype=torch.int32)).plan(
         REQS, step, verdict, DECODES)
-    ends = step.meta.cu_seqlens_q[1:].tolist()
     for i, (row, n) in enumerate(zip(step.rows, agree)):
         req, m = REQS[row], counts[i]
         base = req.start + len(req.token_ids) - m
@@ -79,7 +81,7 @@ def test_depths_follow_the_kept_counts_on_the_device_and_end_at_the_rows_last_sl
                     depth.meta.context_lens[i]) == (at, slot, at + 1), (i, j)
             assert depth.meta.max_context_len >= at + 1
             live += pos < limit
-        assert plan.live_depths(i, n) == live
+        assert plan.live[i] == live
     # the catch-up's next tokens: the kept run at sampled positions, 6 after the chunk
     after = next_tokens(step, plan.catch_up).tolist()
     assert after[6] == 6
@@ -107,16 +109,14 @@ def test_rows_whose_drafts_run_past_max_model_len_write_no_other_rows_kv(tmp_pat
         want = [flat(c) for c in run(plain, prompts, params)[0]]
     finally:
         plain.shutdown()
-    dead: dict[int, tuple[DraftPlan, list[bool]]] = {}  # per plan (held: ids stay unique),
-    # whether each of its rows had a dead depth
-    live_depths = DraftPlan.live_depths
+    plans: list[DraftPlan] = []
+    plan = DraftPlanner.plan
 
-    def spied(plan, row, accepted):
-        n = live_depths(plan, row, accepted)
-        dead.setdefault(id(plan), (plan, []))[1].append(n < len(plan.depths))
-        return n
+    def spied(self, *args):
+        plans.append(plan(self, *args))
+        return plans[-1]
 
-    monkeypatch.setattr(DraftPlan, "live_depths", spied)
+    monkeypatch.setattr(DraftPlanner, "plan", spied)
     engine = local_engine(target, *limit, "specdecode=eagle3",
                           f"specdecode.draft_model={make_eagle3(tmp_path)}",
                           "specdecode.num_speculative_tokens=4")
@@ -126,4 +126,6 @@ def test_rows_whose_drafts_run_past_max_model_len_write_no_other_rows_kv(tmp_pat
         engine.shutdown()
     assert got == want
     assert [len(p) + len(w) for p, w in zip(prompts, want)] == [28] * 3
-    assert any(any(rows) and not all(rows) for _, rows in dead.values())
+    # per plan, whether each of its rows had a dead depth
+    dead = [[n < len(p.depths) for n in p.live.tolist()] for p in plans if p.live is not None]
+    assert any(any(rows) and not all(rows) for rows in dead)

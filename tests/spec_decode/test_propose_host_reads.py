@@ -1,5 +1,6 @@
-"""A drafter's propose, run on the CPU: its inputs reach the device in one staged copy and its
-drafts come back in one read, however deep it drafts. On CUDA a `torch.tensor(list,
+"""A drafter's propose, run on the CPU: its inputs reach the device in one staged copy, it
+reads nothing back, and its drafts come back in one read when the engine asks (Drafted.read),
+however deep it drafts. On CUDA a `torch.tensor(list,
 device=...)` (a pageable copy) or a read of a device value (`.tolist()`, `.item()`, `bool()`,
 `int()`, `float()`) waits for the stream, so each one between the depths would hold the host
 until the GPU caught up; tests/engine/test_spec_decode_syncs.py counts the waits themselves on
@@ -19,11 +20,13 @@ READS = ("tolist", "item", "__bool__", "__int__", "__float__")
 
 
 class ProposeCalls:
-    """Per propose that drafted (it had sampling rows), how often it called each counted
-    function: the stager's copy, torch.tensor and the reads of a tensor's value."""
+    """Per propose that drafted (it had sampling rows), how often it and then the read of its
+    drafts called each counted function: the stager's copy, torch.tensor and the reads of a
+    tensor's value."""
 
     def __init__(self, monkeypatch, drafter) -> None:
         self.per_propose: list[Counter] = []
+        self.per_read: list[Counter] = []
         self._now: Counter | None = None  # the running propose's counts
         stager, propose = drafter.planner.stager, drafter.propose
         monkeypatch.setattr(stager, "stage", self._counted("stage", stager.stage))
@@ -35,13 +38,26 @@ class ProposeCalls:
         def counted_propose(reqs, step, kept):
             self._now = Counter()
             try:
-                return propose(reqs, step, kept)
+                drafted = propose(reqs, step, kept)
             finally:
                 if step.rows:
                     self.per_propose.append(self._now)
                 self._now = None
+            if step.rows:
+                drafted.read = self._read_counted(drafted.read)
+            return drafted
 
         drafter.propose = counted_propose
+
+    def _read_counted(self, read):
+        def counted():
+            self._now = Counter()
+            try:
+                return read()
+            finally:
+                self.per_read.append(self._now)
+                self._now = None
+        return counted
 
     def _counted(self, name: str, fn):
         def counted(*args, **kwargs):
@@ -66,10 +82,13 @@ def test_a_propose_stages_its_inputs_once_and_reads_its_drafts_once(tmp_path, mo
         run(engine, spec_prompts()[1:3], params)
     finally:
         engine.shutdown()
-    assert len(calls.per_propose) >= 3
+    assert len(calls.per_propose) >= 3 and len(calls.per_read) == len(calls.per_propose)
     for counts in calls.per_propose:
         reads = sum(counts[name] for name in READS)
-        assert (counts["stage"], counts["torch.tensor"], reads) == (1, 0, 1), counts
+        assert (counts["stage"], counts["torch.tensor"], reads) == (1, 0, 0), counts
+    for counts in calls.per_read:
+        reads = sum(counts[name] for name in READS)
+        assert (counts["stage"], counts["torch.tensor"], reads) == (0, 0, 1), counts
 
 
 @pytest.mark.parametrize("forced", [(), ("specdecode.acceptance_length=1.0",)],

@@ -31,6 +31,13 @@ def _batch(rng: random.Random, rows: int) -> tuple[list[int], list[list[int]], l
     return counts, drafts, tokens
 
 
+def _judge(tokens: list[int], counts: list[int], drafts: list[list[int]], forced=None):
+    """Each row's inputs as a verify step has them: its last token (any), then its drafts,
+    every one a sampled position."""
+    ids = torch.tensor([t for d in drafts for t in [0, *d]])
+    return judge(torch.tensor(tokens), counts, ids, torch.arange(len(ids)), forced, STAGER)
+
+
 def _kept_after(kept: list[int], m: int) -> list[int]:
     """What the catch-up reads at a row's m sampled positions: the kept run, then its last."""
     return [kept[min(j, len(kept) - 1)] for j in range(m)]
@@ -40,7 +47,7 @@ def test_exact_match_on_the_device_keeps_what_accept_drafts_keeps():
     rng = random.Random(0)
     for _ in range(20):
         counts, drafts, tokens = _batch(rng, rows=6)
-        v = judge(torch.tensor(tokens), counts, drafts, None, STAGER)
+        v = _judge(tokens, counts, drafts)
         want, p, after = [], 0, []
         for m, d in zip(counts, drafts):
             kept = accept_drafts(tokens[p:p + m], d)
@@ -50,6 +57,7 @@ def test_exact_match_on_the_device_keeps_what_accept_drafts_keeps():
         assert v.accepted.tolist() == [len(k) - 1 for k in want]
         assert v.last.tolist() == [k[-1] for k in want]
         assert v.kept.tolist() == after
+        assert v.drafts.tolist() == [t for d in drafts for t in [*d, -1]]
 
 
 def test_forced_counts_on_the_device_are_the_schedules_draws_in_row_order():
@@ -58,7 +66,7 @@ def test_forced_counts_on_the_device_are_the_schedules_draws_in_row_order():
     for _ in range(20):
         counts, drafts, tokens = _batch(rng, rows=5)
         forced = forced_counts(on_device, [m - 1 for m in counts])
-        v = judge(torch.tensor(tokens), counts, drafts, forced, STAGER)
+        v = _judge(tokens, counts, drafts, forced)
         p, want, after = 0, [], []
         for m, d in zip(counts, drafts):
             kept = on_host(tokens[p:p + m], d) if d else tokens[p:p + m]
