@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from atom.kernels import cpu_woq, torch_ref
+from atom.kernels.cpu_handoff import Bf16Handoff
 from atom.kernels.backend import add_rms_norm_linear_unfused, rope_store_kv_unfused
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.fp8_reference import EmulatedFp8Linear
@@ -172,7 +173,7 @@ class CpuBackend(torch_ref.TorchBackend):
         # rebuilt 30 times), and each cache's [slots, Hk, D] view.
         self._rope_alias: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._flat: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._eps_t: dict[float, torch.Tensor] = {}
+        self._handoff = Bf16Handoff()
         self._runs: RunViews = {}
 
     def rms_norm(self, x, weight, eps):
@@ -186,8 +187,8 @@ class CpuBackend(torch_ref.TorchBackend):
                 ) -> torch.Tensor:
         """x [T, H, D] rotated (NeoX), in the table's dtype. Up to ROPE_MATMUL_ROWS rows, one
         batched matmul by each row's rope_matrix, built once per step for every layer (2.0
-        against 5.4 us per layer at one row, 3.6 against 7.6 with bf16 x); above, the
-        matrices' T·D² floats outgrow the three elementwise ops."""
+        against 5.4 us per layer at one row); above, the matrices' T·D² floats outgrow the
+        three elementwise ops."""
         alias = self._rope_alias.get(id(cache))
         if alias is None or alias[0] is not cache:
             same = next((c for c, _ in self._rope_alias.values() if c.shape == cache.shape
@@ -202,7 +203,7 @@ class CpuBackend(torch_ref.TorchBackend):
             self._rope = rope = (positions, table, x.shape[-1], cos, sin, m)
         if rope[5] is None:
             return _neox_rotate(x, rope[3], rope[4])
-        return torch.bmm(x.to(table.dtype), rope[5])
+        return torch.bmm(x if x.dtype == table.dtype else x.to(table.dtype), rope[5])
 
     def _slots_view(self, cache: torch.Tensor) -> torch.Tensor:
         hit = self._flat.get(id(cache))
@@ -227,10 +228,6 @@ class CpuBackend(torch_ref.TorchBackend):
                       norm_eps=0.0):
         qk = _adjacent_heads(q, k) if is_neox and q_norm_weight is None else None
         if qk is None:
-            # q, k and v may come in bf16 (add_rms_norm_linear): rotated in the table's
-            # float32, as the one-rotation path's products promote them.
-            dtype = torch.promote_types(q.dtype, cos_sin_cache.dtype)
-            q, k = q.to(dtype), k.to(dtype)
             return rope_store_kv_unfused(self, positions, q, k, v, k_cache, v_cache,
                                          slot_mapping, k_scale, v_scale, cos_sin_cache, is_neox,
                                          q_norm_weight, k_norm_weight, norm_eps)
@@ -260,39 +257,18 @@ class CpuBackend(torch_ref.TorchBackend):
         return weight(x, bias)
 
     def add_rms_norm_linear(self, x, residual, norm_weight, eps, weight, bias=None):
-        """The projection in bf16, the kernels' dtype, when its weight is quantized: its two
-        consumers are this backend's (rope_store_kv and silu_and_mul_linear), and each takes
-        bf16 as it comes (see there), so the qkv and gate_up outputs are never cast. x may be
-        bf16 too (a block's last projection, see silu_and_mul_linear): the residual add
-        promotes it to the residual's dtype."""
-        if not isinstance(weight, cpu_woq.CpuQuantizedLinear):
-            return add_rms_norm_linear_unfused(self, x, residual, norm_weight, eps, weight, bias)
+        """x may be bf16 (a block's last projection, gated_linear): the residual add promotes
+        it to the residual's dtype in the same op."""
         h = x if residual is None else x + residual
-        y = _rows(weight.bf16, self._rms_norm_bf16(h, norm_weight, eps))
-        return (y if bias is None else y + bias), h
-
-    def _rms_norm_bf16(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        if x.dim() != 2 or x.shape[0] != 1:
-            return F.rms_norm(x, weight.shape, weight, eps).to(torch.bfloat16)
-        r = torch.addmm(self._eps(eps), x, x.T, alpha=1.0 / x.shape[1]).rsqrt_()
-        return torch.mul(x * weight, r, out=torch.empty(x.shape, dtype=torch.bfloat16))
-
-    def _eps(self, eps):
-        t = self._eps_t.get(eps)
-        if t is None:
-            t = self._eps_t[eps] = torch.tensor(eps)
-        return t
+        if not isinstance(weight, cpu_woq.CpuQuantizedLinear) or h.dim() != 2:
+            return add_rms_norm_linear_unfused(self, h, None, norm_weight, eps, weight, bias)
+        return self._handoff.norm_linear(h, norm_weight, eps, weight, bias), h
 
     def silu_and_mul_linear(self, x, weight, bias=None):
-        """In x's dtype: bf16 from add_rms_norm_linear's gate_up goes through the activation
-        and the down projection without a cast, and leaves as the block's output in bf16,
-        which only ever meets the residual stream in an add (here, or in a model's) that
-        promotes it."""
-        act = torch_ref.silu_and_mul(x)
-        if x.dtype != torch.bfloat16 or not isinstance(weight, cpu_woq.CpuQuantizedLinear):
-            return self.linear(act, weight, bias)
-        y = _rows(weight.bf16, act)
-        return y if bias is None else y + bias
+        """In bf16 when the weight is quantized (cpu_handoff.py says why that is safe)."""
+        if not isinstance(weight, cpu_woq.CpuQuantizedLinear) or x.dim() != 2:
+            return self.linear(torch_ref.silu_and_mul(x), weight, bias)
+        return self._handoff.gated_linear(x, weight, bias)
 
     def attention(self, q, k_cache, v_cache, meta: AttentionMetadata, scale, k_scale, v_scale,
                   sliding_window=None):
@@ -321,14 +297,6 @@ class CpuBackend(torch_ref.TorchBackend):
                             DecodeGather(meta.block_tables[:n], meta.context_lens[:n], max_ctx,
                                          k_cache.shape[1], sliding_window, self._runs))
         return self._gather[2]
-
-
-def _rows(f, x: torch.Tensor) -> torch.Tensor:
-    """f of a [M, K] matrix applied to x [..., K] (a reshape each way only when x is not one)."""
-    if x.dim() == 2:
-        return f(x)
-    y = f(x.reshape(-1, x.shape[-1]))
-    return y.view(*x.shape[:-1], y.shape[-1])
 
 
 def _tail(meta: AttentionMetadata, n: int) -> AttentionMetadata:

@@ -1,0 +1,72 @@
+"""The cpu backend's two seams around its quantized kernels, with as few casts as the kernels'
+bf16 allows: the model keeps float32 (the residual stream, attention, the caches), the kernels
+take and give bf16, and every cast is an op of a few microseconds at decode sizes (~40 of
+them a step at first: eight per layer).
+
+- `norm_linear` (a pre-norm block's norm and first projection): the norm's weight is applied
+  while rounding into bf16 (one op) and its per-row 1/rms after the matmul, in the multiply
+  that also brings the output back to float32. W·(x⊙w·r) = r·(W·(x⊙w)): the same bf16
+  rounding of the input up to its scale, so what leaves is what the unfused path gives, in
+  float32 as its contract says, for two ops fewer than F.rms_norm, two casts and the matmul.
+- `gated_linear` (a gated MLP's down projection): silu(gate)·up written straight into bf16,
+  and the output left in bf16: a block's last projection only ever meets the residual
+  stream in an add (the next block's norm seam, the final norm, or a model's own), and the
+  add promotes it to the residual's float32 in the same op.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from atom.kernels.cpu_woq import CpuQuantizedLinear
+
+# Decode batches: their bf16 inputs reuse one buffer per shape (each is read by the next
+# kernel and dead after it); larger chunks (prefill) allocate, so no buffer grows with them.
+BUFFERED_ROWS = 64
+
+
+class Bf16Handoff:
+    """The buffers and constants the seams reuse, per backend (two models in one process
+    never share them)."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[int, int], torch.Tensor] = {}
+        self._eps: dict[float, torch.Tensor] = {}
+
+    def _bf16(self, rows: int, cols: int) -> torch.Tensor:
+        if rows > BUFFERED_ROWS:
+            return torch.empty(rows, cols, dtype=torch.bfloat16)
+        buf = self._buffers.get((rows, cols))
+        if buf is None:
+            buf = self._buffers[(rows, cols)] = torch.empty(rows, cols, dtype=torch.bfloat16)
+        return buf
+
+    def inv_rms(self, x: torch.Tensor, eps: float) -> torch.Tensor:
+        """1 / sqrt(mean(x²) + eps) per row of x [T, H], as [T, 1]. One row: eps + x·xᵀ/H is
+        one addmm (3 ops with the transpose and the rsqrt, against 5)."""
+        if x.shape[0] == 1:
+            e = self._eps.get(eps)
+            if e is None:
+                e = self._eps[eps] = torch.tensor(eps)
+            return torch.addmm(e, x, x.T, alpha=1.0 / x.shape[1]).rsqrt_()
+        return (x * x).mean(-1, keepdim=True).add_(eps).rsqrt_()
+
+    def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                    lin: CpuQuantizedLinear, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        """lin(rms_norm(x) · norm_weight) + bias for x [T, H] in float32, returned in x's
+        dtype (see the module's docstring)."""
+        xw = torch.mul(x, norm_weight, out=self._bf16(*x.shape))
+        y = lin.bf16(xw)
+        r = self.inv_rms(x, eps)
+        return y * r if bias is None else torch.addcmul(bias, y, r)
+
+    def gated_linear(self, x: torch.Tensor, lin: CpuQuantizedLinear,
+                     bias: Optional[torch.Tensor]) -> torch.Tensor:
+        """lin(silu(gate) · up) + bias for x = [gate | up] [T, 2I], in bf16 (see the module's
+        docstring)."""
+        gate, up = x.chunk(2, dim=-1)
+        act = torch.mul(F.silu(gate), up, out=self._bf16(x.shape[0], gate.shape[1]))
+        y = lin.bf16(act)
+        return y if bias is None else y + bias
