@@ -5,7 +5,9 @@ On the CPU every torch op costs microseconds of dispatch, so per-step host work 
 the reference attention runs ~15 ops per sequence per layer, which at 8 decoding sequences and
 30 layers is more than the matmuls. Here all one-query sequences attend in one gather per cache
 and one to three ops per layer. Everything stays float32 except what the quantized kernels
-compute in bf16; `runtime.kernels=torch` is the float32 oracle it is tested against.
+compute in bf16 and what crosses between two of them (cpu_handoff.py: the gated MLP's
+activation, and the block output it leaves for the residual add); `runtime.kernels=torch` is
+the float32 oracle it is tested against.
 """
 from __future__ import annotations
 
@@ -196,7 +198,8 @@ class CpuBackend(torch_ref.TorchBackend):
             self._rope_alias[id(cache)] = alias = (cache, same)
         table = alias[1]
         rope = self._rope
-        if rope is None or rope[0] is not positions or rope[1] is not table or rope[2] != x.shape[-1]:
+        if (rope is None or rope[0] is not positions or rope[1] is not table
+                or rope[2] != x.shape[-1]):
             cos, sin = rope_tables(positions, table)
             m = (rope_matrix(cos, sin, x.shape[-1]) if positions.shape[0] <= ROPE_MATMUL_ROWS
                  else None)

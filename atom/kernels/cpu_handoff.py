@@ -66,7 +66,8 @@ class Bf16Handoff:
                      bias: Optional[torch.Tensor]) -> torch.Tensor:
         """lin(silu(gate) · up) + bias for x = [gate | up] [T, 2I], in bf16 (see the module's
         docstring)."""
-        gate, up = x.chunk(2, dim=-1)
-        act = torch.mul(F.silu(gate), up, out=self._bf16(x.shape[0], gate.shape[1]))
+        i = x.shape[1] // 2
+        # Two narrows, not chunk (which dispatches a split and its slices: 6.6 against 3.6 us).
+        act = torch.mul(F.silu(x.narrow(1, 0, i)), x.narrow(1, i, i), out=self._bf16(x.shape[0], i))
         y = lin.bf16(act)
         return y if bias is None else y + bias

@@ -128,7 +128,9 @@ class CpuQuantizedLinear:
         """xb: [M, K] bf16 → [M, N] bf16, no casts: for a caller that hands activations from
         one kernel to the next in bf16 (each cast is an op of ~2-5 us at these sizes)."""
         int4 = self.int4
-        return int4(xb) if int4 is not None and xb.shape[0] <= self.int4_max_rows else self.dense(xb)
+        if int4 is not None and xb.shape[0] <= self.int4_max_rows:
+            return int4(xb)
+        return self.dense(xb)
 
 
 Key = tuple  # (weight shape, planes, group size): weights that share a kernel choice

@@ -171,7 +171,8 @@ def _quantized_linear(n: int, k: int, qt=T.Q4_1):
     return lin, qw.dequantize()
 
 
-@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16-block-out"])
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16],
+                         ids=["f32", "bf16-block-out"])
 @pytest.mark.parametrize("rows", [1, 5, 70])  # int4, dense, past the buffered rows
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_norm_seam_matches_the_unfused_reference(x_dtype, rows, with_bias):
