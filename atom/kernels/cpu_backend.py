@@ -153,7 +153,10 @@ def _adjacent_heads(q: torch.Tensor, k: torch.Tensor) -> Optional[torch.Tensor]:
     return q.as_strided((t, hq + k.shape[1], d), q.stride())
 
 
-ROPE_MATMUL_ROWS = 64  # see CpuBackend._rotate
+# One row (a lone stream's decode): a bmm of batch one never enters an OpenMP region; with more
+# rows torch's CPU bmm runs its batch in parallel (at 2 threads 85-400 us on a shared box,
+# against 8.7 elementwise at 8 rows), and by 16 the elementwise ops win at 1 thread too.
+ROPE_MATMUL_ROWS = 1
 
 
 class CpuBackend(torch_ref.TorchBackend):
@@ -188,9 +191,8 @@ class CpuBackend(torch_ref.TorchBackend):
     def _rotate(self, positions: torch.Tensor, cache: torch.Tensor, x: torch.Tensor
                 ) -> torch.Tensor:
         """x [T, H, D] rotated (NeoX), in the table's dtype. Up to ROPE_MATMUL_ROWS rows, one
-        batched matmul by each row's rope_matrix, built once per step for every layer (2.0
-        against 5.4 us per layer at one row); above, the matrices' T·D² floats outgrow the
-        three elementwise ops."""
+        matmul by the row's rope_matrix, built once per step for every layer (2.1 against 6.2
+        us per layer); above, the three elementwise ops."""
         alias = self._rope_alias.get(id(cache))
         if alias is None or alias[0] is not cache:
             same = next((c for c, _ in self._rope_alias.values() if c.shape == cache.shape

@@ -88,7 +88,7 @@ def test_batched_decode_attention_matches_reference(window, ctx, in_place):
     assert rel_err(out, ref) < 1e-6
 
 
-@pytest.mark.parametrize("matmul_rows", [64, 2], ids=["matmul", "elementwise"])
+@pytest.mark.parametrize("matmul_rows", [1, 0], ids=["matmul-at-one-row", "elementwise"])
 @pytest.mark.parametrize("t", [1, 3])  # one row: its views' row strides are arbitrary
 @pytest.mark.parametrize("rot", [12, 16], ids=["partial", "full"])
 def test_rope_store_kv_matches_reference(t, rot, matmul_rows, monkeypatch):
