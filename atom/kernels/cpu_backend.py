@@ -64,7 +64,7 @@ class DecodeGather:
         """cache's keys (keys=True) or values in dtype, laid out for decode_attention: one
         sequence's as [Hk, D, keys] (keys) or [Hk, keys, D] (values), B sequences' as
         [B, Hk, keys, D]. A run read in place keeps its view across steps until it moves or
-        grows by a page (two ops per cache and layer saved every other step)."""
+        grows by a page: two ops per cache and layer saved on the steps in between."""
         if self.first_slot is None or cache.dtype != dtype:
             return self._layout(_read(self.keys_of(cache, slots), scale, dtype), keys)
         hit = self.runs.get(id(cache))
