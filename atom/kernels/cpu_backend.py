@@ -269,6 +269,13 @@ class CpuBackend(torch_ref.TorchBackend):
             return add_rms_norm_linear_unfused(self, h, None, norm_weight, eps, weight, bias)
         return self._handoff.norm_linear(h, norm_weight, eps, weight, bias), h
 
+    def block_output_linear(self, x, weight, bias=None):
+        """In bf16 when the weight is quantized, as gated_linear's (cpu_handoff.py)."""
+        if not isinstance(weight, cpu_woq.CpuQuantizedLinear) or x.dim() != 2:
+            return self.linear(x, weight, bias)
+        y = weight.bf16(x.to(torch.bfloat16))
+        return y if bias is None else y + bias
+
     def silu_and_mul_linear(self, x, weight, bias=None):
         """In bf16 when the weight is quantized (cpu_handoff.py says why that is safe)."""
         if not isinstance(weight, cpu_woq.CpuQuantizedLinear) or x.dim() != 2:

@@ -12,7 +12,8 @@ layer at first, 240 a step for SmolLM2's 30 layers).
 - `gated_linear` (a gated MLP's down projection): silu(gate)·up written straight into bf16,
   and the output left in bf16: a block's last projection only ever meets the residual
   stream in an add (the next block's norm seam, the final norm, or a model's own), and the
-  add promotes it to the residual's float32 in the same op.
+  add promotes it to the residual's float32 in the same op. The backend's
+  block_output_linear (attention's o_proj) leaves its output in bf16 for the same reason.
 """
 from __future__ import annotations
 

@@ -201,3 +201,17 @@ def test_gated_seam_leaves_bf16_and_its_buffer_never_aliases_an_output(rows):
     for x, out in zip(xs, outs):
         ref = torch.nn.functional.linear(torch_ref.silu_and_mul(x), w)
         assert out.dtype == torch.bfloat16 and rel_err(out, ref) < BF16_TOL
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_block_output_projection_leaves_bf16_for_the_residual_add(rows):
+    """A block's last projection (o_proj) in bf16 on the cpu backend, the float32 oracle's
+    dtype on the torch backend; the residual add that follows promotes it to float32."""
+    lin, w = _quantized_linear(96, 256)
+    x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(4))
+    out = get_backend("cpu").block_output_linear(x, lin)
+    ref = get_backend("torch").block_output_linear(x, w)
+    assert out.dtype == torch.bfloat16 and ref.dtype == torch.float32
+    assert rel_err(out, ref) < BF16_TOL
+    residual = torch.randn(rows, 96)
+    assert (out + residual).dtype == torch.float32
