@@ -39,6 +39,12 @@ class KernelBackend(Protocol):
                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x @ weight.T + bias; a backend may take the single-row (batch-1 decode) case itself."""
 
+    def block_output_linear(self, x: torch.Tensor, weight: torch.Tensor,
+                            bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """linear(x, weight, bias) for a block's last projection (attention's o_proj), whose
+        output is only ever added to the residual stream: a backend may return it in its
+        compute dtype, which that add promotes."""
+
     def prepare_weight(self, qw: Quantized) -> Optional[Any]:
         """qw in the form this backend's linear takes in place of a weight tensor, or None: no
         kernel for it here, so the layer runs on qw dequantized (the float oracle). An

@@ -5,7 +5,9 @@ On the CPU every torch op costs microseconds of dispatch, so per-step host work 
 the reference attention runs ~15 ops per sequence per layer, which at 8 decoding sequences and
 30 layers is more than the matmuls. Here all one-query sequences attend in one gather per cache
 and one to three ops per layer. Everything stays float32 except what the quantized kernels
-compute in bf16; `runtime.kernels=torch` is the float32 oracle it is tested against.
+compute in bf16 and what crosses between two of them (cpu_handoff.py: the gated MLP's
+activation, and the block output it leaves for the residual add); `runtime.kernels=torch` is
+the float32 oracle it is tested against.
 """
 from __future__ import annotations
 
@@ -15,11 +17,15 @@ import torch
 import torch.nn.functional as F
 
 from atom.kernels import cpu_woq, torch_ref
-from atom.kernels.backend import rope_store_kv_unfused
+from atom.kernels.cpu_handoff import Bf16Handoff
+from atom.kernels.backend import add_rms_norm_linear_unfused, rope_store_kv_unfused
 from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.fp8_reference import EmulatedFp8Linear
 from atom.kernels.fp8_weight import Fp8Weight
 from atom.kernels.quantized_weight import Quantized
+
+
+RunViews = dict[int, tuple[torch.Tensor, int, int, torch.Tensor]]
 
 
 class DecodeGather:
@@ -27,7 +33,7 @@ class DecodeGather:
     mask of real keys (built once per step, not once per layer)."""
 
     def __init__(self, block_tables: torch.Tensor, context_lens: torch.Tensor, max_context: int,
-                 block_size: int, sliding_window: Optional[int]) -> None:
+                 block_size: int, sliding_window: Optional[int], runs: RunViews) -> None:
         nblocks = -(-max_context // block_size)
         self.pages = block_tables[:, :nblocks].clamp(min=0).long().reshape(-1)
         self.keys = nblocks * block_size
@@ -44,6 +50,7 @@ class DecodeGather:
         p = self.pages
         if block_tables.shape[0] == 1 and (nblocks == 1 or bool((p[1:] - p[:-1] == 1).all())):
             self.first_slot = int(p[0]) * block_size
+        self.runs = runs
 
     def keys_of(self, cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """cache's keys (or values) of every sequence, [B * keys, Hk, D]; slots is the cache
@@ -52,28 +59,44 @@ class DecodeGather:
             return slots.narrow(0, self.first_slot, self.keys)
         return cache.index_select(0, self.pages).view(-1, *cache.shape[2:])
 
+    def read(self, cache: torch.Tensor, slots: torch.Tensor, scale: float, dtype: torch.dtype,
+             keys: bool) -> torch.Tensor:
+        """cache's keys (keys=True) or values in dtype, laid out for decode_attention: one
+        sequence's as [Hk, D, keys] (keys) or [Hk, keys, D] (values), B sequences' as
+        [B, Hk, keys, D]. A run read in place keeps its view across steps until it moves or
+        grows by a page: two ops per cache and layer saved on the steps in between."""
+        if self.first_slot is None or cache.dtype != dtype:
+            return self._layout(_read(self.keys_of(cache, slots), scale, dtype), keys)
+        hit = self.runs.get(id(cache))
+        if hit is None or hit[0] is not cache or hit[1] != self.first_slot or hit[2] != self.keys:
+            view = self._layout(slots.narrow(0, self.first_slot, self.keys), keys)
+            self.runs[id(cache)] = hit = (cache, self.first_slot, self.keys, view)
+        return hit[3]
 
-def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     k_slots: torch.Tensor, v_slots: torch.Tensor, g: DecodeGather, scale: float,
-                     k_scale: float, v_scale: float) -> torch.Tensor:
-    """One query per sequence: q [B, Hq, D] over each sequence's first context_lens keys.
-    One index_select per cache gathers every sequence's pages as [B, keys, Hk, D] (one sequence
-    on consecutive pages reads them in place). With one sequence its KV heads are the batch of
-    three BLAS ops (29 against 51 us per layer for one batched matmul per head, SmolLM2's 9
-    query and 3 KV heads); with more, the pages go to scaled_dot_product_attention as
-    [B, Hk, keys, D] views, each GQA group sharing its KV head (68 against 109 us per layer at
-    8 sequences of 48 keys, 1.23 against 1.45 ms at 32 of 150)."""
+    def _layout(self, x: torch.Tensor, keys: bool) -> torch.Tensor:
+        b = self.bias.shape[0]
+        if b == 1:
+            return x.permute(1, 2, 0) if keys else x.transpose(0, 1)
+        return x.view(b, self.keys, *x.shape[1:]).transpose(1, 2)
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: DecodeGather,
+                     scale: float) -> torch.Tensor:
+    """One query per sequence: q [B, Hq, D] over each sequence's first context_lens keys, k
+    and v as DecodeGather.read lays them out (one index_select per cache gathers every
+    sequence's pages; one sequence on consecutive pages reads them in place). With one
+    sequence its KV heads are the batch of three BLAS ops (29 against 51 us per layer for one
+    batched matmul per head, SmolLM2's 9 query and 3 KV heads); with more, the pages go to
+    scaled_dot_product_attention as [B, Hk, keys, D] views, each GQA group sharing its KV head
+    (68 against 109 us per layer at 8 sequences of 48 keys, 1.23 against 1.45 ms at 32 of
+    150)."""
     b, hq, d = q.shape
-    hk = k_cache.shape[2]
-    k = _read(g.keys_of(k_cache, k_slots), k_scale, q.dtype)
-    v = _read(g.keys_of(v_cache, v_slots), v_scale, q.dtype)
     if b == 1:
-        scores = torch.baddbmm(g.bias, q.view(hk, hq // hk, d), k.permute(1, 2, 0), alpha=scale)
-        return torch.bmm(torch.softmax(scores, dim=-1), v.transpose(0, 1)).view(1, hq, d)
-    out = F.scaled_dot_product_attention(
-        q.unsqueeze(2), k.view(b, g.keys, hk, d).transpose(1, 2),
-        v.view(b, g.keys, hk, d).transpose(1, 2), attn_mask=g.bias.unsqueeze(1), scale=scale,
-        enable_gqa=hk != hq)
+        hk = k.shape[0]
+        scores = torch.baddbmm(g.bias, q.view(hk, hq // hk, d), k, alpha=scale)
+        return torch.bmm(torch.softmax(scores, dim=-1), v).view(1, hq, d)
+    out = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=g.bias.unsqueeze(1),
+                                         scale=scale, enable_gqa=k.shape[1] != hq)
     return out.view(b, hq, d)
 
 
@@ -92,6 +115,20 @@ def rope_tables(positions: torch.Tensor, cos_sin_cache: torch.Tensor
     swapped: (cos | cos) and (-sin | sin), built once per step for every layer."""
     cos, sin = cos_sin_cache.index_select(0, positions.long()).unsqueeze(1).chunk(2, dim=-1)
     return torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
+
+
+def rope_matrix(cos: torch.Tensor, sin: torch.Tensor, dim: int) -> torch.Tensor:
+    """rope_tables' multipliers as one [T, dim, dim] matrix per row: x @ m is _neox_rotate's
+    x * cos + roll(x) * sin (the dims past rot pass through)."""
+    t, rot = cos.shape[0], cos.shape[-1]
+    m = torch.zeros(t, dim, dim, dtype=cos.dtype)
+    j = torch.arange(rot)
+    m[:, j, j] = cos[:, 0]
+    m[:, (j + rot // 2) % rot, j] = sin[:, 0]
+    if rot < dim:
+        p = torch.arange(rot, dim)
+        m[:, p, p] = 1.0
+    return m
 
 
 def _neox_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -116,6 +153,12 @@ def _adjacent_heads(q: torch.Tensor, k: torch.Tensor) -> Optional[torch.Tensor]:
     return q.as_strided((t, hq + k.shape[1], d), q.stride())
 
 
+# One row (a lone stream's decode): a bmm of batch one never enters an OpenMP region; with more
+# rows torch's CPU bmm runs its batch in parallel (at 2 threads 85-400 us on a shared box,
+# against 8.7 elementwise at 8 rows), and by 16 the elementwise ops win at 1 thread too.
+ROPE_MATMUL_ROWS = 1
+
+
 class CpuBackend(torch_ref.TorchBackend):
     name = "cpu"
 
@@ -127,13 +170,16 @@ class CpuBackend(torch_ref.TorchBackend):
         # Per-step values every layer would otherwise rebuild, keyed by the step's own tensors
         # (held, so an identity is never reused within a step).
         self._slots: Optional[tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]] = None
-        self._rope: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = None
+        self._rope: Optional[tuple[torch.Tensor, torch.Tensor, int, torch.Tensor, torch.Tensor,
+                                   Optional[torch.Tensor]]] = None
         self._gather: Optional[tuple[AttentionMetadata, Optional[int], DecodeGather]] = None
         # Per-layer tensors, keyed by identity (held): each layer's rotary table mapped to the
         # first equal one (every layer builds its own copy, so the step's tables would be
         # rebuilt 30 times), and each cache's [slots, Hk, D] view.
         self._rope_alias: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._flat: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._handoff = Bf16Handoff()
+        self._runs: RunViews = {}
 
     def rms_norm(self, x, weight, eps):
         return F.rms_norm(x, weight.shape, weight, eps)
@@ -142,17 +188,27 @@ class CpuBackend(torch_ref.TorchBackend):
         s = x + residual
         return self.rms_norm(s, weight, eps), s
 
-    def _cos_sin(self, positions: torch.Tensor, cache: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rotate(self, positions: torch.Tensor, cache: torch.Tensor, x: torch.Tensor
+                ) -> torch.Tensor:
+        """x [T, H, D] rotated (NeoX), in the table's dtype. Up to ROPE_MATMUL_ROWS rows, one
+        matmul by the row's rope_matrix, built once per step for every layer (2.1 against 6.2
+        us per layer); above, the three elementwise ops."""
         alias = self._rope_alias.get(id(cache))
         if alias is None or alias[0] is not cache:
             same = next((c for c, _ in self._rope_alias.values() if c.shape == cache.shape
                          and c.dtype == cache.dtype and torch.equal(c, cache)), cache)
             self._rope_alias[id(cache)] = alias = (cache, same)
         table = alias[1]
-        if self._rope is None or self._rope[0] is not positions or self._rope[1] is not table:
-            self._rope = (positions, table, *rope_tables(positions, table))
-        return self._rope[2], self._rope[3]
+        rope = self._rope
+        if (rope is None or rope[0] is not positions or rope[1] is not table
+                or rope[2] != x.shape[-1]):
+            cos, sin = rope_tables(positions, table)
+            m = (rope_matrix(cos, sin, x.shape[-1]) if positions.shape[0] <= ROPE_MATMUL_ROWS
+                 else None)
+            self._rope = rope = (positions, table, x.shape[-1], cos, sin, m)
+        if rope[5] is None:
+            return _neox_rotate(x, rope[3], rope[4])
+        return torch.bmm(x if x.dtype == table.dtype else x.to(table.dtype), rope[5])
 
     def _slots_view(self, cache: torch.Tensor) -> torch.Tensor:
         hit = self._flat.get(id(cache))
@@ -180,7 +236,7 @@ class CpuBackend(torch_ref.TorchBackend):
             return rope_store_kv_unfused(self, positions, q, k, v, k_cache, v_cache,
                                          slot_mapping, k_scale, v_scale, cos_sin_cache, is_neox,
                                          q_norm_weight, k_norm_weight, norm_eps)
-        rotated = _neox_rotate(qk, *self._cos_sin(positions, cos_sin_cache))
+        rotated = self._rotate(positions, cos_sin_cache, qk)
         hq = q.shape[1]
         # narrow, not slicing: a Python slice index costs several times a C method call here.
         self.store_kv(rotated.narrow(1, hq, k.shape[1]), v, k_cache, v_cache, slot_mapping,
@@ -205,8 +261,26 @@ class CpuBackend(torch_ref.TorchBackend):
             return F.linear(x, weight, bias)
         return weight(x, bias)
 
+    def add_rms_norm_linear(self, x, residual, norm_weight, eps, weight, bias=None):
+        """x may be bf16 (a block's last projection, gated_linear): the residual add promotes
+        it to the residual's dtype in the same op."""
+        h = x if residual is None else x + residual
+        if not isinstance(weight, cpu_woq.CpuQuantizedLinear) or h.dim() != 2:
+            return add_rms_norm_linear_unfused(self, h, None, norm_weight, eps, weight, bias)
+        return self._handoff.norm_linear(h, norm_weight, eps, weight, bias), h
+
+    def block_output_linear(self, x, weight, bias=None):
+        """In bf16 when the weight is quantized, as gated_linear's (cpu_handoff.py)."""
+        if not isinstance(weight, cpu_woq.CpuQuantizedLinear) or x.dim() != 2:
+            return self.linear(x, weight, bias)
+        y = weight.bf16(x.to(torch.bfloat16))
+        return y if bias is None else y + bias
+
     def silu_and_mul_linear(self, x, weight, bias=None):
-        return self.linear(torch_ref.silu_and_mul(x), weight, bias)
+        """In bf16 when the weight is quantized (cpu_handoff.py says why that is safe)."""
+        if not isinstance(weight, cpu_woq.CpuQuantizedLinear) or x.dim() != 2:
+            return self.linear(torch_ref.silu_and_mul(x), weight, bias)
+        return self._handoff.gated_linear(x, weight, bias)
 
     def attention(self, q, k_cache, v_cache, meta: AttentionMetadata, scale, k_scale, v_scale,
                   sliding_window=None):
@@ -214,10 +288,11 @@ class CpuBackend(torch_ref.TorchBackend):
         if n == 0:
             return torch_ref.attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale,
                                        sliding_window)
-        head = decode_attention(q if n == q.shape[0] else q.narrow(0, 0, n), k_cache, v_cache,
-                                self._slots_view(k_cache), self._slots_view(v_cache),
-                                self._decode_gather(meta, n, k_cache, sliding_window),
-                                scale, k_scale, v_scale)
+        qd = q if n == q.shape[0] else q.narrow(0, 0, n)
+        g = self._decode_gather(meta, n, k_cache, sliding_window)
+        head = decode_attention(
+            qd, g.read(k_cache, self._slots_view(k_cache), k_scale, q.dtype, True),
+            g.read(v_cache, self._slots_view(v_cache), v_scale, q.dtype, False), g, scale)
         if n == meta.num_seqs:
             return head
         rest = torch_ref.attention(q[n:], k_cache, v_cache, _tail(meta, n), scale, k_scale,
@@ -232,7 +307,7 @@ class CpuBackend(torch_ref.TorchBackend):
             max_ctx = max(ctx[:n]) if ctx else meta.max_context_len
             self._gather = (meta, sliding_window,
                             DecodeGather(meta.block_tables[:n], meta.context_lens[:n], max_ctx,
-                                         k_cache.shape[1], sliding_window))
+                                         k_cache.shape[1], sliding_window, self._runs))
         return self._gather[2]
 
 

@@ -116,14 +116,21 @@ class CpuQuantizedLinear:
         self.int4, self.dense, self.int4_max_rows = int4, dense, int4_max_rows
 
     def __call__(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x @ W.T + bias in x's dtype (rounded to bf16 on the way in and out)."""
         two_d = x.dim() == 2
-        xb = (x if two_d else x.reshape(-1, x.shape[-1])).to(torch.bfloat16)
-        int4 = self.int4
-        y = int4(xb) if int4 is not None and xb.shape[0] <= self.int4_max_rows else self.dense(xb)
+        y = self.bf16((x if two_d else x.reshape(-1, x.shape[-1])).to(torch.bfloat16))
         y = y.to(x.dtype)
         if not two_d:
             y = y.view(*x.shape[:-1], y.shape[-1])
         return y if bias is None else y + bias
+
+    def bf16(self, xb: torch.Tensor) -> torch.Tensor:
+        """xb: [M, K] bf16 → [M, N] bf16, no casts: for a caller that hands activations from
+        one kernel to the next in bf16 (each cast is an op of ~2-5 us at these sizes)."""
+        int4 = self.int4
+        if int4 is not None and xb.shape[0] <= self.int4_max_rows:
+            return int4(xb)
+        return self.dense(xb)
 
 
 Key = tuple  # (weight shape, planes, group size): weights that share a kernel choice

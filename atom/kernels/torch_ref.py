@@ -251,6 +251,9 @@ class TorchBackend:
             return F.linear(x, weight, bias)
         return weight(x, bias)  # EmulatedFp8Linear
 
+    def block_output_linear(self, x, weight, bias=None):
+        return self.linear(x, weight, bias)
+
     def prepare_weight(self, qw):
         """fp8 weights run as an fp8 GEMM computes (fp8_reference.py); other quantized weights
         run dequantized: the oracle is the float weight."""

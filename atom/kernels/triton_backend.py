@@ -85,6 +85,10 @@ class TritonBackend:
             self._blas = blas_table.load_table(torch.cuda.get_device_name(x.device))
         return blas_table.linear(x, weight, bias, self._blas)
 
+    def block_output_linear(self, x: torch.Tensor, weight: torch.Tensor,
+                            bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self.linear(x, weight, bias)
+
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         return activation.silu_and_mul(x)
 

@@ -155,10 +155,12 @@ class RowParallelLinear(LinearBase):
 
     def forward(self, x: torch.Tensor, silu_gate: bool = False) -> torch.Tensor:
         """With silu_gate, x is a gated MLP's [gate | up] and silu(gate) * up is what gets
-        projected: a backend can fuse the activation into the projection (batch-1 GEMV)."""
+        projected: a backend can fuse the activation into the projection (batch-1 GEMV).
+        Either way the output is a block's last projection (o_proj, down_proj), only ever
+        added to the residual stream, so a backend may leave it in its compute dtype."""
         bias: Optional[torch.Tensor] = self.bias if self.adds_bias else None
         if silu_gate:
             out = self.backend.silu_and_mul_linear(x, self.weight, bias)
         else:
-            out = self.backend.linear(x, self.weight, bias)
+            out = self.backend.block_output_linear(x, self.weight, bias)
         return self.parallel.all_reduce(out) if self.reduce_results else out

@@ -51,11 +51,11 @@ class LlamaAttention(nn.Module):
     def forward(self, positions: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
         """Everything after the qkv projection, which the decoder layer runs together with its
         input norm (RMSNorm.project)."""
-        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-        q = q.reshape(-1, self.num_heads, self.head_dim)
-        k = k.reshape(-1, self.num_kv_heads, self.head_dim)
-        v = v.reshape(-1, self.num_kv_heads, self.head_dim)
+        hk = self.num_kv_heads
+        # Heads first, then one split: the same [T, H, D] views as three reshapes of a split,
+        # in two ops instead of four (each a few us on the CPU).
+        q, k, v = qkv.reshape(-1, self.num_heads + 2 * hk, self.head_dim).split(
+            [self.num_heads, hk, hk], dim=1)
         rope = self.rotary_emb
         if self.qk_norm:
             out = self.attn(q, k, v, positions, rope.cos_sin_cache, rope.is_neox,

@@ -88,9 +88,11 @@ def test_batched_decode_attention_matches_reference(window, ctx, in_place):
     assert rel_err(out, ref) < 1e-6
 
 
+@pytest.mark.parametrize("matmul_rows", [1, 0], ids=["matmul-at-one-row", "elementwise"])
 @pytest.mark.parametrize("t", [1, 3])  # one row: its views' row strides are arbitrary
 @pytest.mark.parametrize("rot", [12, 16], ids=["partial", "full"])
-def test_rope_store_kv_matches_reference(t, rot):
+def test_rope_store_kv_matches_reference(t, rot, matmul_rows, monkeypatch):
+    monkeypatch.setattr(cpu_backend, "ROPE_MATMUL_ROWS", matmul_rows)
     hq, hk, d, page = 4, 2, 16, 4
     qkv = torch.randn(t, (hq + 2 * hk) * d)
     q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
@@ -129,3 +131,87 @@ def test_reordered_dense_bf16_equals_plain_linear(rows):
     w = torch.randn(96, 256).to(torch.bfloat16)
     x = torch.randn(rows, 256).to(torch.bfloat16)
     assert torch.equal(cpu_woq.DenseBf16(w)(x), torch.nn.functional.linear(x, w))
+
+
+def _lone_sequence(ctx: int, page: int, pages: int):
+    """One decoding sequence on consecutive pages 1.. of a pool (read in place)."""
+    meta = AttentionMetadata(
+        cu_seqlens_q=torch.arange(2, dtype=torch.int32),
+        context_lens=torch.tensor([ctx], dtype=torch.int32),
+        block_tables=torch.arange(1, 1 + pages, dtype=torch.int32).unsqueeze(0),
+        slot_mapping=torch.tensor([page + ctx - 1]), max_q_len=1, max_context_len=ctx,
+        is_decode=True, q_lens_cpu=[1], context_lens_cpu=[ctx])
+    return meta
+
+
+def test_in_place_views_follow_the_cache_across_steps():
+    """A lone sequence's cache views are kept between steps: what later steps write into the
+    cache is what they attend over, and a step that grows the run by a page gets new views."""
+    hq, hk, d, page = 6, 2, 16, 4
+    g = torch.Generator().manual_seed(0)
+    kc, vc = torch.zeros(5, page, hk, d), torch.zeros(5, page, hk, d)
+    be, ref = get_backend("cpu"), get_backend("torch")
+    views = []
+    for ctx in (2, 3, 4, 5):  # the fifth key opens the run's second page
+        meta = _lone_sequence(ctx, page, 3)
+        k, v = torch.randn(2, 1, hk, d, generator=g)
+        be.store_kv(k, v, kc, vc, meta.slot_mapping, 1.0, 1.0)
+        q = torch.randn(1, hq, d, generator=g)
+        out = be.attention(q, kc, vc, meta, 0.25, 1.0, 1.0)
+        assert rel_err(out, ref.attention(q, kc, vc, meta, 0.25, 1.0, 1.0)) < 1e-6, ctx
+        views.append(be._runs[id(kc)][3])
+    assert views[0] is views[1] is views[2] and views[3] is not views[2]
+
+
+def _quantized_linear(n: int, k: int, qt=T.Q4_1):
+    rng = np.random.default_rng(1)
+    qw = decode(quantize(rng.standard_normal((n, k)).astype(np.float32), qt), qt, (n, k))
+    lin = cpu_woq.CpuQuantizedLinear(cpu_woq.int4_planes(qw),
+                                     cpu_woq.DenseBf16(qw.dequantize().to(torch.bfloat16)), 8)
+    return lin, qw.dequantize()
+
+
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16],
+                         ids=["f32", "bf16-block-out"])
+@pytest.mark.parametrize("rows", [1, 5, 70])  # int4, dense, past the buffered rows
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_norm_seam_matches_the_unfused_reference(x_dtype, rows, with_bias):
+    """The norm's weight applied on the way into bf16 and 1/rms after the matmul is the
+    unfused norm-then-linear, in float32; the residual stream h is exact."""
+    lin, w = _quantized_linear(96, 256)
+    g = torch.Generator().manual_seed(2)
+    x = (3 * torch.randn(rows, 256, generator=g)).to(x_dtype)
+    residual = torch.randn(rows, 256, generator=g)
+    norm_w = torch.rand(256, generator=g) + 0.5
+    bias = torch.randn(96, generator=g) if with_bias else None
+    y, h = get_backend("cpu").add_rms_norm_linear(x, residual, norm_w, 1e-5, lin, bias)
+    ref_y, ref_h = get_backend("torch").add_rms_norm_linear(x.float(), residual, norm_w, 1e-5,
+                                                            w, bias)
+    assert y.dtype == torch.float32 and torch.equal(h, ref_h)
+    assert rel_err(y, ref_y) < BF16_TOL
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_gated_seam_leaves_bf16_and_its_buffer_never_aliases_an_output(rows):
+    lin, w = _quantized_linear(96, 256)
+    be = get_backend("cpu")
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(rows, 512, generator=g) for _ in range(2)]
+    outs = [be.silu_and_mul_linear(x, lin) for x in xs]  # the second reuses the first's buffer
+    for x, out in zip(xs, outs):
+        ref = torch.nn.functional.linear(torch_ref.silu_and_mul(x), w)
+        assert out.dtype == torch.bfloat16 and rel_err(out, ref) < BF16_TOL
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_block_output_projection_leaves_bf16_for_the_residual_add(rows):
+    """A block's last projection (o_proj) in bf16 on the cpu backend, the float32 oracle's
+    dtype on the torch backend; the residual add that follows promotes it to float32."""
+    lin, w = _quantized_linear(96, 256)
+    x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(4))
+    out = get_backend("cpu").block_output_linear(x, lin)
+    ref = get_backend("torch").block_output_linear(x, w)
+    assert out.dtype == torch.bfloat16 and ref.dtype == torch.float32
+    assert rel_err(out, ref) < BF16_TOL
+    residual = torch.randn(rows, 96)
+    assert (out + residual).dtype == torch.float32
