@@ -2,11 +2,8 @@
 # The eleventh session's GPU batch after merging h21f8 and h22g: the new attention routing and
 # graph paths first, each step under its own timeout, logs under $OUT as they finish.
 set -u
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source benchmarks/device_steps.sh && install_wheels
 T="python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=50 --durations=8"
-step() { local name=$1 secs=$2; shift 2; local t0=$(date +%s)
-  timeout $secs "$@" > $OUT/$name.txt 2>&1; echo "[$name rc=$? $(( $(date +%s) - t0 ))s] $(tail -1 $OUT/$name.txt | cut -c1-200)"; }
 step attn 100 $T tests/kernels/test_multi_query_attention.py tests/kernels/test_paged_attention.py tests/kernels/test_gpu_runner_path.py
 step graphs 130 $T tests/engine/test_spec_decode_graphs.py
 step mtp 70 $T -x tests/engine/test_mtp_spec_decode.py -k on_the_gpu

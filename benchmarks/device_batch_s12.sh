@@ -3,11 +3,8 @@
 # weights, MTP after the lazy BlockManager, the sampler's greedy by max), then the fp8 kernels'
 # tiles and the fused MoE's expert sort. Each step under its own timeout, logs under $OUT.
 set -u
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source benchmarks/device_steps.sh && install_wheels
 T="python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=60 --durations=8"
-step() { local name=$1 secs=$2; shift 2; local t0=$(date +%s)
-  timeout $secs "$@" > $OUT/$name.txt 2>&1; echo "[$name rc=$? $(( $(date +%s) - t0 ))s] $(tail -1 $OUT/$name.txt | cut -c1-200)"; }
 step fp8 200 $T tests/quant/test_fp8_gpu.py tests/quant/test_fp8_checkpoints.py
 step mtp 90 $T tests/engine/test_mtp_spec_decode.py -k on_the_gpu
 step sampling 70 $T tests/kernels/test_sampling.py tests/kernels/test_rejection_sampler.py

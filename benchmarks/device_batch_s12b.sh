@@ -3,10 +3,7 @@
 # EAGLE-3 step's time goes at batch 1, the fused norm + per-token quantiser against two
 # kernels, and the fp8 8B 1000 × 1k/1k run under the profiler. Logs under $OUT.
 set -u
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-step() { local name=$1 secs=$2; shift 2; local t0=$(date +%s)
-  timeout $secs "$@" > $OUT/$name.txt 2>&1; echo "[$name rc=$? $(( $(date +%s) - t0 ))s]"; }
+source benchmarks/device_steps.sh && install_wheels
 step mla_tiles 200 python3 research/probes/mla_decode_tiles.py --out $OUT/mla_tiles.json
 grep "TB/s" $OUT/mla_tiles.txt
 step spec_trace 120 python3 research/probes/spec_step_trace.py --out $OUT/spec_trace.json

@@ -3,12 +3,9 @@
 # their GPU tests, the MLA decode benchmark, and the fp8 8B 1000 x 1k/1k run old (.old: the
 # tree before, 26c42c3) then new in one command. Logs under $OUT.
 set -u
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
+source benchmarks/device_steps.sh && install_wheels
 export PYTHONUNBUFFERED=1
 T="python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=60"
-step() { local name=$1 secs=$2; shift 2; local t0=$(date +%s)
-  timeout $secs "$@" > $OUT/$name.txt 2>&1; echo "[$name rc=$? $(( $(date +%s) - t0 ))s] $(tail -1 $OUT/$name.txt | cut -c1-300)"; }
-export PYTHONPATH=/tmp/site:$PWD
 step tests 150 $T tests/kernels/test_mla_decode.py tests/kernels/test_mla_deepseek_triton.py tests/kernels/test_fp8_quant.py tests/kernels/test_fp8_scaled_gemm.py tests/kernels/test_fused_moe.py
 step mla_decode 60 python3 benchmarks/gpu_bench.py --only mla_decode --out $OUT/mla_decode.json
 for arm in old new; do

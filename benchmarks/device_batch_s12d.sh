@@ -3,11 +3,8 @@
 # reads its drafts once): the speculative-decoding GPU tests with the new sync test, the EAGLE-3
 # step under the profiler, issue 22's benchmarks 1 and 2, and fp8 start-up against bf16.
 set -u
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source benchmarks/device_steps.sh && install_wheels
 T="python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=60 --durations=5"
-step() { local name=$1 secs=$2; shift 2; local t0=$(date +%s)
-  timeout $secs "$@" > $OUT/$name.txt 2>&1; echo "[$name rc=$? $(( $(date +%s) - t0 ))s] $(tail -1 $OUT/$name.txt | cut -c1-300)"; }
 step spec_tests 110 $T tests/engine/test_spec_decode_syncs.py tests/engine/test_spec_decode_graphs.py tests/engine/test_eagle3_spec_decode.py tests/engine/test_mtp_spec_decode.py tests/kernels/test_rejection_sampler.py -k "gpu or graph or sync"
 grep -h "FAILED\|Error" $OUT/spec_tests.txt | head -8 | cut -c1-300
 step spec_trace 70 python3 research/probes/spec_step_trace.py --out $OUT/spec_trace.json

@@ -5,11 +5,8 @@
 # of SmolLM2's GGUF parked on the machine for the next call.
 set -u
 mkdir -p /tmp/smol && cp .smol/part_aa /tmp/smol/
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source benchmarks/device_steps.sh && install_wheels
 T="python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=120 --durations=5"
-step() { local name=$1 secs=$2; shift 2; local t0=$(date +%s)
-  timeout $secs "$@" > $OUT/$name.txt 2>&1; echo "[$name rc=$? $(( $(date +%s) - t0 ))s] $(tail -1 $OUT/$name.txt | cut -c1-300)"; }
 step mla_tests 300 $T tests/kernels/test_mla_decode.py tests/kernels/test_mla_deepseek_triton.py
 grep -h "FAILED\|Error" $OUT/mla_tests.txt | head -8 | cut -c1-300
 step mtp5 250 python3 benchmarks/mtp_bench.py --layers 5 --ks 1,3 --batches 1,32 --rate 0.81 --out $OUT/mtp5.json --extra model.max_model_len=4096

@@ -4,11 +4,8 @@
 # 22's benchmark 3 at two depths in one command, fitted to R1's 61 layers.
 set -u
 # Ran at 450014f (run 70); the prefetch variants and their probe were reverted after it.
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source benchmarks/device_steps.sh && install_wheels
 T="python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=120 --durations=5"
-step() { local name=$1 secs=$2; shift 2; local t0=$(date +%s)
-  timeout $secs "$@" > $OUT/$name.txt 2>&1; echo "[$name rc=$? $(( $(date +%s) - t0 ))s] $(tail -1 $OUT/$name.txt | cut -c1-300)"; }
 step prefetch_tests 150 $T tests/kernels/test_paged_attention.py tests/kernels/test_mla_decode.py -k "decode_attention or prefetch or page_boundaries"
 grep -h "FAILED\|Error" $OUT/prefetch_tests.txt | head -8 | cut -c1-300
 step prefetch_probe 200 python3 research/probes/decode_prefetch.py --out $OUT/prefetch.json

@@ -5,11 +5,8 @@
 # device_batch_s13e.sh.
 set -u
 mkdir -p /tmp/smol && cp .smol/part_aa /tmp/smol/
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source benchmarks/device_steps.sh && install_wheels
 T="python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=120 --durations=5"
-step() { local name=$1 secs=$2; shift 2; local t0=$(date +%s)
-  timeout $secs "$@" > $OUT/$name.txt 2>&1; echo "[$name rc=$? $(( $(date +%s) - t0 ))s] $(tail -1 $OUT/$name.txt | cut -c1-300)"; }
 step spec_tests 200 $T tests/engine/test_spec_decode_syncs.py tests/engine/test_spec_decode_graphs.py tests/engine/test_eagle3_spec_decode.py tests/engine/test_mtp_spec_decode.py tests/kernels/test_rejection_sampler.py tests/engine/test_multiproc_block_tables.py
 grep -h "FAILED\|Error" $OUT/spec_tests.txt | head -8 | cut -c1-300
 step oracle_tests 60 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_paged_attention.py -k oracle

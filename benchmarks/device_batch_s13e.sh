@@ -4,9 +4,8 @@
 # multiproc against uniproc after the block-table deltas (issue 20).
 set -u
 cat /tmp/smol/part_aa .smol/part_ab .smol/part_ac > /tmp/smol.gguf && sha256sum /tmp/smol.gguf | cut -c1-16
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SMOLLM2_GGUF=/tmp/smol.gguf
-step() { local name=$1 secs=$2; shift 2; local t0=$(date +%s)
-  timeout $secs "$@" > $OUT/$name.txt 2>&1; echo "[$name rc=$? $(( $(date +%s) - t0 ))s] $(tail -1 $OUT/$name.txt | cut -c1-300)"; }
+source benchmarks/device_steps.sh
+export SMOLLM2_GGUF=/tmp/smol.gguf
 step fp8_quality 120 python3 benchmarks/gpu_bench.py --only fp8_quality_smollm2 --out $OUT/fp8_quality.json
 grep "== " $OUT/fp8_quality.txt | cut -c1-700
 ONLY=decode_8b,throughput_small bash benchmarks/ab_multiproc_tp1.sh
