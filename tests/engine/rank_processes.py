@@ -4,11 +4,15 @@ Ray's own processes) outlived a shutdown."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Iterator
 
+import pytest
 import torch
 
+from atom import SamplingParams
+from atom.executor.rank_driver import WorkerDied
 from tests.engine.checkpoints import local_engine
 
 
@@ -20,6 +24,31 @@ def tp_engine(path, tp: int, *extra: str):
 def tp_prompts() -> list[list[int]]:
     g = torch.Generator().manual_seed(7)
     return [torch.randint(3, 256, (k,), generator=g).tolist() for k in (5, 31, 12, 70)]
+
+
+def greedy_tokens(engine, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    """The engine's greedy tokens for `prompts`, then the engine shut down (whatever happens)."""
+    try:
+        outs = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=max_tokens,
+                                                       ignore_eos=True))
+    finally:
+        engine.shutdown()
+    return [o["token_ids"] for o in outs]
+
+
+def killed_rank_fails_fast(engine, pid_of_rank, limit_s: float = 10.0) -> None:
+    """A long request is in flight when the rank process `pid_of_rank()` names (read after
+    the first step, once every rank is up) is SIGKILLed: the engine's next steps raise
+    WorkerDied within `limit_s`, never hang."""
+    assert engine.add_request(tp_prompts(), SamplingParams(temperature=0, max_tokens=200,
+                                                           ignore_eos=True))
+    engine.step()
+    os.kill(pid_of_rank(), signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(WorkerDied):
+        for _ in range(400):
+            engine.step()
+    assert time.monotonic() - t0 < limit_s
 
 
 def procs() -> Iterator[tuple[int, list[str]]]:

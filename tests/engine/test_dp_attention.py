@@ -19,6 +19,7 @@ from atom import SamplingParams
 from atom.runner.dp_attention_runner import PAD_REQUEST, rank_batch
 from atom.runner.scheduler_output import ScheduledRequest, SchedulerOutput
 from tests.engine.checkpoints import local_engine, make_checkpoint
+from tests.engine.rank_processes import greedy_tokens
 
 # 8 KV blocks of 16 tokens per rank (one is DP attention's scratch block), 48 tokens a step:
 # the 70-token prompt is prefilled in chunks, and the pools run out before the batch ends.
@@ -122,13 +123,7 @@ def test_dp_attention_on_the_triton_kernels_gives_the_one_process_tokens(ckpts, 
     prompts = [torch.randint(3, 256, (k,), generator=g).tolist() for k in (5, 31, 12, 40)]
 
     def tokens(*extra: str) -> list[list[int]]:
-        engine = local_engine(ckpts[arch], *ENGINE, *extra)
-        try:
-            outs = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=3,
-                                                           ignore_eos=True))
-        finally:
-            engine.shutdown()
-        return [o["token_ids"] for o in outs]
+        return greedy_tokens(local_engine(ckpts[arch], *ENGINE, *extra), prompts, 3)
 
     assert tokens("parallel.tensor_parallel_size=2", "parallel.enable_dp_attention=true",
                   "runtime.kernels=triton") == tokens()

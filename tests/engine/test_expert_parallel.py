@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from atom import SamplingParams
 from tests.engine.checkpoints import local_engine, make_checkpoint
+from tests.engine.rank_processes import greedy_tokens
 
 FAMILIES = ["qwen3_moe", "deepseek_v3_q_lora", "glm4_moe", "minimax_m2"]
 
@@ -75,12 +75,7 @@ def _greedy(engine, max_tokens: int = 7) -> list[list[int]]:
     """The engine's greedy tokens for three short prompts, then the engine shut down."""
     g = torch.Generator().manual_seed(5)
     prompts = [torch.randint(3, 256, (k,), generator=g).tolist() for k in (6, 8, 13)]
-    try:
-        outs = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=max_tokens,
-                                                       ignore_eos=True))
-    finally:
-        engine.shutdown()
-    return [o["token_ids"] for o in outs]
+    return greedy_tokens(engine, prompts, max_tokens)
 
 
 @pytest.mark.parametrize("arch", FAMILIES + ["qwen3_moe_fused"])

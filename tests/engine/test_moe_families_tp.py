@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from atom import SamplingParams
 from tests.engine.checkpoints import ALL_ARCHS, COMMON, local_engine
+from tests.engine.rank_processes import greedy_tokens
 
 
 def _checkpoint(root, arch: str, **changes):
@@ -30,14 +30,9 @@ def _checkpoint(root, arch: str, **changes):
 def _tokens(path, tp: int) -> list[list[int]]:
     g = torch.Generator().manual_seed(11)
     prompts = [torch.randint(3, 256, (k,), generator=g).tolist() for k in (6, 29, 50)]
-    engine = local_engine(path, "kv_cache.num_blocks=48", "scheduler.max_num_batched_tokens=40",
-                          f"parallel.tensor_parallel_size={tp}")
-    try:
-        outs = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=8,
-                                                       ignore_eos=True))
-    finally:
-        engine.shutdown()
-    return [o["token_ids"] for o in outs]
+    return greedy_tokens(local_engine(path, "kv_cache.num_blocks=48",
+                                      "scheduler.max_num_batched_tokens=40",
+                                      f"parallel.tensor_parallel_size={tp}"), prompts, 8)
 
 
 @pytest.mark.parametrize("arch,changes", [("glm4_moe", {}), ("minimax_m2", {}),

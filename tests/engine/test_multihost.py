@@ -21,7 +21,7 @@ import pytest
 from atom import SamplingParams
 from atom.executor.rank_driver import WorkerDied
 from tests.engine.checkpoints import local_engine, make_checkpoint
-from tests.engine.rank_processes import children, gone, procs, tp_prompts
+from tests.engine.rank_processes import children, gone, killed_rank_fails_fast, procs, tp_prompts
 
 REPO = Path(__file__).resolve().parents[2]
 COMMON = ["kv_cache.num_blocks=64", "scheduler.max_num_batched_tokens=48"]
@@ -108,15 +108,7 @@ def test_a_killed_rank_on_the_other_host_fails_the_engine_at_once(ckpt):
         engine = _node0(ckpt, port)
         node1_ranks = children(node1.pid)
         try:
-            engine.add_request(tp_prompts(), SamplingParams(temperature=0, max_tokens=200,
-                                                          ignore_eos=True))
-            engine.step()
-            os.kill(node1_ranks[0], signal.SIGKILL)
-            t0 = time.monotonic()
-            with pytest.raises(WorkerDied):
-                for _ in range(400):
-                    engine.step()
-            assert time.monotonic() - t0 < 10
+            killed_rank_fails_fast(engine, lambda: node1_ranks[0])
         finally:
             node0_ranks = [p.pid for p in engine.core.executor._procs]
             engine.shutdown()

@@ -7,8 +7,6 @@ greedy tokens, and a rank whose actor is killed mid-request must fail the engine
 """
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import importlib.util
@@ -17,9 +15,8 @@ import pytest
 import torch
 
 from atom import SamplingParams
-from atom.executor.rank_driver import WorkerDied
 from tests.engine.checkpoints import make_checkpoint
-from tests.engine.rank_processes import descendants, tp_engine, tp_prompts
+from tests.engine.rank_processes import descendants, killed_rank_fails_fast, tp_engine, tp_prompts
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
@@ -83,15 +80,7 @@ def test_a_killed_rank_actor_fails_the_engine_at_once_and_leaves_no_process(ckpt
     before = descendants()
     engine = tp_engine(ckpt, 2, "parallel.executor=ray")
     try:
-        assert engine.add_request(tp_prompts(), SamplingParams(temperature=0, max_tokens=200,
-                                                             ignore_eos=True))
-        engine.step()
-        os.kill(engine.core.executor.pids[1], signal.SIGKILL)
-        t0 = time.monotonic()
-        with pytest.raises(WorkerDied):
-            for _ in range(400):
-                engine.step()
-        assert time.monotonic() - t0 < 10
+        killed_rank_fails_fast(engine, lambda: engine.core.executor.pids[1])
     finally:
         engine.shutdown()
     assert not _none_left(before)

@@ -8,17 +8,12 @@ that dies must make the engine fail at once, and shutdown must leave no rank beh
 """
 from __future__ import annotations
 
-import os
-import signal
-import time
-
 import pytest
 import torch
 
 from atom import SamplingParams
-from atom.executor.rank_driver import WorkerDied
 from tests.engine.checkpoints import local_engine, make_checkpoint
-from tests.engine.rank_processes import gone, tp_engine, tp_prompts
+from tests.engine.rank_processes import gone, killed_rank_fails_fast, tp_engine, tp_prompts
 
 
 @pytest.fixture(scope="module")
@@ -69,16 +64,7 @@ def test_fewer_kv_heads_than_ranks_replicate_them(tmp_path):
 def test_a_rank_that_dies_fails_the_engine_at_once(ckpt):
     tp = tp_engine(ckpt, 2)
     try:
-        ids = tp.add_request(tp_prompts(), SamplingParams(temperature=0, max_tokens=200,
-                                                        ignore_eos=True))
-        assert ids
-        tp.step()
-        os.kill(tp.core.executor._procs[1].pid, signal.SIGKILL)
-        t0 = time.monotonic()
-        with pytest.raises(WorkerDied):
-            for _ in range(400):
-                tp.step()
-        assert time.monotonic() - t0 < 10
+        killed_rank_fails_fast(tp, lambda: tp.core.executor._procs[1].pid)
     finally:
         pids = [p.pid for p in tp.core.executor._procs]
         tp.shutdown()
