@@ -326,7 +326,7 @@ class ModelRunner:
             self.forward(inputs.input_ids, inputs.positions, inputs.meta, first)
             return LaunchedStep([], None)
         logits = self.forward(inputs.input_ids, inputs.positions, inputs.meta, inputs.logits_idx)
-        return self._sampled_step(out, inputs, logits)
+        return self._step(out, inputs, logits, self._sample(out, inputs, logits))
 
     @torch.inference_mode()
     def _launch_drafting(self, out: SchedulerOutput, inputs: StepInputs) -> LaunchedStep:
@@ -359,10 +359,6 @@ class ModelRunner:
         return judge(tokens, counts, inputs.input_ids, inputs.logits_idx,
                      forced_counts(self.verify, [m - 1 for m in counts]), self.stager)
 
-    def _sampled_step(self, out: SchedulerOutput, inputs: StepInputs,
-                      logits: torch.Tensor) -> LaunchedStep:
-        return self._step(out, inputs, logits, self._sample(out, inputs, logits))
-
     def _sample(self, out: SchedulerOutput, inputs: StepInputs, logits: torch.Tensor
                 ) -> torch.Tensor:
         """Every sampled position's token; rows whose drafts came with a q are then resampled
@@ -389,8 +385,7 @@ class ModelRunner:
         """The launched step over its sampled tokens (and their logprobs when asked);
         verdict: what each row keeps, when the device decided it (a drafting step)."""
         sb = inputs.sampling
-        drafts = (self._drafts(out, inputs) if inputs.counts is not None and verdict is None
-                  else None)
+        drafts = self._drafts(out, inputs) if verdict is None else None
         accepted, checked = (None, None) if verdict is None else (verdict.accepted,
                                                                   verdict.drafts)
         if sb.max_logprobs < 0:
