@@ -2,10 +2,10 @@
 
 Why: atom's decode kernel reads an fp8 cache at 2.72 TB/s against 4.27 for bf16 (512 × 1.5k,
 H200.md run 70), which decides issue 19's 18k tok/s: every K and V element is converted to f16
-in registers before a dot. Triton (3.9, checked in the PTX) emits an e4m3 wgmma only when the
-dot's M is at least 64; GQA's group of query heads (4 for Llama-3.1-8B) padded to 16 rows runs
-on mma.sync and converts first. This probe's kernel puts the tokens in M instead: s^T = K · q^T
-([BLOCK_N, 16] from K's [BLOCK_N, D] e4m3 rows and q quantized to e4m3 per head), both operands
+in registers before a dot. Hopper's e4m3 wgmma takes M >= 64 rows, and GQA's group of query
+heads (4 for Llama-3.1-8B) pads to 16. This probe's kernel puts the tokens in M instead:
+s^T = K · q^T ([BLOCK_N, 16] from K's [BLOCK_N, D] e4m3 rows and q quantized to e4m3 per
+head), both operands
 K-major as fp8 wgmma needs, so K is never converted; the softmax runs down the columns and
 out^T = V^T · p^T keeps V in f16 (e4m3 pairs converted in registers, as atom's kernel does).
 One program per (sequence, kv head), no split: the large-batch serving case. TB/s of K + V
@@ -16,6 +16,7 @@ Run 75 (H200.md): no faster. 64-token tiles, 4 warps, 2 stages: 2.73 / 2.62 / 2.
 from q's e4m3 rounding (atom's 0.08%). K's conversion is not what holds the fp8 kernel back.
 
     python research/probes/fp8_tokens_as_m_probe.py --out probe.json
+    python research/probes/fp8_tokens_as_m_probe.py --ptx   # any machine: the MMAs sm_90 gets
 """
 from __future__ import annotations
 
@@ -125,10 +126,36 @@ def _row(batch: int, ctx: int) -> dict[str, Any]:
     return row
 
 
+def ptx_mmas() -> None:
+    """Compile the kernel for sm_90 (no GPU needed) and print, per tile choice, the tensor-core
+    instructions in its PTX: e4m3 wgmma for QK^T, f16 wgmma for P·V."""
+    import re
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = {"q_ptr": "*bf16", "kc_ptr": "*fp8e4nv", "vc_ptr": "*fp8e4nv", "o_ptr": "*bf16",
+           "ctx_ptr": "*i32", "bt_ptr": "*i32", "qk_scale": "fp32", "v_scale": "fp32"}
+    sig |= {n: "i32" for n in ("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride",
+                               "c_blk_stride", "c_tok_stride", "c_head_stride", "bt_stride")}
+    for bn, w, st in CONFIGS:
+        consts = dict(GROUP=4, G_PAD=16, PAGE=16, BLOCK_N=bn, HEAD_DIM=128, PAIRS=True)
+        src = ASTSource(_tokens_as_m_kernel, sig | {k: "constexpr" for k in consts},
+                        constexprs=consts)
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                             options=dict(num_warps=w, num_stages=st)).asm["ptx"]
+        mmas = sorted(set(re.findall(r"(?:mma\.sync|wgmma\.mma_async)[\w.]*", ptx)))
+        print(f"n{bn}_w{w}_st{st}", mmas, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--ptx", action="store_true", help="print the sm_90 MMAs and stop")
     args = ap.parse_args()
+    if args.ptx:
+        ptx_mmas()
+        return
     res: dict[str, Any] = probe_meta()
     for batch, ctx in SHAPES:
         res[f"fp8_{batch}x{ctx}"] = row = _row(batch, ctx)
