@@ -2,7 +2,8 @@
 # The fourteenth session's first GPU batch: the one-row fp8 GEMV widening its weights by integer
 # ops (e4m3.e4m3_words_as_f32) against the tree before it (.old, 8bfed5c: Triton's two
 # conversions an element), in one command: the fp8 GEMV tests, the GEMV sweep at 1/4/16 rows on
-# the 8B projections, and batch-1 decode of the 8B with fp8 weights (bf16 beside it).
+# the 8B projections, batch-1 decode of the 8B with fp8 weights (bf16 beside it); then
+# research/probes/fp8_vt_probe.py (V stored transposed, fp8 decode attention).
 #   git archive 8bfed5c atom conf benchmarks pyproject.toml | tar -x -C .old ; carry [".whl", ".old"]
 set -u
 source benchmarks/device_steps.sh && install_wheels
@@ -33,3 +34,6 @@ for arm in new old; do
 done
 step decode_bf16 150 python3 benchmarks/gpu_bench.py --only decode_8b --out $OUT/decode_bf16.json
 grep -h "== " $OUT/decode_*.txt | cut -c1-400
+# Whether fp8 decode attention is bound by V's transpose: V stored [D, page] against atom's kernel.
+step vt_probe 120 python3 research/probes/fp8_vt_probe.py --out $OUT/vt_probe.json
+grep "default\|^vt" $OUT/vt_probe.txt | cut -c1-200
