@@ -6,6 +6,8 @@
 # research/probes/fp8_vt_probe.py (V stored transposed, fp8 decode attention).
 #   git archive 8bfed5c atom conf benchmarks pyproject.toml | tar -x -C .old ; carry [".whl", ".old"]
 set -u
+# Ran at aaad257 (run 78). Both leads measured slower; the integer widening (5bb5f34) was reverted
+# after it, so this script's test list names a file that no longer exists.
 source benchmarks/device_steps.sh && install_wheels
 ROOT=$PWD
 T="python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=120"

@@ -11,6 +11,9 @@ both tiles in cp.async copies and no f16 store back to shared memory. P stays f1
 rows Triton widens e4m3 dot operands to f16 for mma.sync anyway. Unsplit: at 512 sequences x 8
 kv heads every SM has programs.
 
+Run 78 (H200, 512 x 1.5k): slower, 2.29-2.60 TB/s against atom's kernel's 2.90 over the same
+cache (bf16: 4.36), so V's round trip is not what bounds the fp8 kernel either.
+
     python research/probes/fp8_vt_probe.py [--batch 512 --ctx 1536] [--out r.json]
 """
 from __future__ import annotations

@@ -25,14 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from atom.kernels.triton.e4m3 import E4M3_IN_F32_EXP, e4m3_words_as_f32
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
-
-# With an e4m3 weight, x is taken 2^64 up and y 2^56 more down: the words' 2^-120 (e4m3.py) is
-# undone in powers of two, exact, and every product x·w stays a normal f32 (an x of 2^-10 times
-# the smallest code, 2^-9, is 2^-75 there), so the sums are the unscaled path's to the bit.
-X_UP = tl.constexpr(2.0 ** 64)
-Y_UP = tl.constexpr(2.0 ** (E4M3_IN_F32_EXP - 64))
 
 
 @triton.jit
@@ -59,21 +52,13 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     r_mask = rows < n_rows
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * w_stride
-    words = w_ptr.to(tl.pointer_type(tl.int32)) + rows.to(tl.int64)[:, None] * (w_stride // 4)
     acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     sq = tl.zeros([BLOCK_K], tl.float32)
     for k0 in range(0, k_dim, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
         c_mask = cols < k_dim
-        if HAS_SCALE:  # K % 16 == 0 (fp8_gemv.takes): whole words, masked by word
-            c4 = k0 // 4 + tl.arange(0, BLOCK_K // 4)
-            w = e4m3_words_as_f32(tl.load(words + c4[None, :],
-                                          mask=r_mask[:, None] & (c4 < k_dim // 4)[None, :],
-                                          other=0, eviction_policy="evict_first"),
-                                  BLOCK_N, BLOCK_K)
-        else:
-            w = tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & c_mask[None, :],
-                        other=0.0, eviction_policy="evict_first").to(tl.float32)
+        w = tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & c_mask[None, :], other=0.0,
+                    eviction_policy="evict_first")
         if RMS_NORM:
             h = tl.load(x_ptr + cols, mask=c_mask, other=0.0)
             if HAS_RESIDUAL:
@@ -87,14 +72,12 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
             x = hf * tl.load(norm_w_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
         else:
             x = _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE)
-        if HAS_SCALE:
-            x = x * X_UP
-        acc += w * x[None, :]
+        acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, 1)
     if RMS_NORM:
         y = y / tl.sqrt(tl.sum(sq, 0) / k_dim + eps)
     if HAS_SCALE:
-        y *= tl.load(s_ptr + rows, mask=r_mask, other=0.0) * Y_UP
+        y *= tl.load(s_ptr + rows, mask=r_mask, other=0.0)
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=r_mask, other=0.0).to(tl.float32)
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=r_mask)
