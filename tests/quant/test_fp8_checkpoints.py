@@ -76,9 +76,10 @@ def prefill_logits(engine, prompts: list[list[int]]) -> torch.Tensor:
                                         inputs.logits_idx)
 
 
-def triton_against_torch_on_the_gpu(path, check=None) -> float:
+def triton_against_torch_on_the_gpu(path, check=None, *overrides: str) -> float:
     """Relative error of the Triton backend's prefill logits (CUDA graphs on) against the torch
-    backend's emulation, bf16 on the GPU, over three prompts; `check(engine)` runs on each."""
+    backend's emulation, bf16 on the GPU, over three prompts; `check(engine)` runs on each;
+    `overrides`: both engines' further config."""
     from tests.engine.checkpoints import local_engine
 
     g = torch.Generator().manual_seed(1)
@@ -87,7 +88,7 @@ def triton_against_torch_on_the_gpu(path, check=None) -> float:
     for kernels in ("torch", "triton"):
         eng = local_engine(path, "runtime.device=cuda", f"runtime.kernels={kernels}",
                            f"runtime.enforce_eager={str(kernels == 'torch').lower()}",
-                           "runtime.level=2", "kv_cache.num_blocks=64")
+                           "runtime.level=2", "kv_cache.num_blocks=64", *overrides)
         if check is not None:
             check(eng)
         logits[kernels] = prefill_logits(eng, prompts).float()

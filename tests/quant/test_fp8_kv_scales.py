@@ -21,7 +21,8 @@ from tests.engine.checkpoints import local_engine
 from tests.quant.emulated import emulate_fp8
 from tests.quant.fp8_checkpoints import KV_FORMATS, write_fp8_checkpoint
 from tests.quant.fp8_kv import emulate_fp8_kv
-from tests.quant.test_fp8_checkpoints import hf_greedy, prefill_logits
+from tests.quant.test_fp8_checkpoints import (hf_greedy, prefill_logits,
+                                              triton_against_torch_on_the_gpu)
 
 FP8_KV = ("kv_cache.dtype=fp8", "scheduler.max_num_batched_tokens=64", "kv_cache.block_size=16")
 PROMPTS = [[int(t) for t in torch.randint(3, 256, (n,), generator=torch.Generator().manual_seed(1))]
@@ -143,3 +144,18 @@ def test_declared_scales_under_no_name_atom_reads_are_refused(tmp_path):
     with pytest.raises(ValueError, match="declares fp8 KV-cache scales"):
         checkpoint_kv_scales(files, True, 1)
     assert checkpoint_kv_scales(files, False, 1) == {}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", KV_FORMATS)
+def test_triton_with_an_fp8_cache_matches_the_torch_engine_on_the_checkpoints_scales(
+        tmp_path, fmt):
+    """bf16 on the GPU: the Triton KV store and attention kernels (CUDA graphs on, the scales
+    captured in them) against the torch backend, both under the checkpoint's scales."""
+    ckpt = write_fp8_checkpoint("llama", fmt, tmp_path)
+
+    def check(engine):
+        assert engine.core.executor.runner.kv.scales == [ckpt.kv_scales[i] for i in range(2)]
+
+    err = triton_against_torch_on_the_gpu(ckpt.path, check, "kv_cache.dtype=fp8")
+    assert err <= 2e-2, err
