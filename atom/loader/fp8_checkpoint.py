@@ -4,8 +4,8 @@ The scales are tensors of their own beside the weight (`X.weight_scale` or
 `X.weight_scale_inv`, and `X.input_scale` for static activations), possibly in another shard
 file, so every file's names are indexed first and a weight is yielded once with its scales;
 the scale tensors themselves are never yielded, nor the KV-cache scales (kv_scales.py reads
-those for the cache). Float tensors (embeddings, norms, the LM head,
-a checkpoint's unquantized `ignore` modules) pass through as they are.
+those for the cache). Float tensors (embeddings, norms, the LM head, a checkpoint's unquantized
+`ignore` / `exclude_modules` modules) pass through as they are.
 """
 from __future__ import annotations
 
