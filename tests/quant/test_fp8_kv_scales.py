@@ -25,13 +25,19 @@ from tests.quant.test_fp8_checkpoints import (hf_greedy, prefill_logits,
                                               triton_against_torch_on_the_gpu)
 
 FP8_KV = ("kv_cache.dtype=fp8", "scheduler.max_num_batched_tokens=64", "kv_cache.block_size=16")
-PROMPTS = [[int(t) for t in torch.randint(3, 256, (n,), generator=torch.Generator().manual_seed(1))]
-           for n in (3, 17, 40)]
 # The logits of a cache rounded under the calibrated scales (~1.4e-3 here) against one at
 # scale 1.0, relative RMS: at 1.0 these models' K and V (|x| <= ~0.6) fall mostly under 2^-6,
 # e4m3's smallest normal, and lose mantissa bits. Measured 3.3-3.6%; the runs agree with their
 # references to 6e-8.
 MIN_SCALE_EFFECT = 0.01
+
+
+def _prompts(lengths: tuple[int, ...], seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 256, (n,), generator=g).tolist() for n in lengths]
+
+
+PROMPTS = (3, 17, 40)  # one prefill step's prompt lengths
 
 
 def _reference(ckpt, scales: dict[int, tuple[float, float]]):
@@ -47,7 +53,12 @@ def case(request, tmp_path_factory):
     return ckpt, _reference(ckpt, ckpt.kv_scales)
 
 
-def _last_logits(ref, prompts) -> torch.Tensor:
+def _logits(engine) -> torch.Tensor:
+    return prefill_logits(engine, _prompts(PROMPTS, 1))
+
+
+def _last_logits(ref) -> torch.Tensor:
+    prompts = _prompts(PROMPTS, 1)
     with torch.no_grad():
         return torch.stack([ref(torch.tensor([p])).logits[0, -1] for p in prompts])
 
@@ -67,8 +78,8 @@ def test_an_fp8_cache_takes_each_layers_scales_from_the_checkpoint(case):
 
 def test_fp8_kv_logits_match_the_reference_with_the_checkpoints_scales(case):
     ckpt, ref = case
-    ours = prefill_logits(local_engine(ckpt.path, *FP8_KV), PROMPTS)
-    torch.testing.assert_close(ours, _last_logits(ref, PROMPTS), rtol=1e-5, atol=1e-5)
+    ours = _logits(local_engine(ckpt.path, *FP8_KV))
+    torch.testing.assert_close(ours, _last_logits(ref), rtol=1e-5, atol=1e-5)
 
 
 def test_a_cache_forced_to_scale_one_gives_other_logits(case):
@@ -76,12 +87,12 @@ def test_a_cache_forced_to_scale_one_gives_other_logits(case):
     differ from the calibrated run by far more than the tolerance."""
     ckpt, ref = case
     engine = local_engine(ckpt.path, *FP8_KV)
-    scaled = prefill_logits(engine, PROMPTS)
+    scaled = _logits(engine)
     engine = local_engine(ckpt.path, *FP8_KV)
     engine.core.executor.runner.kv.scales[:] = [(1.0, 1.0)] * 2
-    unscaled = prefill_logits(engine, PROMPTS)
+    unscaled = _logits(engine)
     ref_one = _reference(ckpt, {i: (1.0, 1.0) for i in range(2)})
-    torch.testing.assert_close(unscaled, _last_logits(ref_one, PROMPTS), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(unscaled, _last_logits(ref_one), rtol=1e-5, atol=1e-5)
     effect = (scaled - unscaled).norm() / scaled.norm()
     assert effect > MIN_SCALE_EFFECT, float(effect)
 
@@ -90,8 +101,7 @@ def test_greedy_tokens_with_an_fp8_cache_match_the_reference(case):
     """Through chunked prefill and decode steps (a 90-token prompt, 64-token steps), the
     cache's earlier tokens read back under the same scales."""
     ckpt, ref = case
-    g = torch.Generator().manual_seed(2)
-    prompts = [torch.randint(3, 256, (n,), generator=g).tolist() for n in (5, 90)]
+    prompts = _prompts((5, 90), 2)
     outs = local_engine(ckpt.path, *FP8_KV).generate(
         prompts, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
     assert [o["token_ids"] for o in outs] == hf_greedy(ref, prompts)
