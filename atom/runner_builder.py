@@ -23,7 +23,7 @@ from atom.layers.mla import ABSORBED_MAX_Q
 from atom.layers.model_context import ModelContext
 from atom.layers.moe import held_experts
 from atom.layers.parallel_state import ParallelState
-from atom.loader.model_loader import build_model
+from atom.loader.model_loader import build_model, kv_cache_scales
 from atom.models.eagle3 import Eagle3Draft
 from atom.loader.hf_config import load_hf_config, model_source
 from atom.runner.compile import ForwardFn, compile_forward, describe_level
@@ -34,7 +34,7 @@ from atom.runner.device import resolve_device, resolve_dtype
 from atom.runner.dp_attention_runner import DPAttentionRunner
 from atom.runner.host_staging import HostStager
 from atom.runner.kv_cache import (KVCache, KVCacheSpec, allocate, describe_kv_dtype, kv_dtype,
-                                  model_kv_spec, num_blocks_for)
+                                  layer_scales, model_kv_spec, num_blocks_for)
 from atom.runner.launched_step import accept_drafts
 from atom.runner.memory_profile import kv_budget_bytes
 from atom.runner.model_runner import ModelRunner
@@ -85,8 +85,10 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
     # every step and every captured graph.
     split_counters = torch.zeros(cfg.scheduler.max_num_seqs * spec.max_kv_heads(),
                                  dtype=torch.int32, device=device)
+    scales = layer_scales(cfg.kv_cache, spec.num_layers,
+                          kv_cache_scales(cfg.load, src, hf, cfg.quant.method, spec.num_layers))
     kv = _kv_cache(cfg, spec, device, mc.forward, model, forward_fn, split_counters,
-                   max_model_len, draft_spec)
+                   max_model_len, scales, draft_spec)
     log.info("KV cache: %d blocks x %d tokens = %d tokens, %.2f GiB, %s; kernels=%s",
              kv.num_blocks, spec.block_size, kv.num_blocks * spec.block_size,
              kv.num_blocks * spec.bytes_per_block / 2**30,
@@ -146,7 +148,8 @@ def _drafter(cfg: Config, model: torch.nn.Module, kv: KVCache, max_model_len: in
 
 def _kv_cache(cfg: Config, spec: KVCacheSpec, device: torch.device, slot: ForwardSlot,
               model: torch.nn.Module, forward_fn: ForwardFn, split_counters: torch.Tensor,
-              max_model_len: int, draft_spec: Optional[KVCacheSpec] = None) -> KVCache:
+              max_model_len: int, scales: list[tuple[float, float]],
+              draft_spec: Optional[KVCacheSpec] = None) -> KVCache:
     """kv_cache.num_blocks, or on a GPU what gpu_memory_utilization leaves after the weights
     and a profiling forward, allocated. With a draft model the budget is shared: each block
     costs the target's bytes and the draft's (its pool, allocated by _drafter, has the same
@@ -160,7 +163,7 @@ def _kv_cache(cfg: Config, spec: KVCacheSpec, device: torch.device, slot: Forwar
     sizing = (spec if draft_spec is None
               else KVCacheSpec(spec.layers + draft_spec.layers, spec.block_size))
     blocks = num_blocks_for(cfg.kv_cache, sizing, device, free, max_model_len)
-    return KVCache(spec, blocks, *allocate(spec, blocks, device))
+    return KVCache(spec, blocks, *allocate(spec, blocks, device, scales))
 
 
 def _max_captured_q(spec: KVCacheSpec) -> Optional[int]:

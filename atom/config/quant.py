@@ -1,27 +1,34 @@
 """Which fp8 scheme a run uses: `quant.method` against the checkpoint's `quantization_config`.
 
 Read from config.json alone (no weights), so validation refuses what cannot run before loading
-and the loader reads the same answer. Three checkpoint formats carry fp8 weights, all
+and the loader reads the same answer. Four checkpoint formats carry fp8 weights, all
 float8_e4m3fn codes with float32 scales beside them:
 - compressed-tensors (RedHatAI / neuralmagic FP8): `X.weight_scale` per tensor or per output
   channel, `X.input_scale` when activations are static, dynamic per-token otherwise;
 - FBGEMM (`fbgemm_fp8`): per-channel `weight_scale`, dynamic per-token activations;
 - `fp8` (vLLM's and DeepSeek-V3's): `weight_scale_inv` per `weight_block_size` block, or
-  `weight_scale` per tensor when there are no blocks; `activation_scheme` static or dynamic.
+  `weight_scale` per tensor when there are no blocks; `activation_scheme` static or dynamic;
+- ModelOpt (`modelopt`, NVIDIA's `nvidia/*-FP8`): `quant_algo: FP8`, a float32 scalar
+  `weight_scale` and `input_scale` per linear, its settings in `hf_quant_config.json` beside
+  config.json (older exports have nothing in config.json) or in config.json itself.
 The scale tensors' shapes say per tensor or per channel; the scheme says what they cannot.
+Any of them may also carry per-tensor fp8 KV-cache scales (compressed-tensors'
+`kv_cache_scheme`, ModelOpt's `kv_cache_quant_algo`, AutoFP8's `kv_cache_scheme: static`):
+`Fp8Scheme.kv_scales` says the checkpoint declares them (atom/loader/kv_scales.py reads them).
 """
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from atom.config.errors import ConfigError
 from atom.config.schema import Config
 
 QUANT_METHODS = ("auto", "none", "fp8", "fp8_block")
-CHECKPOINT_METHODS = ("compressed-tensors", "fbgemm_fp8", "fp8")
+CHECKPOINT_METHODS = ("compressed-tensors", "fbgemm_fp8", "fp8", "modelopt")
+MODELOPT_FILE = "hf_quant_config.json"  # ModelOpt's settings, beside config.json
 BLOCK = (128, 128)  # the only block shape the kernels take (DeepSeek-V3/R1, Qwen3-FP8)
 QC_FIELD = "model.hf_config.quantization_config"
 
@@ -31,6 +38,7 @@ class Fp8Scheme:
     source: str  # "online" (float weights quantized at load) or the checkpoint's quant_method
     block: Optional[tuple[int, int]]  # weight_block_size; None: per-tensor or per-channel scales
     static_input: bool  # activations scaled by the checkpoint's input_scale (else dynamic)
+    kv_scales: bool = False  # the checkpoint declares per-tensor fp8 k_scale / v_scale tensors
 
     @property
     def online(self) -> bool:
@@ -38,16 +46,32 @@ class Fp8Scheme:
 
 
 def checkpoint_quant_config(cfg: Config) -> Optional[dict[str, Any]]:
-    """The checkpoint's quantization_config (config.json, or hf_config for a described model),
-    as the loader's transformers config will carry it."""
+    """The checkpoint's quantization_config (config.json, or hf_config for a described model,
+    or ModelOpt's hf_quant_config.json), as the loader will read it (quant_config_of)."""
     m = cfg.model
     if m.path is not None:
         cfg_file = os.path.join(m.path, "config.json")
         if not os.path.isfile(cfg_file):
             return None
         with open(cfg_file) as f:
-            return json.load(f).get("quantization_config")
+            return quant_config_of(json.load(f).get("quantization_config"), m.path)
     return m.hf_config.get("quantization_config") if m.hf_config else None
+
+
+def quant_config_of(qc: Any, directory: Optional[Union[str, os.PathLike]]) -> Optional[dict]:
+    """config.json's quantization_config when it names its quant_method; else ModelOpt's
+    hf_quant_config.json in the checkpoint `directory` when there is one (its exporter writes
+    that file always, and into config.json nothing or a copy without quant_method), as a
+    `modelopt` quantization_config."""
+    qc = as_dict(qc)
+    if qc is not None and qc.get("quant_method"):
+        return qc
+    path = None if directory is None else os.path.join(directory, MODELOPT_FILE)
+    if path is None or not os.path.isfile(path):
+        return qc
+    with open(path) as f:
+        settings = json.load(f).get("quantization") or {}
+    return {"quant_method": "modelopt", **settings}
 
 
 def as_dict(qc: Any) -> Optional[dict[str, Any]]:
@@ -77,7 +101,13 @@ def _compressed_tensors(qc: dict[str, Any], errors: list[ConfigError]) -> Fp8Sch
             static = static or a.get("dynamic") is False
     if not groups:
         errors.append(ConfigError(f"{QC_FIELD}.config_groups", groups, "no quantization group"))
-    return Fp8Scheme("compressed-tensors", None, static)
+    kv = qc.get("kv_cache_scheme")
+    if kv is not None and (not isinstance(kv, dict)
+                           or (kv.get("num_bits"), kv.get("type")) != (8, "float")
+                           or kv.get("strategy", "tensor") != "tensor" or kv.get("dynamic")):
+        errors.append(ConfigError(f"{QC_FIELD}.kv_cache_scheme", kv,
+                                  "only static fp8 KV-cache scales per tensor are read"))
+    return Fp8Scheme("compressed-tensors", None, static, kv_scales=kv is not None)
 
 
 def _fp8(qc: dict[str, Any], errors: list[ConfigError]) -> Fp8Scheme:
@@ -92,7 +122,30 @@ def _fp8(qc: dict[str, Any], errors: list[ConfigError]) -> Fp8Scheme:
     if scheme not in ("static", "dynamic") or (block is not None and scheme != "dynamic"):
         errors.append(ConfigError(f"{QC_FIELD}.activation_scheme", scheme,
                                   "must be dynamic (or static, without weight blocks)"))
-    return Fp8Scheme("fp8", BLOCK if block is not None else None, scheme == "static")
+    kv = qc.get("kv_cache_scheme")
+    if kv not in (None, "static"):
+        errors.append(ConfigError(f"{QC_FIELD}.kv_cache_scheme", kv, "must be static or absent"))
+    return Fp8Scheme("fp8", BLOCK if block is not None else None, scheme == "static",
+                     kv_scales=kv == "static")
+
+
+def _modelopt(qc: dict[str, Any], errors: list[ConfigError]) -> Fp8Scheme:
+    """ModelOpt's settings: `quant_algo` and `kv_cache_quant_algo` at the top (as quant_config_of
+    lifts hf_quant_config.json's `quantization`) or under `quantization`; in config.json the KV
+    algorithm may be a `kv_cache_scheme` string or compressed-tensors' dict instead."""
+    settings = qc.get("quantization") if isinstance(qc.get("quantization"), dict) else qc
+    algo = str(settings.get("quant_algo") or "").upper()
+    if algo != "FP8":
+        errors.append(ConfigError(f"{QC_FIELD}.quant_algo", settings.get("quant_algo"),
+                                  "only FP8 (e4m3 weights scaled per tensor, static activation "
+                                  "scales) runs"))
+    kv = settings.get("kv_cache_quant_algo", settings.get("kv_cache_scheme"))
+    if isinstance(kv, dict):
+        kv = "FP8" if (kv.get("num_bits"), kv.get("type")) == (8, "float") else str(kv)
+    if kv is not None and str(kv).upper() not in ("FP8", "NONE"):
+        errors.append(ConfigError(f"{QC_FIELD}.kv_cache_quant_algo", kv,
+                                  "only FP8 KV-cache scales (or none) are read"))
+    return Fp8Scheme("modelopt", None, True, kv_scales=kv is not None and str(kv).upper() == "FP8")
 
 
 def checkpoint_scheme(qc: dict[str, Any]) -> Fp8Scheme:
@@ -106,6 +159,8 @@ def checkpoint_scheme(qc: dict[str, Any]) -> Fp8Scheme:
         scheme = _compressed_tensors(qc, errors)
     elif method == "fbgemm_fp8":
         scheme = Fp8Scheme("fbgemm_fp8", None, False)
+    elif method == "modelopt":
+        scheme = _modelopt(qc, errors)
     else:
         scheme = _fp8(qc, errors)
     if errors:

@@ -3,8 +3,9 @@
 The scales are tensors of their own beside the weight (`X.weight_scale` or
 `X.weight_scale_inv`, and `X.input_scale` for static activations), possibly in another shard
 file, so every file's names are indexed first and a weight is yielded once with its scales;
-the scale tensors themselves are never yielded. Float tensors (embeddings, norms, the LM head,
-a checkpoint's unquantized `ignore` modules) pass through as they are.
+the scale tensors themselves are never yielded, nor the KV-cache scales (kv_scales.py reads
+those for the cache). Float tensors (embeddings, norms, the LM head, a checkpoint's unquantized
+`ignore` / `exclude_modules` modules) pass through as they are.
 """
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ from safetensors import safe_open
 
 from atom.config.quant import Fp8Scheme
 from atom.kernels.fp8_weight import E4M3, Fp8Weight, from_checkpoint
+from atom.loader.kv_scales import is_kv_scale
 from atom.loader.weights import is_expert_weight
 
 SCALE_SUFFIXES = (".weight_scale", ".weight_scale_inv", ".input_scale")
 
 
 def _is_scale(name: str) -> bool:
-    return name.endswith(SCALE_SUFFIXES)
+    return name.endswith(SCALE_SUFFIXES) or is_kv_scale(name)
 
 
 def count_fp8_tensors(files: list[Path]) -> int:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from atom.config.model_facts import is_gguf
-from atom.config.quant import Fp8Scheme, fp8_capability_problem, resolve_scheme
+from atom.config.quant import Fp8Scheme, fp8_capability_problem, quant_config_of, resolve_scheme
 from atom.config.schema import LoadConfig
 from atom.kernels.backend import KernelBackend
 from atom.kernels.fp8_weight import quantize as quantize_fp8
@@ -22,6 +22,7 @@ from atom.loader.hf_config import architecture_of
 from atom.loader.safetensors_loader import checkpoint_files, count_tensors, iter_safetensors
 from atom.loader.fp8_checkpoint import count_fp8_tensors, experts_are_fp8, iter_fp8_safetensors
 from atom.loader.fp8_online import quantize_dummy
+from atom.loader.kv_scales import checkpoint_kv_scales
 from atom.loader.gguf_loader import count_gguf_tensors, iter_gguf
 from atom.loader.weights import (check_complete, iter_with_progress, load_named_tensors,
                                  process_after_loading, weight_skip)
@@ -44,11 +45,17 @@ def _gguf(load: LoadConfig, src: Optional[Path]) -> bool:
     return src is not None and (is_gguf(src) or load.format == "gguf")
 
 
+def _quant_config(hf: Any, src: Optional[Path]) -> Optional[dict]:
+    """config.json's quantization_config, or ModelOpt's hf_quant_config.json beside it."""
+    return quant_config_of(getattr(hf, "quantization_config", None),
+                           src if src is not None and src.is_dir() else None)
+
+
 def fp8_scheme(method: str, load: LoadConfig, src: Optional[Path], hf: Any, device: torch.device,
                kernels: str) -> Optional[Fp8Scheme]:
     """The run's fp8 scheme (validation checked the config; this also knows the GPU), raised
     as a ConfigError before any weight is read."""
-    scheme = resolve_scheme(method, getattr(hf, "quantization_config", None), _gguf(load, src),
+    scheme = resolve_scheme(method, _quant_config(hf, src), _gguf(load, src),
                             load.dummy is not None)
     if scheme is not None and device.type == "cuda":
         problem = fp8_capability_problem(torch.cuda.get_device_capability(device), kernels)
@@ -107,6 +114,18 @@ def build_model(load: LoadConfig, src: Optional[Path], hf: Any, mc: ModelContext
         prepare_weights(model, mc.backend)
         process_after_loading(model)
     return model
+
+
+def kv_cache_scales(load: LoadConfig, src: Optional[Path], hf: Any, quant_method: str,
+                    num_layers: int) -> dict[int, tuple[float, float]]:
+    """The fp8 checkpoint's (k_scale, v_scale) per attention layer (kv_scales.py); none for
+    dummy weights, a GGUF or float weights, whose caches are scaled by 1.0."""
+    if src is None or load.dummy is not None or _gguf(load, src):
+        return {}
+    scheme = resolve_scheme(quant_method, _quant_config(hf, src), False, False)
+    if scheme is None or scheme.online:
+        return {}
+    return checkpoint_kv_scales(checkpoint_files(src), scheme.kv_scales, num_layers)
 
 
 def fp8_experts(scheme: Optional[Fp8Scheme], files: Optional[list[Path]]) -> Optional[str]:

@@ -7,7 +7,8 @@ per layer, so a block id means the same token slots in every layer.
 
 bf16 means "the model's activation dtype" (bfloat16 on GPU; float32 on CPU, where the torch
 reference runs in float32 so the transformers oracle can be matched); fp8 stores e4m3 with a
-per-tensor scale per layer.
+per-tensor scale per layer for K and one for V: an fp8 checkpoint's calibrated k_scale / v_scale
+(atom/loader/kv_scales.py) where it has them, else 1.0.
 """
 from __future__ import annotations
 
@@ -120,10 +121,28 @@ def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
     return torch.from_numpy(np.zeros(size, dtype=np.uint8)).view(dtype).view(shape)
 
 
-def allocate(spec: KVCacheSpec, num_blocks: int, device: torch.device):
+def layer_scales(kv: KVCacheConfig, num_layers: int,
+                 checkpoint: dict[int, tuple[float, float]]) -> list[tuple[float, float]]:
+    """Each layer's (k_scale, v_scale): the checkpoint's with an fp8 cache (1.0 for a layer it
+    does not scale); 1.0 with a float cache, which stores K and V as they are."""
+    if checkpoint and kv.dtype != "fp8":
+        log.info("the checkpoint's fp8 KV-cache scales (%d layers) are unused: kv_cache.dtype="
+                 "%s stores K and V unscaled (kv_cache.dtype=fp8 would use them)",
+                 len(checkpoint), kv.dtype)
+        return [(1.0, 1.0)] * num_layers
+    if checkpoint:
+        ks, vs = zip(*checkpoint.values())
+        log.info("fp8 KV cache scaled by the checkpoint's scales on %d of %d layers (k %.3g to "
+                 "%.3g, v %.3g to %.3g)", len(checkpoint), num_layers, min(ks), max(ks),
+                 min(vs), max(vs))
+    return [checkpoint.get(i, (1.0, 1.0)) for i in range(num_layers)]
+
+
+def allocate(spec: KVCacheSpec, num_blocks: int, device: torch.device,
+             scales: list[tuple[float, float]] | None = None):
     """(buffers, caches, scales): one zeroed tensor per group of layers sharing a spec, each
     layer's cache as a tuple of views into it ((k, v) for full attention, (latent,) for MLA),
-    and each layer's (k_scale, v_scale)."""
+    and each layer's (k_scale, v_scale): `scales` (layer_scales), or 1.0."""
     groups: dict[LayerKVSpec, list[int]] = {}
     for i, s in enumerate(spec.layers):
         groups.setdefault(s, []).append(i)
@@ -133,5 +152,8 @@ def allocate(spec: KVCacheSpec, num_blocks: int, device: torch.device):
         buffers.append(full)
         for j, i in enumerate(layers):
             caches[i] = s.views(full[j])
-    scales = [(1.0, 1.0) for _ in range(spec.num_layers)]
-    return buffers, caches, scales
+    if scales is None:
+        scales = [(1.0, 1.0)] * spec.num_layers
+    elif len(scales) != spec.num_layers:
+        raise ValueError(f"{len(scales)} layers' KV scales for {spec.num_layers} layers")
+    return buffers, caches, list(scales)

@@ -19,10 +19,11 @@ from atom.layers.moe import FusedMoE
 from atom.model_engine.messages import EngineRequest
 from tests.engine.checkpoints import local_engine
 from tests.quant.emulated import emulate_fp8, emulate_fp8_experts
-from tests.quant.fp8_checkpoints import FORMATS, STATIC, write_fp8_checkpoint
+from tests.quant.fp8_checkpoints import FORMATS, KV_FORMATS, STATIC, write_fp8_checkpoint
 
 ACTIVATIONS = {"ct_tensor_static": "static", "ct_channel_dynamic": "token", "fbgemm": "token",
-               "fp8_block": "group", "fp8_tensor_static": "static"}
+               "fp8_block": "group", "fp8_tensor_static": "static",
+               "ct_kv_tensor_static": "static", "modelopt_tensor_static": "static"}
 # Block-scaled parts of one packed matrix (q | k | v, gate | up) must each span whole
 # 128-row blocks, as in every published block checkpoint: the tiny models get 128-row parts.
 BLOCK_SHAPES = {"llama": dict(num_key_value_heads=4, head_dim=32),
@@ -30,8 +31,11 @@ BLOCK_SHAPES = {"llama": dict(num_key_value_heads=4, head_dim=32),
                 "deepseek_v3_q_lora": dict(moe_intermediate_size=128),
                 "deepseek_v3_q_full": dict(moe_intermediate_size=128)}
 # The MoE cases' routed experts are fp8 too (R1's block format; the per-channel FP8-dynamic
-# and FBGEMM releases of Qwen3-MoE), held so by FusedMoE (test_fp8_experts.py).
+# and FBGEMM releases of Qwen3-MoE), held so by FusedMoE (test_fp8_experts.py). The formats
+# with KV-cache scales run here with the default bf16 cache, which ignores them
+# (test_fp8_kv_scales.py runs them with an fp8 cache).
 CASES = ([(a, f) for a in ("llama", "qwen3") for f in FORMATS]
+         + [("llama", f) for f in KV_FORMATS]
          + [("deepseek_v3_q_lora", "fp8_block"), ("deepseek_v3_q_full", "fp8_block"),
             ("qwen3_moe", "ct_channel_dynamic"), ("qwen3_moe", "fbgemm")])
 # e4m3 keeps 3 mantissa bits: each activation is rounded by up to 2^-4 of itself (~3.6% RMS
@@ -72,9 +76,10 @@ def prefill_logits(engine, prompts: list[list[int]]) -> torch.Tensor:
                                         inputs.logits_idx)
 
 
-def triton_against_torch_on_the_gpu(path, check=None) -> float:
+def triton_against_torch_on_the_gpu(path, check=None, *overrides: str) -> float:
     """Relative error of the Triton backend's prefill logits (CUDA graphs on) against the torch
-    backend's emulation, bf16 on the GPU, over three prompts; `check(engine)` runs on each."""
+    backend's emulation, bf16 on the GPU, over three prompts; `check(engine)` runs on each;
+    `overrides`: both engines' further config."""
     from tests.engine.checkpoints import local_engine
 
     g = torch.Generator().manual_seed(1)
@@ -83,7 +88,7 @@ def triton_against_torch_on_the_gpu(path, check=None) -> float:
     for kernels in ("torch", "triton"):
         eng = local_engine(path, "runtime.device=cuda", f"runtime.kernels={kernels}",
                            f"runtime.enforce_eager={str(kernels == 'torch').lower()}",
-                           "runtime.level=2", "kv_cache.num_blocks=64")
+                           "runtime.level=2", "kv_cache.num_blocks=64", *overrides)
         if check is not None:
             check(eng)
         logits[kernels] = prefill_logits(eng, prompts).float()

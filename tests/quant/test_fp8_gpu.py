@@ -70,7 +70,8 @@ def test_block_fp8_linear_matches_the_reference(k, n, m):
     _assert_near(Fp8Kernels.load().linear(x, w), fp8_reference.fp8_linear(x, w))
 
 
-@pytest.mark.parametrize("fmt", ["ct_tensor_static", "ct_channel_dynamic", "fp8_block"])
+@pytest.mark.parametrize("fmt", ["ct_tensor_static", "ct_channel_dynamic", "fp8_block",
+                                 "modelopt_tensor_static"])
 def test_triton_engine_matches_the_torch_engine_on_fp8_checkpoints(tmp_path, fmt):
     """A tiny llama checkpoint in each format, bf16 on the GPU: the Triton backend (CUDA graphs
     on) against the torch backend's emulation, last-position logits of one prefill."""

@@ -10,16 +10,18 @@ import atom
 from atom.config.errors import ConfigError
 from atom.config.flags import ENGINE_FLAGS, config_from_kwargs
 from atom.config.quant import fp8_capability_problem
-from tests.quant.fp8_checkpoints import QUANTIZATION_CONFIGS
+from tests.quant.fp8_checkpoints import HF_QUANT_CONFIG, KV_FORMATS, QUANTIZATION_CONFIGS
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 256,
          "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
          "num_attention_heads": 4, "num_key_value_heads": 2}
 
 
-def _checkpoint(tmp_path, qc=None):
+def _checkpoint(tmp_path, qc=None, hf_quant_config=None):
     cfg = dict(LLAMA, **({"quantization_config": qc} if qc is not None else {}))
     (tmp_path / "config.json").write_text(json.dumps(cfg))
+    if hf_quant_config is not None:  # ModelOpt's file beside config.json
+        (tmp_path / "hf_quant_config.json").write_text(json.dumps(hf_quant_config))
     return tmp_path
 
 
@@ -55,7 +57,51 @@ def test_auto_takes_each_checkpoint_format(tmp_path, fmt):
     scheme = resolve_scheme(cfg.quant.method, checkpoint_quant_config(cfg), False, False)
     assert (scheme.block is not None) == (fmt == "fp8_block")
     assert scheme.static_input == fmt.endswith("_static")
+    assert scheme.kv_scales == (fmt in KV_FORMATS)
     assert not scheme.online
+
+
+# ModelOpt's exporter writes hf_quant_config.json always, and into config.json nothing (the
+# first exports) or a compressed-tensors-like copy without quant_method (convert_hf_config.py).
+_MODELOPT_COPY = {"config_groups": {"group_0": {
+    "input_activations": {"dynamic": False, "num_bits": 8, "type": "float"},
+    "weights": {"dynamic": False, "num_bits": 8, "type": "float"}}},
+    "ignore": ["lm_head"], "quant_algo": "FP8", "kv_cache_scheme": "FP8",
+    "producer": {"name": "modelopt", "version": "0.29.0"}, "quant_library": "modelopt"}
+
+
+@pytest.mark.parametrize("in_config_json", [None, _MODELOPT_COPY], ids=["alone", "with_copy"])
+def test_auto_takes_modelopts_hf_quant_config_json(tmp_path, in_config_json):
+    from atom.config.quant import checkpoint_quant_config, resolve_scheme
+
+    cfg = atom.compose(_local(_checkpoint(tmp_path, in_config_json, HF_QUANT_CONFIG)))
+    scheme = resolve_scheme("auto", checkpoint_quant_config(cfg), False, False)
+    assert (scheme.source, scheme.block, scheme.static_input, scheme.kv_scales) == (
+        "modelopt", None, True, True)
+
+
+@pytest.mark.parametrize("algo", ["NVFP4", "W4A8_AWQ", "FP8_PER_CHANNEL_PER_TOKEN"])
+def test_a_modelopt_algorithm_other_than_fp8_is_refused_by_field_before_weights_load(
+        tmp_path, algo):
+    """The checkpoint has no weight file at all: the refusal comes from its configs alone."""
+    hqc = {**HF_QUANT_CONFIG, "quantization": {**HF_QUANT_CONFIG["quantization"],
+                                               "quant_algo": algo}}
+    errs = _errors(*_local(_checkpoint(tmp_path, hf_quant_config=hqc)))
+    assert errs["model.hf_config.quantization_config.quant_algo"].value == algo
+
+
+@pytest.mark.parametrize("qc,field", [
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"},
+     "kv_cache_quant_algo"),
+    (dict(QUANTIZATION_CONFIGS["ct_kv_tensor_static"], kv_cache_scheme={
+        "num_bits": 8, "type": "float", "strategy": "attn_head", "dynamic": False}),
+     "kv_cache_scheme"),
+    ({"quant_method": "fp8", "activation_scheme": "static", "kv_cache_scheme": "dynamic"},
+     "kv_cache_scheme"),
+])
+def test_kv_cache_scales_other_than_fp8_per_tensor_are_refused_by_field(tmp_path, qc, field):
+    errs = _errors(*_local(_checkpoint(tmp_path, qc)))
+    assert f"model.hf_config.quantization_config.{field}" in errs
 
 
 def test_the_vllm_flag_and_keyword_set_quant_method():
