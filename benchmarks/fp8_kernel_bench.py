@@ -6,8 +6,8 @@
   of both inner products, to choose fp8_gemv._config from, and (one row) the fused
   residual-add + RMSNorm GEMV on the fp8 weight and on the bf16 one.
 - fp8_block_gemm at M = 1 … 8192 on DeepSeek-V3's projections: µs and TFLOP/s, with and without
-  its quantisation (at decode rows fused into the GEMM: also with a launch of its own, without
-  split-K and with a 16-row tile), beside torch._scaled_mm (per-tensor) and bf16 F.linear.
+  its quantisation (at decode rows also without split-K and with a 16-row tile), beside
+  torch._scaled_mm (per-tensor) and bf16 F.linear.
 - fp8_scaled_gemm (per-channel weight, per-token x) at M = 16 … 8192 on the 8B projections,
   beside torch._scaled_mm's row-wise mode over the same operands and bf16 F.linear: the
   per-shape choice between the two fp8 GEMMs.
@@ -161,8 +161,6 @@ def bench_fp8_block_gemm(per_weight_ms: PerWeightMs) -> dict[str, Any]:
                     fp8))
                 row["gemm_only_unsplit"] = _tflops(m, n, k, _timed(
                     per_weight_ms, lambda w: block_scaled_mm(gq, gs, *w, split_k=1), fp8))
-                row["quant_launch_then_gemm"] = _tflops(m, n, k, _timed(
-                    per_weight_ms, lambda w: fp8_block_gemm(x, *w, fuse_quant=False), fp8))
         del fp8, bf16
         torch.cuda.empty_cache()
     return out

@@ -195,14 +195,12 @@ b_sig |= {n: "i32" for n in ("m_rows", "n_rows", "k_dim", "a_stride", "as_stride
 b_div = [n for n in b_sig if n.endswith("_ptr") or n in ("k_dim", "a_stride", "b_stride", "c_stride")]
 from atom.kernels.triton import fp8_scaled_gemm as FS, fp8_tiles as FT, split_k as SK
 for kernel in (FB._block_gemm_kernel, FS._scaled_gemm_kernel):
-    # decode: split along K (x quantised in the K loop by the block GEMM); prefill: neither
+    # decode: split along K; prefill: not
     for rows, split in ((64, True), (4096, False)):
         bm, bn, nw, ns = FT.tile_config(rows)
-        quant = dict(QUANT_X=split, X_EPS=1e-10) if kernel is FB._block_gemm_kernel else {}
-        sig = b_sig | ({"a_ptr": "*bf16"} if quant.get("QUANT_X") else {})
-        ptx = compile_sm90_div16(kernel, sig, dict(
-            HAS_BIAS=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8, SPLIT=split, PDL=True)
-            | quant, nw, ns, div16=b_div)
+        ptx = compile_sm90_div16(kernel, b_sig, dict(
+            HAS_BIAS=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8, SPLIT=split, PDL=True),
+            nw, ns, div16=b_div)
         assert re.search(r"wgmma\.mma_async[a-zA-Z0-9._]*e4m3\.e4m3", ptx), "not an fp8 wgmma"
         if kernel is FS._scaled_gemm_kernel:
             # Promotion every 128 products: one fp32 add per accumulator element and K step.

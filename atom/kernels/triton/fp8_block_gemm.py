@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from atom.kernels.triton.fp8_quant import EPS, quant_per_token_group, quantize, scale_of
+from atom.kernels.triton.fp8_quant import quant_per_token_group
 from atom.kernels.triton.fp8_tiles import K_STEP, launch_tiles, store_tile, tile_ids
 from atom.kernels.triton.pdl import pdl_wait
 
@@ -28,10 +28,7 @@ def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, part_ptr,
                        kb_per_slice,
                        HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPLIT: tl.constexpr,
-                       PDL: tl.constexpr, QUANT_X: tl.constexpr = False,
-                       X_EPS: tl.constexpr = 1e-10):
-    """With QUANT_X, a_ptr is x in bf16 and each program quantises its [BLOCK_M, 128] slices as
-    quant_per_token_group would (as_ptr unused)."""
+                       PDL: tl.constexpr):
     pdl_wait(PDL)
     pid_m, pid_n = tile_ids(m_rows, n_rows, BLOCK_M, BLOCK_N, GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -49,12 +46,7 @@ def _block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, part_ptr,
         c_mask = cols < k_dim
         a = tl.load(a_rows + cols[None, :], mask=m_mask[:, None] & c_mask[None, :], other=0.0)
         b = tl.load(b_rows + cols[None, :], mask=n_mask[:, None] & c_mask[None, :], other=0.0)
-        if QUANT_X:
-            xf = a.to(tl.float32)
-            a_s = scale_of(tl.max(tl.abs(xf), 1), X_EPS)
-            a = quantize(xf, a_s[:, None]).to(b.dtype)
-        else:
-            a_s = tl.load(as_rows + kb, mask=m_mask, other=0.0)
+        a_s = tl.load(as_rows + kb, mask=m_mask, other=0.0)
         b_s = tl.load(bs_row + kb)
         acc += tl.dot(a, tl.trans(b)) * (a_s[:, None] * b_s)
     store_tile(acc, rm, rn, m_mask, n_mask, bias_ptr, c_ptr, c_stride, part_ptr, m_rows, n_rows,
@@ -83,23 +75,11 @@ def block_scaled_mm(xq: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
 
 
 def fp8_block_gemm(x: torch.Tensor, w: torch.Tensor, block_scale: torch.Tensor,
-                   bias: torch.Tensor | None = None, fuse_quant: bool | None = None
-                   ) -> torch.Tensor:
+                   bias: torch.Tensor | None = None) -> torch.Tensor:
     """x: [M, K] bf16, w: [N, K] e4m3, block_scale: [ceil(N/128), ceil(K/128)] fp32 → [M, N] in
-    x's dtype, x quantised per 1 × 128 group. At decode rows (M ≤ 64, or fuse_quant) every
-    program quantises the x slices it reads, the same bytes as quant_per_token_group and one
-    launch fewer: x is a few KB in L2, and its re-quantisation by each of the N / 64 column
-    tiles costs a multiply per element beside a weight tile's worth of bytes. Prefill rows
-    are quantised once, by their own launch (there the re-quantisation would be N / 128 times
-    the x traffic)."""
-    m_rows, k_dim = x.shape
-    if fuse_quant if fuse_quant is not None else m_rows <= 64:
-        n_rows = w.shape[0]
-        assert w.shape[1] == k_dim and w.dtype == torch.float8_e4m3fn and x.stride(-1) == 1
-        assert block_scale.shape == (triton.cdiv(n_rows, SCALE_BLOCK), triton.cdiv(k_dim, SCALE_BLOCK))
-        y = torch.empty((m_rows, n_rows), dtype=x.dtype, device=x.device)
-        launch_tiles(_block_gemm_kernel, x, block_scale, w, block_scale, bias, y,
-                     (None,) * 4, None, QUANT_X=True, X_EPS=EPS)
-        return y
+    x's dtype, x quantised per 1 × 128 group by a launch of its own, then the GEMM. At decode
+    rows too: quantising x inside the GEMM's K loop, in every program that reads it, saved that
+    launch but took 2-4x the time of both at M = 1 and 64 on R1's projections (H200, gpu_bench
+    fp8_kernels: mlp_gate_up at one row 348 against 80 µs, o 236 against 56)."""
     xq, xs = quant_per_token_group(x, SCALE_BLOCK)
     return block_scaled_mm(xq, xs, w, block_scale, bias, out_dtype=x.dtype)
