@@ -7,6 +7,7 @@
 set -u
 source benchmarks/device_steps.sh && install_wheels
 ROOT=$PWD
+ln -sfn $ROOT/.whl $ROOT/.old/.whl  # serving_frontier_gpu.sh installs from ./.whl
 T="python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=120"
 step tests 150 $T tests/kernels/test_fp8_block_gemm.py tests/quant/test_fp8_experts.py
 grep -h "FAILED\|Error" $OUT/tests.txt | head -8 | cut -c1-300
