@@ -1,10 +1,10 @@
 """The fp8 linear on a CUDA GPU: which kernel runs an Fp8Weight at a given row count.
 
-- block-scaled weights (DeepSeek-V3): the Triton block-scaled GEMM (activations quantized per
-  128-wide group of a token inside it);
-- a few rows with dynamic activations (decode): the Triton fp8 GEMV, which reads the e4m3
-  weight once for every row (the batch-1 step is bound by the weight's bytes). It is
-  weight-only: x stays in its dtype (fp8_reference.weight_only_linear), closer to the
+- block-scaled weights (DeepSeek-V3) above one row: the Triton block-scaled GEMM (activations
+  quantized per 128-wide group of a token by a launch before it);
+- a few rows with dynamic activations (decode; block-scaled weights at one row): the Triton
+  fp8 GEMV, which reads the e4m3 weight once for every row (the batch-1 step is bound by the
+  weight's bytes). It is weight-only: x stays in its dtype (fp8_reference.weight_only_linear), closer to the
   dequantized model than the W8A8 GEMMs, which round x to e4m3 (fp8_reference.fp8_linear);
 - everything else: e4m3 x e4m3 with a float32 scale per row of x (per token, or the static
   input scale repeated) and per output channel, out bf16: cuBLASLt through `torch._scaled_mm`,
@@ -73,10 +73,20 @@ class Fp8Kernels:
                                 out_dtype=torch.bfloat16, bias=bias)
 
     def gemv_takes(self, x: torch.Tensor, w: Fp8Weight) -> bool:
-        """Whether the weight-only fp8 GEMV serves these rows. gemv.py's fused norm and SiLU
-        GEMVs take its per-channel weights too (their `w_scale`, which came with it)."""
-        return (self.gemv is not None and w.weight_scale is not None and w.input_scale is None
+        """Whether the weight-only fp8 GEMV serves these rows: per-channel weights at up to 16
+        rows, block-scaled ones at one (gemv.py's block scales ride on x; above one row the
+        block GEMM, whose x is quantised per 128-group, takes them). gemv.py's fused norm and
+        SiLU GEMVs take the same weights (`gemv_scale`)."""
+        return (self.gemv is not None and w.input_scale is None
+                and (w.weight_scale is not None or x.shape[0] == 1)
                 and self.gemv.takes(x, w.qweight))
+
+    @staticmethod
+    def gemv_scale(w: Fp8Weight) -> dict[str, torch.Tensor]:
+        """The weight's scales as gemv.py's GEMVs take them."""
+        if w.weight_scale is not None:
+            return {"w_scale": w.weight_scale}
+        return {"block_scale": w.block_scale}
 
     def quant_per_token(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [M, K] → (e4m3 [M, K], float32 [M, 1]): one Triton launch, or the torch ops."""
@@ -119,11 +129,12 @@ class Fp8Kernels:
         produce bf16 only, so other dtypes take the reference."""
         lead, k = x.shape[:-1], x.shape[-1]
         x2 = x.reshape(-1, k)
-        if w.block_scale is not None:
+        if self.gemv_takes(x2, w):
+            out = self.gemv.fp8_gemv(x2, w.qweight, w.weight_scale, bias,
+                                     block_scale=w.block_scale)
+        elif w.block_scale is not None:
             out = (self.block_gemm.fp8_block_gemm(x2, w.qweight, w.block_scale, bias)
                    if self.block_gemm is not None else fp8_reference.fp8_linear(x2, w, bias))
-        elif self.gemv_takes(x2, w):
-            out = self.gemv.fp8_gemv(x2, w.qweight, w.weight_scale, bias)
         elif _takes_scaled_mm(w) and x2.dtype == torch.bfloat16:
             out = self.scaled_mm(x2, w, bias, triton)
         else:

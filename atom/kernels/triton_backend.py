@@ -104,7 +104,7 @@ class TritonBackend:
             if (self._fp8.gemv_takes(x, weight) and gemv.takes(x, weight.qweight)
                     and weight.shape[1] <= FUSED_SILU_MAX_K):
                 return gemv.gemv(x, weight.qweight, bias, silu_gate=True,
-                                 w_scale=weight.weight_scale)
+                                 **self._fp8.gemv_scale(weight))
         elif gemv.takes(x, weight) and weight.shape[1] <= FUSED_SILU_MAX_K:
             return gemv.gemv(x, weight, bias, silu_gate=True)
         return self.linear(activation.silu_and_mul(x), weight, bias)
@@ -125,7 +125,7 @@ class TritonBackend:
             if (self._fp8.gemv_takes(x, weight) and gemv.takes(x, weight.qweight)
                     and weight.shape[0] <= FUSED_NORM_MAX_N):
                 return gemv.add_rms_norm_gemv(x, residual, norm_weight, eps, weight.qweight, bias,
-                                              w_scale=weight.weight_scale)
+                                              **self._fp8.gemv_scale(weight))
             fused = self._fp8.add_rms_norm_linear(x, residual, norm_weight, eps, weight, bias,
                                                   self._fp8_takes_triton(x, weight))
             if fused is not None:

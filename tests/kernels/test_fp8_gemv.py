@@ -129,3 +129,47 @@ def test_fp8_weight_takes_the_fused_silu_gate(n, inter, dtype):
     out = gemv(gate_up, q, silu_gate=True, w_scale=s)
     ref = reference(torch_ref.silu_and_mul(gate_up), q, s, None)
     assert rel_err(out, ref) < (TOL if dtype == torch.bfloat16 else 1e-5)
+
+
+def block_reference(x, w, bias=None):
+    """The block-scaled weight dequantised (Fp8Weight.dequantize), its linear in float64."""
+    return torch.nn.functional.linear(x.double(), w.dequantize(torch.float64),
+                                      None if bias is None else bias.double())
+
+
+@pytest.mark.parametrize("n,k,bias", [
+    pytest.param(200, 304, True, id="partial-blocks-bias"),
+    gpu_param(7168, 16384, False, id="r1-o"),
+    gpu_param(24576, 1536, False, id="r1-q-b"),
+    gpu_param(576, 7168, False, id="r1-kv-a"),
+])
+def test_block_scaled_weight_at_one_row(n, k, bias):
+    """One row against a 128 x 128 block-scaled e4m3 weight: the scales taken into x per
+    program row block, the dequantised weight's linear. Rows blocks of 4 to 32 share a scale
+    row, and a partial last block (200 rows, 304 columns) reads its own scales."""
+    from atom.kernels.fp8_weight import quantize
+
+    w = quantize(torch.randn(n, k, device=DEVICE) / k ** 0.5, block=True)
+    x = torch.randn(1, k, device=DEVICE).to(torch.bfloat16)
+    b = torch.randn(n, device=DEVICE).to(torch.bfloat16) if bias else None
+    for block_n in (None, 4, 32):
+        out = fp8_gemv(x, w.qweight, None, b, block_n=block_n, block_scale=w.block_scale)
+        assert rel_err(out, block_reference(x, w, b)) < TOL
+
+
+def test_block_scaled_weight_takes_the_fused_norm_and_silu():
+    from atom.kernels import torch_ref
+    from atom.kernels.fp8_weight import quantize
+    from atom.kernels.triton.gemv import add_rms_norm_gemv, gemv
+
+    k, n = 256, 136
+    w = quantize(torch.randn(n, k, device=DEVICE) / k ** 0.5, block=True)
+    x = (3 * torch.randn(1, k, device=DEVICE)).to(torch.bfloat16)
+    nw = (1 + 0.2 * torch.randn(k, device=DEVICE)).to(torch.bfloat16)
+    hd = x.double()
+    normed = hd / (hd.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * nw.double()
+    out, _ = add_rms_norm_gemv(x, None, nw, 1e-6, w.qweight, block_scale=w.block_scale)
+    assert rel_err(out, block_reference(normed, w)) < TOL
+    gate_up = (2 * torch.randn(1, 2 * k, device=DEVICE)).float()
+    out = gemv(gate_up, w.qweight, silu_gate=True, block_scale=w.block_scale)
+    assert rel_err(out, block_reference(torch_ref.silu_and_mul(gate_up), w)) < 2e-4

@@ -180,14 +180,15 @@ assert "cvt.rn.f16x2.e4m3x2" in ptx
 from atom.kernels.triton import gemv as GV
 one = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "b_ptr": "*bf16", "y_ptr": "*bf16", "n_rows": "i32",
        "k_dim": "i32", "w_stride": "i32", "res_ptr": "*bf16", "norm_w_ptr": "*bf16",
-       "res_out_ptr": "*bf16", "eps": "fp32", "s_ptr": "*fp32"}
+       "res_out_ptr": "*bf16", "eps": "fp32", "s_ptr": "*fp32", "bs_stride": "i32"}
 bn, bk, nw = FG._config(False, 4096, 4096)
-ptx = compile_sm90_div16(GV._gemv_kernel, one, dict(
-    HAS_BIAS=False, SILU_GATE=False, RMS_NORM=False, HAS_SCALE=True, HAS_RESIDUAL=False,
-    BLOCK_N=bn, BLOCK_K=bk, PDL=True), nw,
-    div16=[n for n in one if n.endswith("_ptr")] + ["k_dim", "w_stride"])
-assert re.search(r"ld\.global\.L1::evict_first[a-zA-Z0-9:._]*\.v4", ptx), "gemv: narrow fp8 loads"
-assert "cvt.rn.f16x2.e4m3x2" in ptx
+for block in (False, True):  # per-row scales; 128 x 128 block scales taken into x
+    ptx = compile_sm90_div16(GV._gemv_kernel, one, dict(
+        HAS_BIAS=False, SILU_GATE=False, RMS_NORM=False, HAS_SCALE=not block,
+        HAS_BLOCK_SCALE=block, HAS_RESIDUAL=False, BLOCK_N=bn, BLOCK_K=bk, PDL=True), nw,
+        div16=[n for n in one if n.endswith("_ptr")] + ["k_dim", "w_stride"])
+    assert re.search(r"ld\.global\.L1::evict_first[a-zA-Z0-9:._]*\.v4", ptx), "gemv: narrow fp8 loads"
+    assert "cvt.rn.f16x2.e4m3x2" in ptx
 b_sig = {n: "*fp8e4nv" if n in ("a_ptr", "b_ptr") else "*fp32"
          for n in ("a_ptr", "as_ptr", "b_ptr", "bs_ptr", "bias_ptr")} | {"c_ptr": "*bf16", "part_ptr": "*fp32"}
 b_sig |= {n: "i32" for n in ("m_rows", "n_rows", "k_dim", "a_stride", "as_stride", "b_stride",
@@ -234,5 +235,5 @@ def test_kernels_compile_for_sm90():
         "_gather_latents_kernel", "_mla_prefill_kernel", "_mla_prefill_kernel",
         "_per_token_kernel", "_per_group_kernel"]
         + ["_rms_norm_quant_kernel"] * 2
-        + ["_fp8_gemv_kernel", "_gemv_kernel"] + ["_block_gemm_kernel"] * 2 + ["_scaled_gemm_kernel"] * 2
+        + ["_fp8_gemv_kernel"] + ["_gemv_kernel"] * 2 + ["_block_gemm_kernel"] * 2 + ["_scaled_gemm_kernel"] * 2
         + ["_sum_slices_kernel"] + ["_rejection_kernel"] * 2)

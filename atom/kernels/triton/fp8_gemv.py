@@ -80,14 +80,21 @@ def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and weight.stride(0) % 16 == 0)
 
 
-def fp8_gemv(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
+def fp8_gemv(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor | None,
              bias: torch.Tensor | None = None, dot: bool | None = None,
              block_n: int | None = None, block_k: int | None = None,
-             num_warps: int | None = None) -> torch.Tensor:
-    """x: [M, K] (M ≤ 16), w: [N, K] e4m3, w_scale: [N] fp32 → [M, N] in x's dtype. `dot` and
-    the block sizes override the defaults (benchmarks sweep them)."""
+             num_warps: int | None = None,
+             block_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """x: [M, K] (M ≤ 16), w: [N, K] e4m3, w_scale: [N] fp32 → [M, N] in x's dtype; or, at one
+    row, block_scale [ceil(N/128), ceil(K/128)] fp32 (gemv.py's HAS_BLOCK_SCALE) in place of
+    w_scale. `dot` and the block sizes override the defaults (benchmarks sweep them)."""
     m_rows, k_dim = x.shape
     n_rows = w.shape[0]
+    if block_scale is not None:
+        assert m_rows == 1 and w_scale is None and not dot
+        bn, bk, nw = _config(False, n_rows, k_dim)
+        return gemv_mod.gemv(x, w, bias, block_n=block_n or bn, block_k=block_k or bk,
+                             num_warps=num_warps or nw, block_scale=block_scale)
     assert 1 <= m_rows <= MAX_ROWS and w.shape[1] == k_dim and w.dtype == torch.float8_e4m3fn
     assert x.stride(-1) == 1 and w.stride(-1) == 1 and w_scale.numel() == n_rows
     use_dot = m_rows > 1 if dot is None else dot

@@ -17,7 +17,12 @@ never rounded to bf16 here (the unfused kernel rounds it), a difference within b
 
 An fp8 e4m3 weight with one fp32 scale per row (HAS_SCALE, `w_scale`) streams the same way at
 half the bytes: its elements go to fp32 as they arrive and the scale multiplies the finished
-dot, so every fusion above serves fp8 weights too (fp8_gemv.py is the entry for them).
+dot, so every fusion above serves fp8 weights too (fp8_gemv.py is the entry for them). A
+block-scaled one (HAS_BLOCK_SCALE, `block_scale`: one scale per 128 × 128 block, DeepSeek-V3's
+`weight_scale_inv`) takes its scales into x instead: a program's BLOCK_N rows divide 128, so
+they share one row of block scales, and x[c] · s[row block, c // 128] dots the codes to the
+dequantized weight's product with no per-element multiply more (weight-only, as at one row
+per channel).
 """
 from __future__ import annotations
 
@@ -40,11 +45,13 @@ def _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE: tl.constexpr):
     return tl.load(x_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
 
 
-@triton.jit
+# bs_stride (a block-scaled weight's ceil(K / 128)) would otherwise make a variant per
+# divisibility of each weight's K.
+@triton.jit(do_not_specialize=["bs_stride"])
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
-                 res_ptr, norm_w_ptr, res_out_ptr, eps, s_ptr,
+                 res_ptr, norm_w_ptr, res_out_ptr, eps, s_ptr, bs_stride,
                  HAS_BIAS: tl.constexpr, SILU_GATE: tl.constexpr, RMS_NORM: tl.constexpr,
-                 HAS_SCALE: tl.constexpr,
+                 HAS_SCALE: tl.constexpr, HAS_BLOCK_SCALE: tl.constexpr,
                  HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  PDL: tl.constexpr):
     pdl_wait(PDL)
@@ -52,6 +59,7 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     r_mask = rows < n_rows
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * w_stride
+    bs_row = s_ptr + ((pid * BLOCK_N) // 128) * bs_stride
     acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     sq = tl.zeros([BLOCK_K], tl.float32)
     for k0 in range(0, k_dim, BLOCK_K):
@@ -72,6 +80,8 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
             x = hf * tl.load(norm_w_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
         else:
             x = _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE)
+        if HAS_BLOCK_SCALE:
+            x = x * tl.load(bs_row + cols // 128, mask=c_mask, other=0.0)
         acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, 1)
     if RMS_NORM:
@@ -109,32 +119,37 @@ def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
          silu_gate: bool = False, block_n: int | None = None, block_k: int | None = None,
-         num_warps: int | None = None, w_scale: torch.Tensor | None = None) -> torch.Tensor:
+         num_warps: int | None = None, w_scale: torch.Tensor | None = None,
+         block_scale: torch.Tensor | None = None) -> torch.Tensor:
     """x: [1, K] or [K] ([1, 2K] = [gate | up] with silu_gate); weight: [N, K] (nn.Linear
-    layout, last dim contiguous; e4m3 with w_scale [N] fp32) → [1, N]."""
+    layout, last dim contiguous; e4m3 with w_scale [N] or block_scale [ceil(N/128),
+    ceil(K/128)] fp32) → [1, N]."""
     assert weight.stride(-1) == 1
     n_rows, k_dim = weight.shape
     xv = x.reshape(-1)
     assert xv.numel() == (2 if silu_gate else 1) * k_dim and xv.stride(0) == 1
     y = torch.empty((1, n_rows), dtype=x.dtype, device=x.device)
     _launch(xv, weight, bias, y, silu_gate=silu_gate, block_n=block_n, block_k=block_k,
-            num_warps=num_warps, w_scale=w_scale)
+            num_warps=num_warps, w_scale=w_scale, block_scale=block_scale)
     return y
 
 
 def add_rms_norm_gemv(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
                       eps: float, weight: torch.Tensor, bias: torch.Tensor | None = None,
                       block_n: int | None = None, block_k: int | None = None,
-                      num_warps: int | None = None,
-                      w_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      num_warps: int | None = None, w_scale: torch.Tensor | None = None,
+                      block_scale: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """(linear(rms_norm(x + residual)), x + residual) for one row x: [1, K], in one launch;
-    without a residual, h is x itself. An e4m3 weight comes with w_scale [N] fp32."""
+    without a residual, h is x itself. An e4m3 weight comes with w_scale [N] or block_scale
+    fp32."""
     assert weight.stride(-1) == 1 and x.stride(-1) == 1
     n_rows, k_dim = weight.shape
     y = torch.empty((1, n_rows), dtype=x.dtype, device=x.device)
     h = torch.empty_like(x) if residual is not None else x
     _launch(x.reshape(-1), weight, bias, y, residual=residual, norm_weight=norm_weight, eps=eps,
-            res_out=h, block_n=block_n, block_k=block_k, num_warps=num_warps, w_scale=w_scale)
+            res_out=h, block_n=block_n, block_k=block_k, num_warps=num_warps, w_scale=w_scale,
+            block_scale=block_scale)
     return y, h
 
 
@@ -143,16 +158,23 @@ def _launch(xv: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y
             norm_weight: torch.Tensor | None = None, eps: float = 0.0,
             res_out: torch.Tensor | None = None, block_n: int | None = None,
             block_k: int | None = None, num_warps: int | None = None,
-            w_scale: torch.Tensor | None = None) -> None:
+            w_scale: torch.Tensor | None = None,
+            block_scale: torch.Tensor | None = None) -> None:
     n_rows, k_dim = weight.shape
-    assert (w_scale is not None) == (weight.dtype == torch.float8_e4m3fn)
+    scaled = (w_scale is not None) + (block_scale is not None)
+    assert scaled == (weight.dtype == torch.float8_e4m3fn)
     bn, bk, nw = _config(n_rows, k_dim, norm_weight is not None)
     bn, bk, nw = block_n or bn, block_k or bk, num_warps or nw
+    if block_scale is not None:
+        assert 128 % bn == 0 and block_scale.stride(-1) == 1
+        assert block_scale.shape == (triton.cdiv(n_rows, 128), triton.cdiv(k_dim, 128))
+    scale = w_scale if w_scale is not None else block_scale
     _gemv_kernel[(triton.cdiv(n_rows, bn),)](
         xv, weight, bias if bias is not None else weight, y, n_rows, k_dim, weight.stride(0),
         residual if residual is not None else xv, norm_weight if norm_weight is not None else xv,
-        res_out if res_out is not None else xv, eps, w_scale if w_scale is not None else xv,
+        res_out if res_out is not None else xv, eps, scale if scale is not None else xv,
+        block_scale.stride(0) if block_scale is not None else 0,
         HAS_BIAS=bias is not None, SILU_GATE=silu_gate, RMS_NORM=norm_weight is not None,
-        HAS_SCALE=w_scale is not None,
+        HAS_SCALE=w_scale is not None, HAS_BLOCK_SCALE=block_scale is not None,
         HAS_RESIDUAL=residual is not None, BLOCK_N=bn,
         BLOCK_K=min(bk, triton.next_power_of_2(k_dim)), num_warps=nw, **pdl_args(y.device))
