@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
-from gpu_bench import QUALITY_PROMPTS, QUALITY_TEXT, _text_nll, long_text_ids  # noqa: E402
+from gpu_bench import QUALITY_PROMPTS, QUALITY_TEXT, _token_nll, long_text_ids, ppl_ratio  # noqa: E402
 
 import atom  # noqa: E402
 from atom import SamplingParams  # noqa: E402
@@ -123,10 +123,13 @@ class Probe:
         eng = eng or self.eng
         res: dict[str, Any] = {}
         for name, ids in self.texts.items():
-            ppl = math.exp(_text_nll(eng, ids))
-            res[f"ppl_{name}"] = round(ppl, 4)
+            nll = _token_nll(eng, ids)
+            res[f"ppl_{name}"] = round(math.exp(float(nll.mean())), 4)
             if self.base:
-                res[f"ratio_{name}"] = round(ppl / self.base[f"ppl_{name}"], 4)
+                ratio, se = ppl_ratio(nll, self.base[f"nll_{name}"])
+                res[f"ratio_{name}"], res[f"se_{name}"] = round(ratio, 4), round(se, 4)
+            else:
+                res[f"nll_{name}"] = nll
         if not greedy:
             return res
         outs = eng.generate(QUALITY_PROMPTS, SamplingParams(temperature=0, max_tokens=32,
@@ -188,6 +191,7 @@ def study_layer(p: Probe) -> dict[str, Any]:
         p.set_variant("amax", True, lambda n, i=i: f".layers.{i}." in n)
         r = p.measure(greedy=False)
         out[f"layer_{i}"] = {k: r[k] for k in ("ratio_quality", "ratio_long")}
+        print(i, out[f"layer_{i}"], flush=True)
     return out
 
 
@@ -209,16 +213,16 @@ STUDIES = {"main": study_main, "proj": study_proj, "layer": study_layer, "scale"
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--study", default="main", choices=[*STUDIES, "all"])
+    ap.add_argument("--study", default="main", help=f"comma-separated: {', '.join(STUDIES)}, or all")
     ap.add_argument("--long-tokens", type=int, default=2048)
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)
     t0 = time.time()
     p = Probe(args.long_tokens)
-    res: dict[str, Any] = {"float32": {k: v for k, v in p.base.items() if k != "tokens"},
+    res: dict[str, Any] = {"float32": {k: v for k, v in p.base.items() if k.startswith("ppl")},
                            "text_tokens": {k: len(v) for k, v in p.texts.items()}}
-    for name in (STUDIES if args.study == "all" else [args.study]):
+    for name in (STUDIES if args.study == "all" else args.study.split(",")):
         res[name] = STUDIES[name](p)
         print(json.dumps({name: res[name]}), flush=True)
     p.set_variant(None, False)
