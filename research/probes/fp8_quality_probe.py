@@ -64,6 +64,8 @@ SCALE_RULES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "mse_0.5-1": lambda w: mse_scale(w, torch.linspace(0.5, 1.0, 51)),
     "mse_0.8-1.25": lambda w: mse_scale(w, torch.linspace(0.8, 1.25, 46)),
     "pow2": lambda w: torch.exp2(torch.ceil(torch.log2(amax_scale(w)))),
+    # vLLM's online fp8 (ops.scaled_fp8_quant with no scale): one amax / 448 for the matrix
+    "per_tensor": lambda w: amax_scale(w.reshape(1, -1)).expand(w.shape[0]),
 }
 
 
@@ -73,13 +75,14 @@ class FakeFp8:
 
     dense: torch.Tensor  # [N, K] float32, rounded or not
     act: bool
+    per_tensor_act: bool = False  # one dynamic scale for all rows (vLLM's default), not per token
 
     def __call__(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1]).float()
         if self.act:
-            codes, scale = quant_per_token(x2)
-            x2 = codes.float() * scale
+            codes, scale = quant_per_token(x2.reshape(1, -1) if self.per_tensor_act else x2)
+            x2 = (codes.float() * scale).view_as(x2)
         out = x2 @ self.dense.t()
         if bias is not None:
             out = out + bias.float()
@@ -107,7 +110,8 @@ class Probe:
             f"model.dtype={dtype}", "scheduler.max_num_batched_tokens=4096"]))
 
     def set_variant(self, weights: Optional[str], act: bool,
-                    only: Callable[[str], bool] = lambda n: True) -> None:
+                    only: Callable[[str], bool] = lambda n: True,
+                    per_tensor_act: bool = False) -> None:
         """Every linear whose name `only` takes: its weight rounded under `weights` (a
         SCALE_RULES key; None: float) and, with `act`, its input rounded per token."""
         for n, m in linears(self.model).items():
@@ -117,7 +121,7 @@ class Probe:
                 m.weight = torch.nn.Parameter(w, requires_grad=False)
                 continue
             dense = w if weights is None else dequant(w, SCALE_RULES[weights](w))
-            m.weight = FakeFp8(dense, act)
+            m.weight = FakeFp8(dense, act, per_tensor_act)
 
     def measure(self, eng=None, greedy: bool = True) -> dict[str, Any]:
         eng = eng or self.eng
@@ -208,7 +212,28 @@ def study_scale(p: Probe) -> dict[str, Any]:
     return out
 
 
-STUDIES = {"main": study_main, "proj": study_proj, "layer": study_layer, "scale": study_scale}
+def study_vllm(p: Probe) -> dict[str, Any]:
+    """vLLM's online fp8 on the same weights: per-tensor weight scales, activations per tensor
+    (its default dynamic scheme) or per token."""
+    out = {}
+    for label, per_tensor_act in (("per_tensor_w_per_tensor_a", True),
+                                  ("per_tensor_w_per_token_a", False)):
+        p.set_variant("per_tensor", True, per_tensor_act=per_tensor_act)
+        out[label] = p.measure()
+    return out
+
+
+def study_bf16_weights(p: Probe) -> dict[str, Any]:
+    """The GPU's order (the GGUF dequantized to bf16, then e4m3) in the float32 engine: does the
+    double rounding cost anything?"""
+    for n, w in p.float_w.items():
+        p.float_w[n] = w.bfloat16().float()
+    p.set_variant("amax", True)
+    return {"amax_from_bf16": p.measure()}
+
+
+STUDIES = {"main": study_main, "vllm": study_vllm, "proj": study_proj, "layer": study_layer, "scale": study_scale,
+           "bf16_weights": study_bf16_weights}
 
 
 def main() -> None:
