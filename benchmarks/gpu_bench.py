@@ -1008,6 +1008,7 @@ def bench_fp8_quality(model: str, overrides: tuple[str, ...]) -> dict[str, Any]:
     same = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), len(x))
             for x, y in zip(toks["auto"], toks["fp8"])]
     res.update(ppl_within_2pct=res["ppl_fp8"] <= 1.02 * res["ppl_auto"],
+               long_ppl_within_2pct=res["long_ppl_fp8"] <= 1.02 * res["long_ppl_auto"],
                greedy_common_prefix=same, greedy_prompts_equal=sum(n == 32 for n in same))
     return res
 

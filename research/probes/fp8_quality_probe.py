@@ -199,6 +199,20 @@ def study_layer(p: Probe) -> dict[str, Any]:
     return out
 
 
+def study_last_layer(p: Probe) -> dict[str, Any]:
+    """The last layer's projections one at a time, weights and inputs apart (the layer study's
+    largest share)."""
+    out = {}
+    last = len(p.model.model.layers) - 1
+    for proj in PROJ:
+        for label, weights, act in (("w", "amax", False), ("a", None, True)):
+            p.set_variant(weights, act, lambda n, proj=proj: n.endswith(f".layers.{last}.{proj}")
+                          or n.endswith(f".layers.{last}.self_attn.{proj}")
+                          or n.endswith(f".layers.{last}.mlp.{proj}"))
+            out[f"{proj}_{label}"] = p.measure(greedy=False)
+    return out
+
+
 def study_scale(p: Probe) -> dict[str, Any]:
     out = {}
     errs = {r: [] for r in SCALE_RULES}
@@ -232,7 +246,8 @@ def study_bf16_weights(p: Probe) -> dict[str, Any]:
     return {"amax_from_bf16": p.measure()}
 
 
-STUDIES = {"main": study_main, "vllm": study_vllm, "proj": study_proj, "layer": study_layer, "scale": study_scale,
+STUDIES = {"main": study_main, "vllm": study_vllm, "proj": study_proj, "layer": study_layer,
+           "last_layer": study_last_layer, "scale": study_scale,
            "bf16_weights": study_bf16_weights}
 
 
