@@ -16,7 +16,8 @@ the bench's 8 prompts x 32 tokens.
 
 Studies: `main` (weights only / activations only / both, and bf16's ratio as a noise floor),
 `proj` (one projection type at a time), `layer` (one layer at a time), `scale` (the weight's
-scale rule), `all`.
+scale rule), `vllm` (its per-tensor scheme), `last_layer`, `jitter` (the rounding pattern's
+share), `bf16_weights` (the GPU's load order; last: it rounds the probe's weights), `all`.
 """
 from __future__ import annotations
 
@@ -37,14 +38,15 @@ from gpu_bench import QUALITY_PROMPTS, QUALITY_TEXT, _token_nll, long_text_ids, 
 import atom  # noqa: E402
 from atom import SamplingParams  # noqa: E402
 from atom.kernels.fp8_reference import quant_per_token  # noqa: E402
-from atom.kernels.fp8_weight import E4M3, E4M3_MAX, MIN_SCALE  # noqa: E402
+from atom.kernels.fp8_weight import E4M3, E4M3_MAX, MIN_SCALE, e4m3_scale  # noqa: E402
 from atom.layers.linear import LinearBase  # noqa: E402
 
 PROJ = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 
 
 def amax_scale(w: torch.Tensor) -> torch.Tensor:
-    return (w.abs().amax(dim=1) / E4M3_MAX).clamp(min=MIN_SCALE)
+    """The product's rule (fp8_weight.quantize): each row's amax / 448."""
+    return e4m3_scale(w.abs().amax(dim=1), MIN_SCALE)
 
 
 def dequant(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -113,7 +115,8 @@ class Probe:
                     only: Callable[[str], bool] = lambda n: True,
                     per_tensor_act: bool = False) -> None:
         """Every linear whose name `only` takes: its weight rounded under `weights` (a
-        SCALE_RULES key; None: float) and, with `act`, its input rounded per token."""
+        SCALE_RULES key; None: float) and, with `act`, its input rounded per token (or, with
+        `per_tensor_act`, under one scale for all its rows)."""
         for n, m in linears(self.model).items():
             w = self.float_w[n]
             del m.weight
@@ -237,6 +240,20 @@ def study_vllm(p: Probe) -> dict[str, Any]:
     return out
 
 
+def study_jitter(p: Probe) -> dict[str, Any]:
+    """How much the ratio owes to which values happen to round up: each channel's amax / 448
+    raised by a random 0-0.4% (no clipping, the same error statistics), five seeds."""
+    out = {}
+    for seed in range(5):
+        g = torch.Generator().manual_seed(seed)
+        SCALE_RULES["jitter"] = lambda w, g=g: amax_scale(w) * (
+            1 + torch.rand(w.shape[0], generator=g) * 2 ** -8)
+        p.set_variant("jitter", True)
+        out[f"seed_{seed}"] = p.measure(greedy=False)
+    del SCALE_RULES["jitter"]
+    return out
+
+
 def study_bf16_weights(p: Probe) -> dict[str, Any]:
     """The GPU's order (the GGUF dequantized to bf16, then e4m3) in the float32 engine: does the
     double rounding cost anything?"""
@@ -247,7 +264,7 @@ def study_bf16_weights(p: Probe) -> dict[str, Any]:
 
 
 STUDIES = {"main": study_main, "vllm": study_vllm, "proj": study_proj, "layer": study_layer,
-           "last_layer": study_last_layer, "scale": study_scale,
+           "last_layer": study_last_layer, "scale": study_scale, "jitter": study_jitter,
            "bf16_weights": study_bf16_weights}
 
 
