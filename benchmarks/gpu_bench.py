@@ -993,7 +993,11 @@ def bench_fp8_quality(model: str, overrides: tuple[str, ...]) -> dict[str, Any]:
     toks, nll = {}, {}
     for q in ("auto", "fp8"):
         eng = engine(model, f"quant={q}", *overrides)
-        texts = {"": eng.tokenizer.encode(QUALITY_TEXT), "long_": long_text_ids(eng.tokenizer)}
+        texts = {"": eng.tokenizer.encode(QUALITY_TEXT)}
+        try:
+            texts["long_"] = long_text_ids(eng.tokenizer)
+        except (OSError, ValueError) as e:  # a host without it still measures the passage
+            res["long_text_error"] = str(e)
         for t, ids in texts.items():
             nll[t, q] = _token_nll(eng, ids)
             res[f"{t}ppl_{q}"] = round(math.exp(float(nll[t, q].mean())), 4)
@@ -1004,12 +1008,10 @@ def bench_fp8_quality(model: str, overrides: tuple[str, ...]) -> dict[str, Any]:
     for t, ids in texts.items():
         ratio, se = ppl_ratio(nll[t, "fp8"], nll[t, "auto"])
         res.update({f"{t}text_tokens": len(ids), f"{t}ppl_ratio": round(ratio, 4),
-                    f"{t}ppl_ratio_se": round(se, 4)})
+                    f"{t}ppl_ratio_se": round(se, 4), f"{t}ppl_within_2pct": ratio <= 1.02})
     same = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), len(x))
             for x, y in zip(toks["auto"], toks["fp8"])]
-    res.update(ppl_within_2pct=res["ppl_fp8"] <= 1.02 * res["ppl_auto"],
-               long_ppl_within_2pct=res["long_ppl_fp8"] <= 1.02 * res["long_ppl_auto"],
-               greedy_common_prefix=same, greedy_prompts_equal=sum(n == 32 for n in same))
+    res.update(greedy_common_prefix=same, greedy_prompts_equal=sum(n == 32 for n in same))
     return res
 
 
