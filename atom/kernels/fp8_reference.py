@@ -15,19 +15,13 @@ from typing import Optional
 
 import torch
 
-from atom.kernels.fp8_weight import BLOCK, E4M3, E4M3_MAX, Fp8Weight
+from atom.kernels.fp8_weight import BLOCK, E4M3, E4M3_MAX, Fp8Weight, e4m3_scale
 
 # The Triton quantizers' arithmetic (atom/kernels/triton/fp8_quant.py), so both give the same
-# bytes: scale = max(amax / 448, EPS), codes = x * (1 / scale) clamped, every division rounded
-# to nearest. EPS keeps an all-zero row finite.
+# bytes: scale = max(amax / 448, EPS) correctly rounded (fp8_weight.e4m3_scale, the kernels'
+# div_rn), codes = x * (1 / scale) clamped, every division rounded to nearest. EPS keeps an
+# all-zero row finite.
 ACT_EPS = 1e-10
-
-
-def _scale(amax: torch.Tensor) -> torch.Tensor:
-    """amax / 448 correctly rounded: in float64, then float32 (one division: the double
-    rounding is innocuous). float32 `t / 448.0` on CUDA multiplies by the float32 reciprocal,
-    one ulp off the kernels' div_rn for some amax values."""
-    return (amax.double() / E4M3_MAX).float().clamp(min=ACT_EPS)
 
 
 def _codes(xf: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -37,7 +31,7 @@ def _codes(xf: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def quant_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] → (e4m3 [M, K], scale [M, 1] float32) with x ≈ codes * scale."""
     xf = x.float()
-    scale = _scale(xf.abs().amax(dim=-1, keepdim=True))
+    scale = e4m3_scale(xf.abs().amax(dim=-1, keepdim=True), ACT_EPS)
     return _codes(xf, scale), scale
 
 
@@ -49,7 +43,7 @@ def quant_per_group(x: torch.Tensor, group: int = BLOCK) -> tuple[torch.Tensor, 
     xf = x.new_zeros(m, g * group, dtype=torch.float32)
     xf[:, :k] = x.float()
     tiles = xf.view(m, g, group)
-    scale = _scale(tiles.abs().amax(dim=-1))
+    scale = e4m3_scale(tiles.abs().amax(dim=-1), ACT_EPS)
     return _codes(tiles, scale.unsqueeze(-1)).view(m, g * group)[:, :k], scale
 
 

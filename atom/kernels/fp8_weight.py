@@ -139,12 +139,23 @@ def from_checkpoint(weight: torch.Tensor, scale: torch.Tensor, input_scale: Opti
     return Fp8Weight(weight, per_row, None, static)
 
 
+def e4m3_scale(amax: torch.Tensor, floor: float) -> torch.Tensor:
+    """amax / 448 correctly rounded to float32, at least `floor`, on any device: divided in
+    float64 (one division: the double rounding is innocuous). On CUDA, torch's float32 division
+    by a scalar multiplies by the float32 reciprocal of 448, which is one ulp off the quotient
+    for about half of all amax values, so the GPU would get other scales (and some other codes)
+    than the CPU from the same weight."""
+    return (amax.double() / E4M3_MAX).float().clamp(min=floor)
+
+
 def quantize(w: torch.Tensor, block: bool = False) -> Fp8Weight:
     """A float weight in e4m3, scaled so each output channel's (or 128 x 128 block's) largest
-    magnitude maps to 448: online quantization of a float checkpoint, and dummy fp8 weights."""
+    magnitude maps to 448: online quantization of a float checkpoint, and dummy fp8 weights.
+    The same codes and scales on every device: the scale as e4m3_scale, the codes a correctly
+    rounded float32 division (tensor by tensor, on CUDA too) rounded to nearest even."""
     wf = w.float()
     if not block:
-        scale = (wf.abs().amax(dim=1) / E4M3_MAX).clamp(min=MIN_SCALE)
+        scale = e4m3_scale(wf.abs().amax(dim=1), MIN_SCALE)
         q = (wf / scale.unsqueeze(1)).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
         return Fp8Weight(q, scale, None)
     n, k = wf.shape
@@ -152,6 +163,6 @@ def quantize(w: torch.Tensor, block: bool = False) -> Fp8Weight:
     padded = wf.new_zeros(nb * BLOCK, kb * BLOCK)
     padded[:n, :k] = wf
     tiles = padded.view(nb, BLOCK, kb, BLOCK)
-    scale = (tiles.abs().amax(dim=(1, 3)) / E4M3_MAX).clamp(min=MIN_SCALE)
+    scale = e4m3_scale(tiles.abs().amax(dim=(1, 3)), MIN_SCALE)
     q = (tiles / scale[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
     return Fp8Weight(q.view(nb * BLOCK, kb * BLOCK)[:n, :k].contiguous(), None, scale)
