@@ -5,18 +5,12 @@
 # MoE layers at real widths, through the server, quant=fp8_block kv_cache=fp8) in both trees.
 #   git archive 87aae0e atom conf benchmarks pyproject.toml | tar -x -C .old ; carry [".whl", ".old"]
 set -u
+# Ran with proof3's body inline (since moved to device_steps.sh, the same commands).
 source benchmarks/device_steps.sh && install_wheels
 ROOT=$PWD
 ln -sfn $ROOT/.whl $ROOT/.old/.whl  # serving_frontier_gpu.sh installs from ./.whl
 T="python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=120"
 step tests 150 $T tests/kernels/test_fp8_block_gemm.py tests/quant/test_fp8_experts.py
 grep -h "FAILED\|Error" $OUT/tests.txt | head -8 | cut -c1-300
-for arm in new old; do
-  dir=$ROOT; [ $arm = old ] && dir=$ROOT/.old
-  mkdir -p $OUT/$arm
-  (cd $dir && OUT=$OUT/$arm MODEL=deepseek_r1 CONCS=1,64,256 PPC=2 \
-    EXTRA="model.hf_config.num_hidden_layers=5 quant=fp8_block kv_cache=fp8" \
-    timeout 200 bash benchmarks/serving_frontier_gpu.sh > $OUT/r1_$arm.txt 2>&1)
-  echo "[$arm]"; grep -E "ready|Output token|Mean TPOT|Median TTFT|Failed|died" $OUT/r1_$arm.txt | cut -c1-200
-  rm -f $OUT/$arm/*.png $OUT/$arm/sweep.tgz $OUT/$arm/index.html
-done
+proof3 new $ROOT 200
+proof3 old $ROOT/.old 200

@@ -59,6 +59,21 @@ def decode_case(batch: int, ctx: int, hq: int = 32, hk: int = 8, d: int = 128, p
 
 
 @triton.jit
+def gqa_query_group(q_ptr, seq, kvh, q_tok_stride, q_head_stride, GROUP: tl.constexpr,
+                    G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """The GROUP query heads of kv head `kvh` of sequence `seq` (rows past GROUP zero, up to
+    G_PAD: the dots' smallest M), as the decode probes' kernels start: (q [G_PAD, HEAD_DIM] in
+    q's dtype, the heads, their mask, the head-dim range)."""
+    g = tl.arange(0, G_PAD)
+    g_mask = g < GROUP
+    heads = kvh * GROUP + g
+    d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + seq * q_tok_stride + heads[:, None] * q_head_stride + d[None, :],
+                mask=g_mask[:, None], other=0.0)
+    return q, heads, g_mask, d
+
+
+@triton.jit
 def _gather_sum_kernel(kc_ptr, vc_ptr, o_ptr, ctx_ptr, bt_ptr, bt_stride, c_blk_stride,
                        c_tok_stride, c_head_stride, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr,
                        BLOCK_N: tl.constexpr):

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # probe_kit
-from probe_kit import decode_case, error_text, median_ms, probe_meta, report
+from probe_kit import decode_case, error_text, gqa_query_group, median_ms, probe_meta, report
 
 from atom.kernels.triton.e4m3 import load_e4m3_as_f16
 from atom.kernels.triton.paged_kv import paged_kv_offsets
@@ -49,12 +49,9 @@ def _tokens_as_m_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, ctx_ptr, bt_ptr, q_tok_str
     seq = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
     ctx = tl.load(ctx_ptr + seq)
-    g = tl.arange(0, G_PAD)
-    g_mask = g < GROUP
-    heads = kvh * GROUP + g
-    d = tl.arange(0, HEAD_DIM)
-    q = tl.load(q_ptr + seq * q_tok_stride + heads[:, None] * q_head_stride + d[None, :],
-                mask=g_mask[:, None], other=0.0).to(tl.float32)
+    q, heads, g_mask, d = gqa_query_group(q_ptr, seq, kvh, q_tok_stride, q_head_stride, GROUP,
+                                          G_PAD, HEAD_DIM)
+    q = q.to(tl.float32)
     q_amax = tl.maximum(tl.max(tl.abs(q), 1), 1e-12)
     q_scale = q_amax / 448.0
     q8 = (q / q_scale[:, None]).to(tl.float8e4nv, fp_downcast_rounding="rtne")

@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmar
 
 from atom.kernels.triton.paged_decode_attention import LOG2E, decode_attention  # noqa: E402
 from atom.kernels.triton.paged_kv import paged_kv_offsets  # noqa: E402
+from probe_kit import gqa_query_group  # noqa: E402
 
 
 @triton.jit
@@ -41,12 +42,9 @@ def _vt_decode_kernel(q_ptr, kc_ptr, vt_ptr, o_ptr, ctx_ptr, bt_ptr, q_tok_strid
     seq = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
     ctx = tl.load(ctx_ptr + seq)
-    g = tl.arange(0, G_PAD)
-    g_mask = g < GROUP
-    heads = kvh * GROUP + g
-    d = tl.arange(0, HEAD_DIM)
-    q = tl.load(q_ptr + seq * q_tok_stride + heads[:, None] * q_head_stride + d[None, :],
-                mask=g_mask[:, None], other=0.0).to(tl.float16)
+    q, heads, g_mask, d = gqa_query_group(q_ptr, seq, kvh, q_tok_stride, q_head_stride, GROUP,
+                                          G_PAD, HEAD_DIM)
+    q = q.to(tl.float16)
     m_i = tl.full([G_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
