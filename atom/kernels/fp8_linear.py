@@ -4,8 +4,9 @@
   GEMM (activations quantized per 128-wide group of a token by a launch before it);
 - a few rows with dynamic activations (decode, and speculative verify steps of k + 1 rows):
   the Triton fp8 GEMV, which reads the e4m3 weight once for every row (such a step is bound by
-  the weight's bytes). It is weight-only: x stays in its dtype (fp8_reference.weight_only_linear), closer to the
-  dequantized model than the W8A8 GEMMs, which round x to e4m3 (fp8_reference.fp8_linear);
+  the weight's bytes). It is weight-only: x stays in its dtype
+  (fp8_reference.weight_only_linear), closer to the dequantized model than the W8A8 GEMMs,
+  which round x to e4m3 (fp8_reference.fp8_linear);
 - everything else: e4m3 x e4m3 with a float32 scale per row of x (per token, or the static
   input scale repeated) and per output channel, out bf16: cuBLASLt through `torch._scaled_mm`,
   or the Triton GEMM where it measured faster for the shape and row count (fp8_choice.py).

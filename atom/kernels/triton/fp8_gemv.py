@@ -118,7 +118,8 @@ def fp8_gemv(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor | None,
         assert w_scale.numel() == n_rows
     else:
         assert block_scale.stride(-1) == 1 and block_scale.dtype == torch.float32
-        assert block_scale.shape == (triton.cdiv(n_rows, SCALE_BLOCK), triton.cdiv(k_dim, SCALE_BLOCK))
+        blocks = (triton.cdiv(n_rows, SCALE_BLOCK), triton.cdiv(k_dim, SCALE_BLOCK))
+        assert block_scale.shape == blocks
     use_dot = m_rows > 1 if dot is None else dot
     assert use_dot or m_rows == 1
     bn, bk, nw = _config(use_dot, n_rows, k_dim)
