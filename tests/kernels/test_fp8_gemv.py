@@ -173,3 +173,64 @@ def test_block_scaled_weight_takes_the_fused_norm_and_silu():
     gate_up = (2 * torch.randn(1, 2 * k, device=DEVICE)).float()
     out = gemv(gate_up, w.qweight, silu_gate=True, block_scale=w.block_scale)
     assert rel_err(out, block_reference(torch_ref.silu_and_mul(gate_up), w)) < 2e-4
+
+
+@functools.lru_cache(maxsize=2)  # the GPU cases run each shape at several M in a row
+def block_weight(n: int, k: int, seed: int = 0):
+    """A 128 x 128 block-scaled e4m3 weight whose blocks' magnitudes span 2^-4..2^4, so a scale
+    applied to the wrong block (or a block's dot to the wrong scale) moves y far past TOL."""
+    from atom.kernels.fp8_weight import quantize
+
+    g = torch.Generator().manual_seed(seed)
+    spread = 2.0 ** torch.randint(-4, 5, (-(-n // 128), -(-k // 128)), generator=g)
+    per_elem = spread.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+    return quantize((torch.randn(n, k, generator=g) * per_elem / k ** 0.5).to(DEVICE), block=True)
+
+
+@pytest.mark.parametrize("m", [2, 5, 16])
+@pytest.mark.parametrize("n,k,bias,block_n,block_k", [
+    pytest.param(200, 304, True, None, None, id="partial-blocks-bias"),
+    pytest.param(200, 304, False, 64, 128, id="partial-blocks-n64-k128"),
+    pytest.param(136, 1040, False, 32, 512, id="k-steps-of-four-blocks"),
+    pytest.param(576, 896, False, None, None, id="r1-kv-a-reduced"),
+    pytest.param(3072, 256, False, None, None, id="r1-q-b-tp8-reduced"),
+    pytest.param(896, 2048, True, 16, 256, id="r1-o-tp8-reduced"),
+])
+def test_block_scaled_weight_at_few_rows(m, n, k, bias, block_n, block_k):
+    """2..16 rows against a block-scaled weight: one tensor-core dot per 128-column block,
+    scaled by its block's scale, against the dequantised weight's linear (x unrounded, as the
+    kernel reads it). N and K off the 128 grid leave partial last blocks on both sides."""
+    w = block_weight(n, k)
+    x = torch.randn(m, k, device=DEVICE).to(torch.bfloat16)
+    b = torch.randn(n, device=DEVICE).to(torch.bfloat16) if bias else None
+    out = fp8_gemv(x, w.qweight, None, b, block_n=block_n, block_k=block_k,
+                   block_scale=w.block_scale)
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    assert rel_err(out, block_reference(x, w, b)) < TOL
+
+
+def test_block_scaled_dot_serves_one_row_and_strided_x():
+    """The dot path forced at one row, and x as a row slice of a wider buffer."""
+    w = block_weight(200, 304)
+    x1 = torch.randn(1, 304, device=DEVICE).to(torch.bfloat16)
+    assert rel_err(fp8_gemv(x1, w.qweight, None, dot=True, block_scale=w.block_scale),
+                   block_reference(x1, w)) < TOL
+    x = torch.randn(3, 400, device=DEVICE).to(torch.bfloat16)[:, :304]
+    assert rel_err(fp8_gemv(x, w.qweight, None, block_scale=w.block_scale),
+                   block_reference(x, w)) < TOL
+
+
+# DeepSeek-R1's dense and attention projections, (N, K): at tp1, and q_b / o_proj at tp8.
+R1_SHAPES = {"q-a": (1536, 7168), "q-b": (24576, 1536), "q-b-tp8": (3072, 1536),
+             "kv-a": (576, 7168), "o": (7168, 16384), "o-tp8": (7168, 2048),
+             "mlp-gate-up": (36864, 7168), "mlp-down": (7168, 18432),
+             "shared-gate-up": (4096, 7168), "shared-down": (7168, 2048)}
+
+
+@pytest.mark.parametrize("m", [2, 4, 8, 16])
+@pytest.mark.parametrize("n,k", [gpu_param(n, k, id=name) for name, (n, k) in R1_SHAPES.items()])
+def test_block_scaled_weight_at_r1_shapes(m, n, k):
+    w = block_weight(n, k)
+    x = torch.randn(m, k, device=DEVICE).to(torch.bfloat16)
+    assert rel_err(fp8_gemv(x, w.qweight, None, block_scale=w.block_scale),
+                   block_reference(x, w)) < TOL
