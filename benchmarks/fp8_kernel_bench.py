@@ -8,11 +8,6 @@
 - fp8_block_gemm at M = 1 … 8192 on DeepSeek-V3's projections: µs and TFLOP/s, with and without
   its quantisation (at decode rows also without split-K and with a 16-row tile), beside
   torch._scaled_mm (per-tensor) and bf16 F.linear.
-- the block-scaled weight-only dot (fp8_gemv with block_scale) at M = 2, 4, 8, 16 on
-  DeepSeek-R1's projections (q_b and o_proj also at tp8), beside fp8_block_gemm at the same M:
-  µs and TB/s of weight bytes against the 4.18 TB/s copy, a few block shapes of the dot, and
-  per M the two summed over the shapes: fp8_linear.BLOCK_GEMV_MAX_ROWS is the largest M the dot
-  wins. Alone as gpu_bench's `fp8_block_decode`.
 - fp8_scaled_gemm (per-channel weight, per-token x) at M = 16 … 8192 on the 8B projections,
   beside torch._scaled_mm's row-wise mode over the same operands and bf16 F.linear: the
   per-shape choice between the two fp8 GEMMs.
@@ -41,16 +36,6 @@ GEMV_SWEEP = {1: [(False, 8, 1024, 4), (False, 8, 1024, 8), (False, 16, 1024, 8)
                   (True, 64, 256, 4)],
               4: [(True, 16, 256, 4), (True, 32, 256, 4), (True, 32, 512, 4), (True, 64, 256, 4)],
               16: [(True, 16, 256, 4), (True, 32, 256, 4), (True, 64, 256, 4), (True, 64, 128, 4)]}
-
-# DEEPSEEK's linears at decode (kv_b is absorbed into MLA's attention there), q_b and o_proj
-# also as a tp8 rank holds them.
-R1_DECODE = {name: DEEPSEEK[name] for name in ("q_a", "q_b", "kv_a", "o", "mlp_gate_up",
-                                               "mlp_down", "expert_gate_up", "expert_down")}
-R1_DECODE |= {"q_b_tp8": (3072, 1536), "o_tp8": (7168, 2048)}
-BLOCK_DECODE_ROWS = (2, 4, 8, 16)  # decode batches and speculative verify steps of k + 1 rows
-# (BLOCK_N, BLOCK_K, num_warps) of the block-scaled dot: fp8_gemv._config is chosen from these.
-BLOCK_DOT_SWEEP = [(16, 128, 4), (16, 256, 4), (16, 512, 4), (32, 256, 4), (32, 512, 8),
-                   (64, 256, 4), (64, 256, 8)]
 
 BLOCK_ROWS = (1, 64, 256, 2048, 8192)
 SCALED_ROWS = (16, 64, 256, 2048, 8192)
@@ -181,44 +166,6 @@ def bench_fp8_block_gemm(per_weight_ms: PerWeightMs) -> dict[str, Any]:
     return out
 
 
-def _tbps(byts: int, ms: float | str) -> Any:
-    return ms if isinstance(ms, str) else {"us": round(ms * 1e3, 2),
-                                           "TBps": round(byts / (ms * 1e-3) / 1e12, 3),
-                                           "of_copy": round(byts / (ms * 1e-3) / COPY_BW, 3)}
-
-
-def bench_fp8_block_decode(per_weight_ms: PerWeightMs) -> dict[str, Any]:
-    """The weight-only dot against the block GEMM (its quantising launch included) where
-    Fp8Kernels.gemv_takes chooses between them."""
-    from atom.kernels.triton.fp8_block_gemm import fp8_block_gemm
-    from atom.kernels.triton.fp8_gemv import fp8_gemv
-
-    out: dict[str, Any] = {}
-    totals = {m: {"gemv_dot": 0.0, "fp8_block_gemm": 0.0} for m in BLOCK_DECODE_ROWS}
-    for name, (n, k) in R1_DECODE.items():
-        fp8 = _block_weights(n, k, _sets(n, k, 1))
-        for m in BLOCK_DECODE_ROWS:
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            ms = {"gemv_dot": _timed(per_weight_ms,
-                                     lambda w: fp8_gemv(x, w[0], None, block_scale=w[1]), fp8),
-                  "fp8_block_gemm": _timed(per_weight_ms, lambda w: fp8_block_gemm(x, *w), fp8)}
-            row: dict[str, Any] = {label: _tbps(n * k, t) for label, t in ms.items()}
-            if not any(isinstance(t, str) for t in ms.values()):
-                row["dot_wins"] = ms["gemv_dot"] < ms["fp8_block_gemm"]
-                for label, t in ms.items():
-                    totals[m][label] += t * 1e3
-            for bn, bk, nw in BLOCK_DOT_SWEEP:
-                row[f"dot_n{bn}k{bk}w{nw}"] = _tbps(n * k, _timed(
-                    per_weight_ms, lambda w: fp8_gemv(x, w[0], None, block_n=bn, block_k=bk,
-                                                      num_warps=nw, block_scale=w[1]), fp8))
-            out[f"block_decode_{name}_m{m}"] = row
-        del fp8
-        torch.cuda.empty_cache()
-    out["total_us"] = {f"m{m}": {label: round(us, 1) for label, us in t.items()}
-                       for m, t in totals.items()}
-    return out
-
-
 def bench_fp8_scaled_gemm(per_weight_ms: PerWeightMs) -> dict[str, Any]:
     from atom.kernels.triton.fp8_quant import quant_per_token
     from atom.kernels.triton.fp8_scaled_gemm import fp8_scaled_gemm, scaled_mm
@@ -277,6 +224,5 @@ def bench_rms_norm_quant(per_weight_ms: PerWeightMs) -> dict[str, Any]:
 
 def bench_fp8_kernels(per_weight_ms: PerWeightMs) -> dict[str, Any]:
     return {"gemv": bench_fp8_gemv(per_weight_ms), "block_gemm": bench_fp8_block_gemm(per_weight_ms),
-            "block_decode": bench_fp8_block_decode(per_weight_ms),
             "scaled_gemm": bench_fp8_scaled_gemm(per_weight_ms),
             "rms_norm_quant": bench_rms_norm_quant(per_weight_ms)}

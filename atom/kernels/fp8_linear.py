@@ -1,12 +1,11 @@
 """The fp8 linear on a CUDA GPU: which kernel runs an Fp8Weight at a given row count.
 
-- block-scaled weights (DeepSeek-V3) above BLOCK_GEMV_MAX_ROWS rows: the Triton block-scaled
-  GEMM (activations quantized per 128-wide group of a token by a launch before it);
-- a few rows with dynamic activations (decode, and speculative verify steps of k + 1 rows):
-  the Triton fp8 GEMV, which reads the e4m3 weight once for every row (such a step is bound by
-  the weight's bytes). It is weight-only: x stays in its dtype
-  (fp8_reference.weight_only_linear), closer to the dequantized model than the W8A8 GEMMs,
-  which round x to e4m3 (fp8_reference.fp8_linear);
+- block-scaled weights (DeepSeek-V3) above one row: the Triton block-scaled GEMM (activations
+  quantized per 128-wide group of a token by a launch before it);
+- a few rows with dynamic activations (decode; block-scaled weights at one row): the Triton
+  fp8 GEMV, which reads the e4m3 weight once for every row (the batch-1 step is bound by the
+  weight's bytes). It is weight-only: x stays in its dtype (fp8_reference.weight_only_linear), closer to the
+  dequantized model than the W8A8 GEMMs, which round x to e4m3 (fp8_reference.fp8_linear);
 - everything else: e4m3 x e4m3 with a float32 scale per row of x (per token, or the static
   input scale repeated) and per output channel, out bf16: cuBLASLt through `torch._scaled_mm`,
   or the Triton GEMM where it measured faster for the shape and row count (fp8_choice.py).
@@ -29,10 +28,6 @@ from atom.kernels.fp8_weight import Fp8Weight
 
 # cuBLASLt's fp8 GEMMs need K and N in multiples of 16; other shapes take the reference.
 SCALED_MM_ALIGN = 16
-# The most rows at which a block-scaled weight takes the weight-only GEMV rather than the block
-# GEMM: the lead sets it from gpu_bench's fp8_kernels `block_decode` rows (the largest M where
-# `gemv_dot` beats `fp8_block_gemm` on R1's shapes); 16 (fp8_gemv.MAX_ROWS) until measured.
-BLOCK_GEMV_MAX_ROWS = 16
 
 
 def _triton_kernel(name: str) -> Optional[ModuleType]:
@@ -79,13 +74,11 @@ class Fp8Kernels:
 
     def gemv_takes(self, x: torch.Tensor, w: Fp8Weight) -> bool:
         """Whether the weight-only fp8 GEMV serves these rows: per-channel weights at up to 16
-        rows, block-scaled ones at up to BLOCK_GEMV_MAX_ROWS. At so few rows the linear is a
-        stream of the weight's bytes, which the GEMV reads once in one launch, where the block
-        GEMM first quantises x by a launch of its own and tiles for many rows. gemv.py's fused
-        norm and SiLU GEMVs take the same weights (`gemv_scale`) at one row only: their callers
-        check gemv.takes too, and at more rows run the norm or SiLU, then `linear`."""
+        rows, block-scaled ones at one (gemv.py's block scales ride on x; above one row the
+        block GEMM, whose x is quantised per 128-group, takes them). gemv.py's fused norm and
+        SiLU GEMVs take the same weights (`gemv_scale`)."""
         return (self.gemv is not None and w.input_scale is None
-                and (w.weight_scale is not None or x.shape[0] <= BLOCK_GEMV_MAX_ROWS)
+                and (w.weight_scale is not None or x.shape[0] == 1)
                 and self.gemv.takes(x, w.qweight))
 
     @staticmethod

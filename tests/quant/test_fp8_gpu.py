@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from atom.kernels import fp8_reference
-from atom.kernels.fp8_linear import BLOCK_GEMV_MAX_ROWS, Fp8Kernels
+from atom.kernels.fp8_linear import Fp8Kernels
 from atom.kernels.fp8_weight import quantize
 
 pytestmark = pytest.mark.gpu
@@ -66,13 +66,13 @@ def test_the_dispatched_fp8_linear_matches_the_reference(k, n, m):
 @pytest.mark.parametrize("m", ROWS)
 @pytest.mark.parametrize("k,n", SHAPES_DSV3 + SHAPES_8B[:1])
 def test_block_fp8_linear_matches_the_reference(k, n, m):
-    """The weight-only GEMV up to BLOCK_GEMV_MAX_ROWS rows (block scales on x at one row, a
-    dot per 128-column block from two), the block GEMM over x quantised per 128-group past it."""
+    """The weight-only GEMV at one row (block scales on x), the block GEMM over x quantised
+    per 128-group above."""
     x, w = _case(k, n, m, block=True)
     kernels = Fp8Kernels.load()
     ref = (fp8_reference.weight_only_linear if kernels.gemv_takes(x, w)
            else fp8_reference.fp8_linear)(x, w)
-    assert kernels.gemv_takes(x, w) == (m <= BLOCK_GEMV_MAX_ROWS)
+    assert kernels.gemv_takes(x, w) == (m == 1)
     _assert_near(kernels.linear(x, w), ref)
 
 

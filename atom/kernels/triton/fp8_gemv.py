@@ -1,19 +1,13 @@
 """y = (x @ W_q.T) * w_scale (+ b) for a few rows x (decode, M ≤ 16) and an fp8 e4m3 weight
-with one float32 scale per output row, or one per 128 × 128 block (DeepSeek-V3's
-`weight_scale_inv`): weight-only fp8, x stays bf16.
+with one float32 scale per output row: weight-only fp8, x stays bf16.
 
 Few rows make a linear a weight stream, and e4m3 halves its bytes. Each program owns BLOCK_N
 whole rows and streams them along K with 16-byte loads (16 e4m3 per thread and load), no
 split-K, one launch; the bytes are converted in registers and the per-row scale multiplies the
-finished dot. With block scales (HAS_BLOCK_SCALE) a program's rows lie in one 128-row scale
-block (BLOCK_N divides 128), so each 128 columns of a K step are one dot of their own, scaled
-by that block's one scale as it joins the fp32 accumulator: the loads stay 16 bytes wide (a
-chunk's row is 8 of them), and the scales cost one multiply per accumulator element and 128
-columns, none per weight element. At 2..16 rows this replaces the block GEMM's two launches
-(x quantised per 128-group, then a GEMM tiled for many rows), and x is not rounded to e4m3.
+finished dot.
 
-- One row: gemv.py's kernel (HAS_SCALE or HAS_BLOCK_SCALE), every element to fp32 and an FMA,
-  exact and range-safe; its norm and SiLU fusions serve fp8 weights the same way.
+- One row: gemv.py's kernel (HAS_SCALE), every element to fp32 and an FMA, exact and
+  range-safe; its norm and SiLU fusions serve fp8 weights the same way.
 - 2..16 rows (or `dot=True`): e4m3 → f16 (one cvt.rn.f16x2.e4m3x2 per pair, exact) and x → f16,
   then a tensor-core dot with x padded to 16 rows, fp32 accumulation. f16 holds every e4m3
   value and bf16's 8-bit mantissa exactly, but not bf16's range: an activation beyond ±65504
@@ -30,16 +24,13 @@ from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 MAX_ROWS = 16
 M_PAD = 16  # tl.dot's smallest N
-SCALE_BLOCK = 128  # a block-scaled weight's scale blocks: 128 x 128 (fp8_weight.BLOCK)
 
 
-# bs_stride (a block-scaled weight's ceil(K / 128)) would otherwise make a variant per
-# divisibility of each weight's K.
-@triton.jit(do_not_specialize=["bs_stride"])
+@triton.jit
 def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, b_ptr, y_ptr, m_rows, n_rows, k_dim,
-                     x_stride, w_stride, y_stride, bs_stride,
-                     HAS_BIAS: tl.constexpr, HAS_BLOCK_SCALE: tl.constexpr, M_PAD: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+                     x_stride, w_stride, y_stride,
+                     HAS_BIAS: tl.constexpr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, PDL: tl.constexpr):
     pdl_wait(PDL)
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -47,27 +38,16 @@ def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, b_ptr, y_ptr, m_rows, n_rows, k_dim,
     ms = tl.arange(0, M_PAD)
     m_mask = ms < m_rows
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * w_stride
-    bs_row = s_ptr + ((pid * BLOCK_N) // 128) * bs_stride
-    CHUNK: tl.constexpr = 128 if HAS_BLOCK_SCALE else BLOCK_K
     acc = tl.zeros([BLOCK_N, M_PAD], tl.float32)
     for k0 in range(0, k_dim, BLOCK_K):
-        for j in tl.static_range(BLOCK_K // CHUNK):
-            c0 = k0 + j * CHUNK
-            cols = c0 + tl.arange(0, CHUNK)
-            c_mask = cols < k_dim
-            w = tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & c_mask[None, :],
-                        other=0.0, eviction_policy="evict_first")
-            x = tl.load(x_ptr + ms[:, None] * x_stride + cols[None, :],
-                        mask=m_mask[:, None] & c_mask[None, :], other=0.0)
-            if HAS_BLOCK_SCALE:
-                acc += (tl.dot(w.to(tl.float16), tl.trans(x.to(tl.float16)))
-                        * tl.load(bs_row + c0 // 128, mask=c0 < k_dim, other=0.0))
-            else:
-                acc = tl.dot(w.to(tl.float16), tl.trans(x.to(tl.float16)), acc)
-    if HAS_BLOCK_SCALE:
-        y = acc
-    else:
-        y = acc * tl.load(s_ptr + rows, mask=r_mask, other=0.0)[:, None]
+        cols = k0 + tl.arange(0, BLOCK_K)
+        c_mask = cols < k_dim
+        w = tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & c_mask[None, :], other=0.0,
+                    eviction_policy="evict_first")
+        x = tl.load(x_ptr + ms[:, None] * x_stride + cols[None, :],
+                    mask=m_mask[:, None] & c_mask[None, :], other=0.0)
+        acc = tl.dot(w.to(tl.float16), tl.trans(x.to(tl.float16)), acc)
+    y = acc * tl.load(s_ptr + rows, mask=r_mask, other=0.0)[:, None]
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=r_mask, other=0.0).to(tl.float32)[:, None]
     tl.store(y_ptr + ms[None, :] * y_stride + rows[:, None], y.to(y_ptr.dtype.element_ty),
@@ -80,8 +60,7 @@ def _config(dot: bool, n_rows: int, k_dim: int) -> tuple[int, int, int]:
     a [16, 2048] step would take 233 registers a thread (ptxas, sm_90), one program of 8 warps
     per SM, so long rows step 1024 columns: still four 16-byte loads per thread and step, at
     125 registers. The dot: 32-row blocks keep ≥ 128 programs from N = 4096 on at 64
-    registers; block-scaled weights take the same (16 and 32 rows divide a scale block, and
-    a 256-column step is two of its columns' blocks)."""
+    registers."""
     if dot:
         return (16 if n_rows <= 2048 else 32), 256, 4
     if n_rows <= 2048:
@@ -106,48 +85,30 @@ def fp8_gemv(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor | None,
              block_n: int | None = None, block_k: int | None = None,
              num_warps: int | None = None,
              block_scale: torch.Tensor | None = None) -> torch.Tensor:
-    """x: [M, K] (M ≤ 16), w: [N, K] e4m3, w_scale: [N] fp32 → [M, N] in x's dtype; or
-    block_scale [ceil(N/128), ceil(K/128)] fp32 in place of w_scale. `dot` and the block sizes
-    override the defaults (benchmarks sweep them)."""
+    """x: [M, K] (M ≤ 16), w: [N, K] e4m3, w_scale: [N] fp32 → [M, N] in x's dtype; or, at one
+    row, block_scale [ceil(N/128), ceil(K/128)] fp32 (gemv.py's HAS_BLOCK_SCALE) in place of
+    w_scale. `dot` and the block sizes override the defaults (benchmarks sweep them)."""
     m_rows, k_dim = x.shape
     n_rows = w.shape[0]
+    if block_scale is not None:
+        assert m_rows == 1 and w_scale is None and not dot
+        bn, bk, nw = _config(False, n_rows, k_dim)
+        return gemv_mod.gemv(x, w, bias, block_n=block_n or bn, block_k=block_k or bk,
+                             num_warps=num_warps or nw, block_scale=block_scale)
     assert 1 <= m_rows <= MAX_ROWS and w.shape[1] == k_dim and w.dtype == torch.float8_e4m3fn
-    assert x.stride(-1) == 1 and w.stride(-1) == 1 and (w_scale is None) != (block_scale is None)
-    if w_scale is not None:
-        w_scale = w_scale.reshape(-1)
-        assert w_scale.numel() == n_rows
-    else:
-        assert block_scale.stride(-1) == 1 and block_scale.dtype == torch.float32
-        blocks = (triton.cdiv(n_rows, SCALE_BLOCK), triton.cdiv(k_dim, SCALE_BLOCK))
-        assert block_scale.shape == blocks
+    assert x.stride(-1) == 1 and w.stride(-1) == 1 and w_scale.numel() == n_rows
     use_dot = m_rows > 1 if dot is None else dot
     assert use_dot or m_rows == 1
     bn, bk, nw = _config(use_dot, n_rows, k_dim)
     bn, bk, nw = block_n or bn, block_k or bk, num_warps or nw
     if not use_dot:
-        return gemv_mod.gemv(x, w, bias, block_n=bn, block_k=bk, num_warps=nw, w_scale=w_scale,
-                             block_scale=block_scale)
-    return _dot(x, w, w_scale, block_scale, bias, bn, bk, nw)
-
-
-def _dot(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor | None,
-         block_scale: torch.Tensor | None, bias: torch.Tensor | None, block_n: int,
-         block_k: int, num_warps: int) -> torch.Tensor:
-    """The tensor-core kernel's launch. With block scales a program's rows must lie in one
-    scale block (BLOCK_N divides 128) and each K step be whole 128-column blocks, one dot and
-    one scale each."""
-    m_rows, k_dim = x.shape
-    n_rows = w.shape[0]
-    block_k = min(block_k, max(16, triton.next_power_of_2(k_dim)))
-    if block_scale is not None:
-        block_k = max(block_k, SCALE_BLOCK)
-        assert SCALE_BLOCK % block_n == 0 and block_k % SCALE_BLOCK == 0
-    scale = w_scale if w_scale is not None else block_scale
+        return gemv_mod.gemv(x, w, bias, block_n=bn, block_k=bk, num_warps=nw,
+                             w_scale=w_scale.reshape(-1))
     y = torch.empty((m_rows, n_rows), dtype=x.dtype, device=x.device)
-    _fp8_gemv_kernel[(triton.cdiv(n_rows, block_n),)](
-        x, w, scale, bias if bias is not None else scale, y, m_rows, n_rows, k_dim,
+    _fp8_gemv_kernel[(triton.cdiv(n_rows, bn),)](
+        x, w, w_scale.reshape(-1), bias if bias is not None else w_scale, y, m_rows, n_rows, k_dim,
         x.stride(0), w.stride(0), y.stride(0),
-        block_scale.stride(0) if block_scale is not None else 0,
-        HAS_BIAS=bias is not None, HAS_BLOCK_SCALE=block_scale is not None, M_PAD=M_PAD,
-        BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, **pdl_args(x.device))
+        HAS_BIAS=bias is not None, M_PAD=M_PAD, BLOCK_N=bn,
+        BLOCK_K=min(bk, max(16, triton.next_power_of_2(k_dim))), num_warps=nw,
+        **pdl_args(x.device))
     return y
