@@ -36,7 +36,7 @@ class Bf16Handoff:
         self._buffers: dict[tuple[int, int], torch.Tensor] = {}
         self._eps: dict[float, torch.Tensor] = {}
 
-    def _bf16(self, rows: int, cols: int) -> torch.Tensor:
+    def bf16_buffer(self, rows: int, cols: int) -> torch.Tensor:
         if rows > BUFFERED_ROWS:
             return torch.empty(rows, cols, dtype=torch.bfloat16)
         buf = self._buffers.get((rows, cols))
@@ -58,7 +58,7 @@ class Bf16Handoff:
                     lin: CpuQuantizedLinear, bias: Optional[torch.Tensor]) -> torch.Tensor:
         """lin(rms_norm(x) · norm_weight) + bias for x [T, H] in float32, returned in x's
         dtype (see the module's docstring)."""
-        xw = torch.mul(x, norm_weight, out=self._bf16(*x.shape))
+        xw = torch.mul(x, norm_weight, out=self.bf16_buffer(*x.shape))
         y = lin.bf16(xw)
         r = self.inv_rms(x, eps)
         return y * r if bias is None else torch.addcmul(bias, y, r)
@@ -69,6 +69,7 @@ class Bf16Handoff:
         docstring)."""
         i = x.shape[1] // 2
         # Two narrows, not chunk (which dispatches a split and its slices: 6.6 against 3.6 us).
-        act = torch.mul(F.silu(x.narrow(1, 0, i)), x.narrow(1, i, i), out=self._bf16(x.shape[0], i))
+        act = torch.mul(F.silu(x.narrow(1, 0, i)), x.narrow(1, i, i),
+                        out=self.bf16_buffer(x.shape[0], i))
         y = lin.bf16(act)
         return y if bias is None else y + bias

@@ -1,5 +1,6 @@
 """The `cpu` backend against the float32 torch reference, op by op: quantized linears (both
-kernels, every packing), batched decode attention, and the fused rotary + KV write."""
+kernels, every packing), batched decode attention, and the fused rotary + KV write; each seam
+both through its C kernel (cpu_native.py) and through its torch ops."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,6 +20,16 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 # bf16 inputs and outputs: ~2^-9 relative per element, accumulated in float32.
 BF16_TOL = 1e-2
+
+
+def cpu(native: bool) -> cpu_backend.CpuBackend:
+    be = cpu_backend.CpuBackend(native=native)
+    if native and be._native is None:
+        pytest.skip("no C compiler: the cpu backend's C kernels cannot be built here")
+    return be
+
+
+with_native = pytest.mark.parametrize("native", [True, False], ids=["c", "torch-ops"])
 
 
 @pytest.mark.parametrize("qt", [T.Q4_0, T.Q4_1, T.Q5_1, T.Q8_0], ids=lambda t: t.name)
@@ -74,25 +85,29 @@ def _paged(ctx_lens: list[int], hq: int, hk: int, d: int, page: int):
     return torch.randn(b, hq, d, generator=g), k_cache, v_cache, meta
 
 
+@with_native
 @pytest.mark.parametrize("window", [None, 5])
 @pytest.mark.parametrize("ctx,in_place", [([1, 7, 16, 33], False), ([21], False), ([21], True)],
                          ids=["4-seqs", "1-seq", "1-seq-consecutive-pages"])  # 1: heads batched
-def test_batched_decode_attention_matches_reference(window, ctx, in_place):
+def test_batched_decode_attention_matches_reference(window, ctx, in_place, native):
     q, kc, vc, meta = _paged(ctx, hq=6, hk=2, d=16, page=8)
     if in_place:  # pages 2, 3, 4 of the pool: read where they lie, not gathered
         meta.block_tables[0] = torch.arange(2, 2 + meta.block_tables.shape[1])
-    be = get_backend("cpu")
-    assert (be._decode_gather(meta, len(ctx), kc, window).first_slot is not None) == in_place
+    be = cpu(native)
+    if not native:
+        assert (be._decode_gather(meta, len(ctx), kc, window).first_slot is not None) == in_place
     out = be.attention(q, kc, vc, meta, 0.25, 1.0, 1.0, window)
     ref = torch_ref.attention(q, kc, vc, meta, 0.25, 1.0, 1.0, window)
     assert rel_err(out, ref) < 1e-6
 
 
-@pytest.mark.parametrize("matmul_rows", [1, 0], ids=["matmul-at-one-row", "elementwise"])
+@pytest.mark.parametrize("matmul_rows", [1, 0, None],
+                         ids=["matmul-at-one-row", "elementwise", "c"])
 @pytest.mark.parametrize("t", [1, 3])  # one row: its views' row strides are arbitrary
 @pytest.mark.parametrize("rot", [12, 16], ids=["partial", "full"])
 def test_rope_store_kv_matches_reference(t, rot, matmul_rows, monkeypatch):
-    monkeypatch.setattr(cpu_backend, "ROPE_MATMUL_ROWS", matmul_rows)
+    if matmul_rows is not None:
+        monkeypatch.setattr(cpu_backend, "ROPE_MATMUL_ROWS", matmul_rows)
     hq, hk, d, page = 4, 2, 16, 4
     qkv = torch.randn(t, (hq + 2 * hk) * d)
     q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
@@ -102,7 +117,7 @@ def test_rope_store_kv_matches_reference(t, rot, matmul_rows, monkeypatch):
     cos_sin = torch.randn(16, rot)
     slots = torch.tensor([3, -1, 6])[:t]
     results = []
-    for be in (get_backend("cpu"), get_backend("torch")):
+    for be in (cpu(matmul_rows is None), get_backend("torch")):
         kc, vc = torch.zeros(3, page, hk, d), torch.zeros(3, page, hk, d)
         qr = be.rope_store_kv(positions, q, k, v, kc, vc, slots, 1.0, 1.0, cos_sin, True)
         results.append((qr, kc, vc))
@@ -117,13 +132,13 @@ def test_rope_tables_are_shared_by_equal_layers_only():
     q, k, v = torch.randn(1, hq + 2 * hk, d).split([hq, hk, hk], dim=1)
     positions, slots = torch.tensor([3]), torch.tensor([1])
     table = torch.randn(8, d)
-    cpu, ref = get_backend("cpu"), get_backend("torch")
+    ops, ref = cpu(False), get_backend("torch")
     for cache in (table, table.clone(), table * 0.5):
         out = [be.rope_store_kv(positions, q, k, v, torch.zeros(1, 4, hk, d),
                                 torch.zeros(1, 4, hk, d), slots, 1.0, 1.0, cache, True)
-               for be in (cpu, ref)]
+               for be in (ops, ref)]
         assert torch.allclose(out[0], out[1], atol=1e-6)
-    assert len({id(c) for _, c in cpu._rope_alias.values()}) == 2
+    assert len({id(c) for _, c in ops._rope_alias.values()}) == 2
 
 
 @pytest.mark.parametrize("rows", [1, 16, 256])  # decode, the reorder's hint, a prefill chunk
@@ -150,7 +165,7 @@ def test_in_place_views_follow_the_cache_across_steps():
     hq, hk, d, page = 6, 2, 16, 4
     g = torch.Generator().manual_seed(0)
     kc, vc = torch.zeros(5, page, hk, d), torch.zeros(5, page, hk, d)
-    be, ref = get_backend("cpu"), get_backend("torch")
+    be, ref = cpu(False), get_backend("torch")
     views = []
     for ctx in (2, 3, 4, 5):  # the fifth key opens the run's second page
         meta = _lone_sequence(ctx, page, 3)
@@ -171,30 +186,33 @@ def _quantized_linear(n: int, k: int, qt=T.Q4_1):
     return lin, qw.dequantize()
 
 
-@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16],
-                         ids=["f32", "bf16-block-out"])
+@with_native
+@pytest.mark.parametrize("x_dtype,first", [(torch.float32, False), (torch.bfloat16, False),
+                                           (torch.float32, True)],
+                         ids=["f32", "bf16-block-out", "first-layer"])  # the embedding's f32
 @pytest.mark.parametrize("rows", [1, 5, 70])  # int4, dense, past the buffered rows
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_norm_seam_matches_the_unfused_reference(x_dtype, rows, with_bias):
+def test_norm_seam_matches_the_unfused_reference(x_dtype, rows, with_bias, first, native):
     """The norm's weight applied on the way into bf16 and 1/rms after the matmul is the
     unfused norm-then-linear, in float32; the residual stream h is exact."""
     lin, w = _quantized_linear(96, 256)
     g = torch.Generator().manual_seed(2)
     x = (3 * torch.randn(rows, 256, generator=g)).to(x_dtype)
-    residual = torch.randn(rows, 256, generator=g)
+    residual = None if first else torch.randn(rows, 256, generator=g)
     norm_w = torch.rand(256, generator=g) + 0.5
     bias = torch.randn(96, generator=g) if with_bias else None
-    y, h = get_backend("cpu").add_rms_norm_linear(x, residual, norm_w, 1e-5, lin, bias)
+    y, h = cpu(native).add_rms_norm_linear(x, residual, norm_w, 1e-5, lin, bias)
     ref_y, ref_h = get_backend("torch").add_rms_norm_linear(x.float(), residual, norm_w, 1e-5,
                                                             w, bias)
     assert y.dtype == torch.float32 and torch.equal(h, ref_h)
     assert rel_err(y, ref_y) < BF16_TOL
 
 
+@with_native
 @pytest.mark.parametrize("rows", [1, 5])
-def test_gated_seam_leaves_bf16_and_its_buffer_never_aliases_an_output(rows):
+def test_gated_seam_leaves_bf16_and_its_buffer_never_aliases_an_output(rows, native):
     lin, w = _quantized_linear(96, 256)
-    be = get_backend("cpu")
+    be = cpu(native)
     g = torch.Generator().manual_seed(3)
     xs = [torch.randn(rows, 512, generator=g) for _ in range(2)]
     outs = [be.silu_and_mul_linear(x, lin) for x in xs]  # the second reuses the first's buffer
