@@ -28,7 +28,10 @@ import torch
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_native.c")
-FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-shared", "-fPIC")
+# -ffast-math for the vectorised loops (libmvec's expf among them) at compile time only: linked
+# with it, gcc adds crtfastmath.o, whose constructor sets flush-to-zero for the whole process
+# (every float in torch and Python would lose its subnormals).
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-fPIC")
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 _SIGNATURES = {
@@ -131,13 +134,16 @@ def _build(cc: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
+    obj = tmp + ".o"
     try:
-        subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], check=True,
-                       capture_output=True, text=True, timeout=120)
+        for cmd in ([cc, *FLAGS, "-c", "-o", obj, str(SOURCE)],
+                    [cc, "-shared", "-o", tmp, obj, "-lm"]):
+            subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120)
         os.replace(tmp, target)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for leftover in (tmp, obj):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
 
 
 def load() -> Optional[CpuNative]:
@@ -147,7 +153,7 @@ def load() -> Optional[CpuNative]:
     if cc is None:
         log.info("no C compiler: the cpu backend runs its torch ops (slower decode)")
         return None
-    key = hashlib.sha256(SOURCE.read_bytes() + cc.encode() + " ".join(FLAGS).encode()
+    key = hashlib.sha256(SOURCE.read_bytes() + cc.encode() + " ".join(FLAGS).encode() + b"link2"
                          + _cpu_flags().encode()).hexdigest()[:16]
     target = _cache_dir() / f"atom_cpu_{key}.so"
     try:

@@ -3,6 +3,8 @@ machine where they cannot be built runs the torch ops instead of failing."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import torch
 
@@ -32,3 +34,14 @@ def test_without_a_compiler_the_backend_runs_its_torch_ops(tmp_path, monkeypatch
     y, h = be.add_rms_norm_linear(x, residual, norm_w, 1e-5, lin)
     ref_y, ref_h = get_backend("torch").add_rms_norm_linear(x, residual, norm_w, 1e-5, w)
     assert torch.equal(h, ref_h) and rel_err(y, ref_y) < BF16_TOL
+
+
+def test_loading_leaves_the_process_s_floats_ieee(tmp_path):
+    """The library is compiled with -ffast-math but not linked with it: linked, gcc's
+    crtfastmath.o would set flush-to-zero for the whole process (hypothesis refuses to run then,
+    and every subnormal in torch becomes 0)."""
+    code = ("import sys, torch; from atom.kernels import cpu_native; assert cpu_native.load();"
+            "x = sys.float_info.min; assert x / 2 > 0;"
+            "assert (torch.tensor([1e-39]) * 1.0).item() > 0")
+    env = {"XDG_CACHE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
