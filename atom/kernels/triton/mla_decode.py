@@ -60,8 +60,7 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
                        HEADS: tl.constexpr, M: tl.constexpr, PAGE: tl.constexpr,
                        BLOCK_N: tl.constexpr, LORA: tl.constexpr, ROPE: tl.constexpr,
                        SPLIT: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
-                       PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr,
-                       E4M3_SPLIT: tl.constexpr = False):
+                       PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr):
     tile = tl.program_id(0)  # fastest in launch order: a sequence's tiles share its pages in L2
     seq = tl.program_id(1)
     split = tl.program_id(2)
@@ -96,16 +95,8 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
         n_mask = n < hi
         blk = tl.load(bt_row + n // PAGE, mask=n_mask, other=0).to(tl.int64)
         off = blk * c_blk_stride + (n % PAGE) * c_tok_stride
-        if E4M3_SPLIT:
-            # The scores' operand from plain e4m3 loads (pipelined, converted from shared
-            # memory along K), the values' from the pairs (converted in registers).
-            kq, pe = _load_latent(c_ptr, off, n_mask, BLOCK_N, L, R, LORA, ROPE, DOT, False)
-            kv = load_e4m3_as_f16(c_ptr, off, n_mask, BLOCK_N, LORA).to(DOT)
-        else:
-            kv, pe = _load_latent(c_ptr, off, n_mask, BLOCK_N, L, R, LORA, ROPE, DOT,
-                                  E4M3_PAIRS)
-            kq = kv
-        qk = tl.dot(q_nope, tl.trans(kq), input_precision=PREC)
+        kv, pe = _load_latent(c_ptr, off, n_mask, BLOCK_N, L, R, LORA, ROPE, DOT, E4M3_PAIRS)
+        qk = tl.dot(q_nope, tl.trans(kv), input_precision=PREC)
         qk = tl.dot(q_pe, tl.trans(pe), qk, input_precision=PREC) * qk_scale
         qk = tl.where(n_mask[None, :] & (n[None, :] <= q_pos[:, None]), qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -201,8 +192,7 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
                          splits: int | None = None, block_n: int | None = None,
                          heads_per_tile: int | None = None, num_warps: int | None = None,
                          num_stages: int | None = None,
-                         out: torch.Tensor | None = None, fp8_split: bool = False
-                         ) -> torch.Tensor:
+                         out: torch.Tensor | None = None) -> torch.Tensor:
     """q: [T, H, L + R] (every sequence of meta, any q_len ≤ meta.max_q_len, its tokens already
     stored); latent_cache [num_blocks, block_size, L + R] → [T, H, L]."""
     n_tok, n_heads, width = q.shape
@@ -235,7 +225,7 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
         M=rows, PAGE=latent_cache.shape[1],
         BLOCK_N=block_n or bn, LORA=lora_pad, ROPE=rope_pad, SPLIT=n_split > 1,
         DOT=dot_dtype(q.dtype, latent_cache.dtype), PREC=dot_precision(q.dtype),
-        E4M3_PAIRS=pairs, E4M3_SPLIT=pairs and fp8_split, num_warps=num_warps or warps, num_stages=num_stages or stages, **pdl)
+        E4M3_PAIRS=pairs, num_warps=num_warps or warps, num_stages=num_stages or stages, **pdl)
     if n_split > 1:
         merge_heads = min(8, triton.next_power_of_2(n_heads))
         _mla_merge_kernel[(n_tok, triton.cdiv(n_heads, merge_heads))](
