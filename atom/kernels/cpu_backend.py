@@ -281,7 +281,7 @@ class CpuBackend(torch_ref.TorchBackend):
         """x may be bf16 (a block's last projection, gated_linear): the residual add promotes
         it to the residual's dtype in the same op."""
         if (self._native is not None and isinstance(weight, cpu_woq.CpuQuantizedLinear)
-                and _native_norm_takes(x, residual, norm_weight)):
+                and _native_norm_takes(x, residual, norm_weight, bias)):
             xw = self._handoff.bf16_buffer(*x.shape)
             h, r = self._native.norm_bf16(x, residual, norm_weight, eps, xw)
             return self._native.scale_rows(weight.bf16(xw), r, bias), h
@@ -357,12 +357,14 @@ def _rows(x: torch.Tensor, dtype: torch.dtype) -> bool:
     return x.dim() == 2 and x.dtype == dtype and x.stride(1) == 1
 
 
+def _f32_or_none(t: Optional[torch.Tensor]) -> bool:
+    return t is None or (t.dtype == torch.float32 and t.is_contiguous())
+
+
 def _native_norm_takes(x: torch.Tensor, residual: Optional[torch.Tensor],
-                       norm_weight: torch.Tensor) -> bool:
-    return ((_rows(x, torch.float32) or _rows(x, torch.bfloat16))
-            and (residual is None or (residual.dtype == torch.float32
-                                      and residual.is_contiguous()))
-            and norm_weight.dtype == torch.float32 and norm_weight.is_contiguous())
+                       norm_weight: torch.Tensor, bias: Optional[torch.Tensor]) -> bool:
+    return ((_rows(x, torch.float32) or _rows(x, torch.bfloat16)) and _f32_or_none(residual)
+            and _f32_or_none(bias) and _f32_or_none(norm_weight))
 
 
 def _native_rope_takes(qk: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
