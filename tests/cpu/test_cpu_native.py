@@ -3,15 +3,22 @@ machine where they cannot be built runs the torch ops instead of failing."""
 from __future__ import annotations
 
 import logging
+import shutil
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from atom.kernels import cpu_backend, cpu_native, get_backend
 from tests.cpu.test_cpu_backend import BF16_TOL, _quantized_linear, rel_err
 
 
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                              reason="no C compiler: the C kernels cannot be built here")
+
+
+@needs_cc
 def test_built_once_then_loaded_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cpu_native.load() is not None
@@ -36,6 +43,7 @@ def test_without_a_compiler_the_backend_runs_its_torch_ops(tmp_path, monkeypatch
     assert torch.equal(h, ref_h) and rel_err(y, ref_y) < BF16_TOL
 
 
+@needs_cc
 def test_loading_leaves_the_process_s_floats_ieee(tmp_path):
     """The library is compiled with -ffast-math but not linked with it: linked, gcc's
     crtfastmath.o would set flush-to-zero for the whole process (hypothesis refuses to run then,
