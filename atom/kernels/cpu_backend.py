@@ -185,9 +185,10 @@ class CpuBackend(torch_ref.TorchBackend):
         self._gather: Optional[tuple[AttentionMetadata, Optional[int], DecodeGather]] = None
         # Per-layer tensors, keyed by identity (held): each layer's rotary table mapped to the
         # first equal one (every layer builds its own copy, so the step's tables would be
-        # rebuilt 30 times), and each cache's [slots, Hk, D] view.
+        # rebuilt 30 times), and each cache's [slots, Hk, D] view with whether the C kernels
+        # take it (float32, contiguous: checked once, not per layer and step).
         self._rope_alias: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._flat: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._flat: dict[int, tuple[torch.Tensor, torch.Tensor, bool]] = {}
         self._handoff = Bf16Handoff()
         self._runs: RunViews = {}
 
@@ -220,11 +221,19 @@ class CpuBackend(torch_ref.TorchBackend):
             return _neox_rotate(x, rope[3], rope[4])
         return torch.bmm(x if x.dtype == table.dtype else x.to(table.dtype), rope[5])
 
-    def _slots_view(self, cache: torch.Tensor) -> torch.Tensor:
+    def _cache_entry(self, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
         hit = self._flat.get(id(cache))
         if hit is None or hit[0] is not cache:
-            self._flat[id(cache)] = hit = (cache, cache.view(-1, *cache.shape[2:]))
-        return hit[1]
+            self._flat[id(cache)] = hit = (cache, cache.view(-1, *cache.shape[2:]),
+                                           cache.dtype == torch.float32 and cache.is_contiguous())
+        return hit
+
+    def _slots_view(self, cache: torch.Tensor) -> torch.Tensor:
+        return self._cache_entry(cache)[1]
+
+    def _native_caches(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+        """Whether the C kernels take these caches (float32, contiguous)."""
+        return self._cache_entry(k_cache)[2] and self._cache_entry(v_cache)[2]
 
     def store_kv(self, k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
         if self._slots is None or self._slots[0] is not slot_mapping:
@@ -246,8 +255,8 @@ class CpuBackend(torch_ref.TorchBackend):
             return rope_store_kv_unfused(self, positions, q, k, v, k_cache, v_cache,
                                          slot_mapping, k_scale, v_scale, cos_sin_cache, is_neox,
                                          q_norm_weight, k_norm_weight, norm_eps)
-        if self._native is not None and _native_rope_takes(qk, v, k_cache, v_cache, positions,
-                                                           slot_mapping, cos_sin_cache):
+        if (self._native is not None and self._native_caches(k_cache, v_cache)
+                and _native_rope_takes(qk, v, positions, slot_mapping, cos_sin_cache)):
             hq, hk, d = q.shape[1], k.shape[1], q.shape[2]
             return self._native.rope_store(qk, q.stride(0), q.shape[0], hq, hk, d, positions,
                                            cos_sin_cache, slot_mapping, self._slots_view(k_cache),
@@ -314,7 +323,8 @@ class CpuBackend(torch_ref.TorchBackend):
             return torch_ref.attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale,
                                        sliding_window)
         qd = q if n == q.shape[0] else q.narrow(0, 0, n)
-        if self._native is not None and _native_attention_takes(qd, k_cache, v_cache, meta):
+        if (self._native is not None and self._native_caches(k_cache, v_cache)
+                and _native_attention_takes(qd, meta)):
             head = self._native.decode_attention(qd, k_cache, v_cache, meta.block_tables[:n],
                                                  meta.context_lens[:n], scale,
                                                  int(sliding_window or 0))
@@ -367,28 +377,22 @@ def _native_norm_takes(x: torch.Tensor, residual: Optional[torch.Tensor],
             and _f32_or_none(bias) and _f32_or_none(norm_weight))
 
 
-def _native_rope_takes(qk: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                       v_cache: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                       cos_sin: torch.Tensor) -> bool:
-    """q, k and v as one qkv row's heads (v right after k), float32 caches, int64 positions
-    and slots, a float32 table no wider than a head."""
+def _native_rope_takes(qk: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+                       slots: torch.Tensor, cos_sin: torch.Tensor) -> bool:
+    """q, k and v as one qkv row's heads (v right after k), int64 positions and slots, a
+    float32 table no wider than a head."""
     t, heads, d = qk.shape
     hk = v.shape[1]
     return (qk.dtype == torch.float32 and v.shape == (t, hk, d) and v.stride()[1:] == (d, 1)
             and (t == 1 or v.stride(0) == qk.stride(0))
             and v.data_ptr() == qk.data_ptr() + heads * d * 4
-            and k_cache.dtype == v_cache.dtype == torch.float32
-            and k_cache.is_contiguous() and v_cache.is_contiguous()
             and positions.dtype == slots.dtype == torch.int64
             and positions.is_contiguous() and slots.is_contiguous()
             and cos_sin.dtype == torch.float32 and cos_sin.is_contiguous()
             and cos_sin.shape[1] % 2 == 0 and cos_sin.shape[1] <= d)
 
 
-def _native_attention_takes(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                            meta: AttentionMetadata) -> bool:
+def _native_attention_takes(q: torch.Tensor, meta: AttentionMetadata) -> bool:
     return (q.dtype == torch.float32 and q.stride()[1:] == (q.shape[2], 1)
-            and k_cache.dtype == v_cache.dtype == torch.float32
-            and k_cache.is_contiguous() and v_cache.is_contiguous()
             and meta.block_tables.dtype == meta.context_lens.dtype == torch.int32
             and meta.block_tables.stride(1) == 1 and meta.context_lens.is_contiguous())

@@ -55,11 +55,11 @@ void atom_norm_bf16(const void *x, int64_t x_bf16, const float *residual, const 
     }
 }
 
-/* out = float(y) * scale[row] (+ bias), y bf16 [rows, n]; scale may be NULL (1). */
+/* out = float(y) * scale[row] (+ bias), y bf16 [rows, n]. */
 void atom_scale_rows(const uint16_t *y, const float *scale, const float *bias, int64_t rows,
                      int64_t n, float *out) {
     for (int64_t t = 0; t < rows; t++) {
-        const float s = scale ? scale[t] : 1.0f;
+        const float s = scale[t];
         const uint16_t *yr = y + t * n;
         float *o = out + t * n;
         if (bias)

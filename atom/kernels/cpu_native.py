@@ -76,11 +76,11 @@ class CpuNative:
                    x.stride(0), eps, h.data_ptr(), xw.data_ptr(), r.data_ptr())
         return h, r
 
-    def scale_rows(self, y: torch.Tensor, scale: Optional[torch.Tensor],
+    def scale_rows(self, y: torch.Tensor, scale: torch.Tensor,
                    bias: Optional[torch.Tensor]) -> torch.Tensor:
         """float32 y (bf16 [T, N]) times scale [T] (+ bias [N])."""
         out = torch.empty(y.shape)
-        self._scale(y.data_ptr(), _ptr(scale), _ptr(bias), y.shape[0], y.shape[1],
+        self._scale(y.data_ptr(), scale.data_ptr(), _ptr(bias), y.shape[0], y.shape[1],
                     out.data_ptr())
         return out
 

@@ -101,6 +101,17 @@ def test_batched_decode_attention_matches_reference(window, ctx, in_place, nativ
     assert rel_err(out, ref) < 1e-6
 
 
+def test_caches_the_c_kernels_do_not_take_run_the_torch_ops():
+    """A bf16 cache (kv_cache.dtype=bf16 on a float32 model) is not the C attention's: the
+    backend with C kernels still matches the reference over it."""
+    q, kc, vc, meta = _paged([1, 7, 16, 33], hq=6, hk=2, d=16, page=8)
+    kc, vc = kc.bfloat16(), vc.bfloat16()
+    be = cpu(True)
+    assert not be._native_caches(kc, vc)
+    out = be.attention(q, kc, vc, meta, 0.25, 1.0, 1.0)
+    assert rel_err(out, torch_ref.attention(q, kc, vc, meta, 0.25, 1.0, 1.0)) < 1e-6
+
+
 @pytest.mark.parametrize("matmul_rows", [1, 0, None],
                          ids=["matmul-at-one-row", "elementwise", "c"])
 @pytest.mark.parametrize("t", [1, 3])  # one row: its views' row strides are arbitrary
