@@ -2,8 +2,9 @@
 called through ctypes.
 
 A decode step of the embedded default runs ~1,100 torch ops, ~35 a layer, and at one row each
-costs its dispatch (1-10 us) more than its arithmetic; a ctypes call costs ~1 us. Each function
-here is one seam of a decoder layer (the norm before a projection, the scale after it, the
+costs its dispatch (1-10 us) more than its arithmetic; a bare ctypes call costs ~0.4 us and a
+whole seam here 2-5 us (research/probes/cpu_native_calls.py). Each function here is one seam of
+a decoder layer (the norm before a projection, the scale after it, the
 gated activation, rotary with the KV write, decode attention over the paged cache) in one call.
 
 The library is built by the system C compiler (`cc`, or $CC) with -march=native into
