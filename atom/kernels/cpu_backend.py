@@ -13,7 +13,7 @@ Where the machine has a C compiler each seam around the quantized kernels is one
 (cpu_native.py): the norm into bf16, the scale after the projection, the gated activation,
 rotary with the KV write, and decode attention reading the paged float32 cache in place (no
 gather). A decode step of the embedded default went from 1,097 torch ops to 579 and its
-non-matmul CPU time from ~5.9 to ~4.9 ms at one thread. The torch ops below stay for what the
+non-matmul CPU time from ~5.9 to ~4.9 ms at one thread (research/probes/cpu_decode_ops.py). The torch ops below stay for what the
 C kernels do not take (other dtypes, q/k norms, GPT-J rotary) and where there is no compiler.
 """
 from __future__ import annotations
