@@ -49,20 +49,6 @@ def test_decode_attention(ctx, hq, hk, d, page, window, kv_dtype, splits):
            splits=splits)
 
 
-@pytest.mark.parametrize("kvp", [2, 4], ids=["two-kv-heads", "four-kv-heads"])
-@pytest.mark.parametrize("splits", [1, 4], ids=["one-split", "four-splits"])
-@pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
-@pytest.mark.parametrize("ctx,hq,hk,d,page,window", [
-    pytest.param([1, 17, 70], 8, 4, 16, 4, None, id="small"),
-    pytest.param([9, 30], 12, 4, 32, 8, 7, id="small-window"),
-    gpu_param(list(range(1, 4097, 64)), 32, 8, 128, 16, None, id="llama8b-b64"),
-])
-def test_decode_attention_with_kv_heads_tiled(ctx, hq, hk, d, page, window, kv_dtype, splits, kvp):
-    """A program over several kv heads (block-diagonal queries) decodes as one per head."""
-    _check(decode_attention, [1] * len(ctx), ctx, hq, hk, d, page, BF16, kv_dtype, window,
-           splits=splits, kv_heads_per_program=kvp)
-
-
 @pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
 @pytest.mark.parametrize("window", [None, 6], ids=["full", "window"])
 def test_the_oracle_decodes_device_only_lengths_as_it_decodes_host_ones(kv_dtype, window):

@@ -65,14 +65,13 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
                    q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
                    c_blk_stride, c_tok_stride, c_head_stride, bt_stride,
                    qk_scale, v_scale, window, head_dim, n_q_heads, n_splits,
-                   GROUP: tl.constexpr, G_PAD: tl.constexpr, KVP: tl.constexpr,
-                   PAGE: tl.constexpr,
+                   GROUP: tl.constexpr, G_PAD: tl.constexpr, PAGE: tl.constexpr,
                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, SPLIT: tl.constexpr,
                    SPLIT_PAD: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
                    PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr):
     seq = tl.program_id(0)
-    kvt = tl.program_id(1)  # a tile of KVP kv heads
+    kvh = tl.program_id(1)
     split = tl.program_id(2)
     # Context lengths are staged before the step's first kernel: safe to read before the wait.
     ctx = tl.load(ctx_ptr + seq)
@@ -84,35 +83,29 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
     lo = lo0 + split * per_split
     hi = tl.minimum(lo + per_split, ctx)
 
-    # Rows are (kv head of the tile, query head of its group); columns (kv head, dim). A row's
-    # query sits in its own head's columns only (block diagonal), so one dot over the tile's
-    # KVP heads gives each row its own head's scores, and the P @ V row its own head's values.
-    r = tl.arange(0, G_PAD)
-    r_mask = r < GROUP * KVP
-    heads = kvt * (GROUP * KVP) + r
-    c = tl.arange(0, KVP * HEAD_DIM)
-    d = c % HEAD_DIM
+    g = tl.arange(0, G_PAD)
+    g_mask = g < GROUP
+    heads = kvh * GROUP + g
+    d = tl.arange(0, HEAD_DIM)
     d_mask = d < head_dim
-    mine = r_mask[:, None] & d_mask[None, :] & ((r // GROUP)[:, None] == (c // HEAD_DIM)[None, :])
-    col_off = (c // HEAD_DIM) * c_head_stride + d
     seq64 = seq.to(tl.int64)
     q = tl.load(q_ptr + seq64 * q_tok_stride + heads[:, None] * q_head_stride + d[None, :],
-                mask=mine, other=0.0).to(DOT)
+                mask=g_mask[:, None] & d_mask[None, :], other=0.0).to(DOT)
     m_i = tl.full([G_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([G_PAD], tl.float32)
-    acc = tl.zeros([G_PAD, KVP * HEAD_DIM], tl.float32)
+    acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
     bt_row = bt_ptr + seq64 * bt_stride
     for start in range(lo, hi, BLOCK_N):
         n = start + tl.arange(0, BLOCK_N)
         n_mask = n < hi
-        kv_off = paged_kv_offsets(bt_row, n, n_mask, kvt * KVP, c_blk_stride, c_tok_stride,
+        kv_off = paged_kv_offsets(bt_row, n, n_mask, kvh, c_blk_stride, c_tok_stride,
                                   c_head_stride, PAGE)
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(kc_ptr + kv_off[:, None] + col_off[None, :], mask=kv_mask, other=0.0)
-        if E4M3_PAIRS:  # the tile's heads are contiguous: the host checks c_head_stride
-            v = load_e4m3_as_f16(vc_ptr, kv_off, n_mask, BLOCK_N, KVP * HEAD_DIM)
+        k = tl.load(kc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        if E4M3_PAIRS:
+            v = load_e4m3_as_f16(vc_ptr, kv_off, n_mask, BLOCK_N, HEAD_DIM)
         else:
-            v = tl.load(vc_ptr + kv_off[:, None] + col_off[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(vc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         qk = tl.dot(q, tl.trans(k.to(DOT)), input_precision=PREC) * qk_scale
         qk = tl.where(n_mask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -124,23 +117,24 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
         m_i = m_new
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
+    row_mask = g_mask[:, None] & d_mask[None, :]
     if not SPLIT:
         tl.store(o_ptr + seq64 * o_tok_stride + heads[:, None] * o_head_stride + d[None, :],
-                 (out * v_scale).to(o_ptr.dtype.element_ty), mask=mine)
+                 (out * v_scale).to(o_ptr.dtype.element_ty), mask=row_mask)
     else:
         # mid layout: [B, Hq, n_splits, HEAD_DIM] and [B, Hq, n_splits]
         mid_row = (seq64 * n_q_heads + heads) * n_splits + split
-        tl.store(mid_o_ptr + mid_row[:, None] * HEAD_DIM + d[None, :], out, mask=mine)
+        tl.store(mid_o_ptr + mid_row[:, None] * HEAD_DIM + d[None, :], out, mask=row_mask)
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
-        tl.store(mid_lse_ptr + mid_row, lse, mask=r_mask)
+        tl.store(mid_lse_ptr + mid_row, lse, mask=g_mask)
         # Every thread's partial must be stored before the count says so: a CTA barrier, then
         # the atomic's release (acq_rel, GPU scope) publishes them; the last arrival's acquire
         # makes every other split's partials visible to its merge.
         tl.debug_barrier()
-        count = count_ptr + seq64 * tl.num_programs(1) + kvt
+        count = count_ptr + seq64 * tl.num_programs(1) + kvh
         if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
-            _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, seq64, kvt * GROUP * KVP, o_tok_stride,
-                          o_head_stride, n_q_heads, head_dim, v_scale, n_splits, GROUP * KVP,
+            _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, seq64, kvh * GROUP, o_tok_stride,
+                          o_head_stride, n_q_heads, head_dim, v_scale, n_splits, GROUP,
                           SPLIT_PAD, HEAD_DIM)
             tl.store(count, 0)
 
@@ -163,8 +157,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      v_scale: float = 1.0, sliding_window: int | None = None,
                      splits: int | None = None, block_n: int | None = None,
                      num_warps: int = 4, out: torch.Tensor | None = None,
-                     num_stages: int | None = None,
-                     kv_heads_per_program: int | None = None) -> torch.Tensor:
+                     num_stages: int | None = None) -> torch.Tensor:
     """q: [B, Hq, D] (one new token per sequence, already stored) → [B, Hq, D], written into
     `out` when given."""
     batch, n_q_heads, head_dim = q.shape
@@ -174,12 +167,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     n_kv_heads = k_cache.shape[2]
     group = n_q_heads // n_kv_heads
     head_pad = triton.next_power_of_2(head_dim)
-    kvp = kv_heads_per_program or 1
-    assert kvp == 1 or (n_kv_heads % kvp == 0 and head_dim == head_pad
-                        and k_cache.stride(2) == v_cache.stride(2) == head_dim), \
-        "kv heads per program must tile the heads, each contiguous"
-    tiles = n_kv_heads // kvp
-    n_split = splits or num_splits(batch, tiles, q.device)
+    n_split = splits or num_splits(batch, n_kv_heads, q.device)
     if n_split > 1:
         f32 = dict(dtype=torch.float32, device=q.device)
         mid_o = torch.empty((batch, n_q_heads, n_split, head_pad), **f32)
@@ -196,13 +184,12 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     # batches keep the 64 their sweep chose.
     block_n = block_n or (32 if head_pad > 128 else 128 if fp8 or n_split == 1 else 64)
     num_stages = num_stages or (3 if fp8 else 2)  # 416 x 1.5k: fp8 2.86 TB/s vs 2.61 at 2
-    _decode_kernel[(batch, tiles, n_split)](
+    _decode_kernel[(batch, n_kv_heads, n_split)](
         q, k_cache, v_cache, out, mid_o, mid_lse, counters, meta.context_lens, meta.block_tables,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0),
         scale * k_scale * LOG2E, float(v_scale), int(sliding_window or 0), head_dim, n_q_heads,
-        n_split, GROUP=group, G_PAD=max(16, triton.next_power_of_2(group * kvp)), KVP=kvp,
-        PAGE=k_cache.shape[1],
+        n_split, GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), PAGE=k_cache.shape[1],
         BLOCK_N=block_n, HEAD_DIM=head_pad, SPLIT=n_split > 1,
         SPLIT_PAD=max(MAX_SPLITS, triton.next_power_of_2(n_split)),
         HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype, k_cache.dtype),
