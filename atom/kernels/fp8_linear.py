@@ -122,6 +122,21 @@ class Fp8Kernels:
         xq, scale_a, h = fused(x, residual, norm_weight, eps, group=None)
         return self.gemm(xq, scale_a, w.qweight, w.weight_scale, bias, triton), h
 
+    def silu_and_mul_linear(self, x: torch.Tensor, w: Fp8Weight,
+                            bias: Optional[torch.Tensor] = None, triton: bool = False
+                            ) -> Optional[torch.Tensor]:
+        """A gated MLP's activation and down projection with the activation quantized per token
+        as it is computed (fp8_quant.silu_mul_quant: one launch, no bf16 round trip of the
+        [M, I] product; the same bytes as the unfused ops). None where that does not apply: as
+        add_rms_norm_linear."""
+        fused = getattr(self.quant, "silu_mul_quant", None)
+        if (fused is None or w.block_scale is not None or w.input_scale is not None
+                or x.dim() != 2 or x.dtype != torch.bfloat16 or not _takes_scaled_mm(w)
+                or self.gemv_takes(x, w)):
+            return None
+        xq, scale_a = fused(x)
+        return self.gemm(xq, scale_a, w.qweight, w.weight_scale, bias, triton)
+
     def linear(self, x: torch.Tensor, w: Fp8Weight, bias: Optional[torch.Tensor] = None,
                triton: bool = False) -> torch.Tensor:
         """x [..., K] @ dequantize(w).T (+ bias) on the GPU: what fp8_reference.fp8_linear

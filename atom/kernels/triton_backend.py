@@ -99,12 +99,18 @@ class TritonBackend:
         (decode_kernels, run D): Qwen3-0.6B down (K 3072) 4.73 µs fused vs 5.61 µs as two
         kernels, but Llama-3-8B down (K 14336) 40.4 vs 36.2 µs: there every program recomputing
         SiLU over the long row costs more than the launch it saves. fp8 weights alike, through
-        the GEMV's per-channel scales (the thresholds are bf16's measurements)."""
+        the GEMV's per-channel scales (the thresholds are bf16's measurements); past the GEMV's
+        rows the activation is quantized per token as it is computed (Fp8Kernels)."""
         if isinstance(weight, Fp8Weight):
             if (self._fp8.gemv_takes(x, weight) and gemv.takes(x, weight.qweight)
                     and weight.shape[1] <= FUSED_SILU_MAX_K):
                 return gemv.gemv(x, weight.qweight, bias, silu_gate=True,
                                  **self._fp8.gemv_scale(weight))
+            x2 = x.reshape(-1, x.shape[-1])
+            fused = self._fp8.silu_and_mul_linear(x2, weight, bias,
+                                                  self._fp8_takes_triton(x2, weight))
+            if fused is not None:
+                return fused.view(*x.shape[:-1], weight.shape[0])
         elif gemv.takes(x, weight) and weight.shape[1] <= FUSED_SILU_MAX_K:
             return gemv.gemv(x, weight, bias, silu_gate=True)
         return self.linear(activation.silu_and_mul(x), weight, bias)

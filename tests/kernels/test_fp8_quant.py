@@ -139,3 +139,49 @@ def test_rms_norm_quant_dequantizes_to_the_reference_norm(m, k, residual):
     s_el = s.repeat_interleave(128, 1)[:, :k]
     rel = SLIP if INTERPRETED else 2.0 ** -3
     assert ((q.float() * s_el - normed).abs() <= rel * normed.abs() + 2.0 ** -9 * s_el).all()
+
+
+@pytest.mark.parametrize("m,inter,dtype", [
+    pytest.param(3, 300, torch.bfloat16, id="odd-width"),
+    pytest.param(2, 16384 + 37, torch.bfloat16, id="past-one-block"),
+    pytest.param(2, 200, torch.float32, id="fp32"),
+    gpu_param(512, 14336, torch.bfloat16, id="llama8b-down"),
+    gpu_param(64, 18432, torch.bfloat16, id="deepseek-dense-down"),
+])
+def test_silu_mul_quant_gives_the_unfused_kernels_bytes(m, inter, dtype):
+    """The fused activation + quantisation against activation.py's SiLU-and-mul followed by
+    quant_per_token: the same activation code and roundings, so the same bytes and scales, on
+    the GPU and interpreted alike."""
+    from atom.kernels.triton.activation import silu_and_mul
+    from atom.kernels.triton.fp8_quant import silu_mul_quant
+
+    x = (3 * torch.randn(m, 2 * inter, device=DEVICE)).to(dtype)
+    x[0, inter + 5] = 60.0  # an outlier in the up half sets row 0's scale
+    rq, rs = quant_per_token(silu_and_mul(x))
+    q, s = silu_mul_quant(x)
+    assert q.shape == (m, inter) and s.shape == (m, 1)
+    assert torch.equal(s, rs)
+    assert torch.equal(q.float(), rq.float())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("rows", [32, 512])
+def test_down_projection_quantizes_its_activation_in_one_launch(rows):
+    """TritonBackend.silu_and_mul_linear on a per-channel fp8 weight past the GEMV's rows: the
+    fused activation-quantiser feeds the GEMM, equal to the unfused ops (the same bytes into
+    the same GEMM), and the bf16 SiLU-and-mul kernel does not run."""
+    from atom.kernels.fp8_weight import quantize
+    from atom.kernels.triton_backend import TritonBackend
+
+    be = TritonBackend()
+    w = quantize((0.02 * torch.randn(4096, 14336, device="cuda")).to(torch.bfloat16))
+    x = (2 * torch.randn(rows, 2 * 14336, device="cuda")).to(torch.bfloat16)
+    ref = be.linear(be.silu_and_mul(x), w)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = be.silu_and_mul_linear(x, w)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    assert any("_silu_mul_quant_kernel" in n for n in names)
+    assert not any("_silu_and_mul_kernel" in n for n in names)
+    assert torch.equal(out, ref)

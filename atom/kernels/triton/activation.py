@@ -9,17 +9,24 @@ from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 
 @triton.jit
+def silu_mul_cols(x_row, cols, mask, inter):
+    """silu(gate) * up at `cols` of one [gate | up] row, rounded as the reference rounds it (silu
+    in the activation dtype, then the product in that dtype), returned in float32. Masked
+    columns are 0."""
+    a = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(x_row + inter + cols, mask=mask, other=0.0)
+    s = (a / (1.0 + tl.exp(-a))).to(b.dtype)
+    return (s.to(tl.float32) * b.to(tl.float32)).to(b.dtype).to(tl.float32)
+
+
+@triton.jit
 def _silu_and_mul_kernel(x_ptr, out_ptr, x_stride, out_stride, inter, BLOCK: tl.constexpr,
                          PDL: tl.constexpr):
     pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inter
-    a = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(x_ptr + row * x_stride + inter + cols, mask=mask, other=0.0)
-    # Match the reference: silu in the activation dtype, then the product in that dtype.
-    s = (a / (1.0 + tl.exp(-a))).to(b.dtype)
-    y = s.to(tl.float32) * b.to(tl.float32)
+    y = silu_mul_cols(x_ptr + row * x_stride, cols, mask, inter)
     tl.store(out_ptr + row * out_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

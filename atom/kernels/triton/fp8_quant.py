@@ -11,9 +11,10 @@ kernels here share its arithmetic so both give the same bytes. EPS keeps an all-
 finite (its q is zeros).
 
 rms_norm_quant fuses the (residual-add +) RMSNorm in front of a W8A8 projection into the
-quantisation: one launch and one read of the row instead of two launches and a bf16 round trip.
-The normalised row is rounded to the activation dtype before it is quantised, as the unfused
-norm's output is, so both give the same bytes.
+quantisation, and silu_mul_quant a gated MLP's activation in front of its down projection: one
+launch and one read of the row instead of two launches and a bf16 round trip. The fused value
+is rounded to the activation dtype before it is quantised, as the unfused kernel's output is,
+so both give the same bytes.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from atom.kernels.triton.activation import silu_mul_cols
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 from atom.kernels.triton.rms_norm import load_row, norm_row, norm_warps
 
@@ -68,6 +70,37 @@ def _per_token_kernel(x_ptr, q_ptr, s_ptr, k_dim, x_stride, q_stride, eps,
             x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
             tl.store(q_ptr + row * q_stride + cols,
                      quantize(x, scale).to(q_ptr.dtype.element_ty), mask=mask)
+    tl.store(s_ptr + row, scale)
+
+
+@triton.jit
+def _silu_mul_quant_kernel(x_ptr, q_ptr, s_ptr, inter, x_stride, q_stride, eps,
+                           BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """silu(gate) * up of one [gate | up] row per program, quantised per row: the row whole in
+    registers where it fits one BLOCK, else its amax block by block and the activation computed
+    again (from L2) to quantise."""
+    pdl_wait(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_stride
+    if BLOCK >= inter:
+        cols = tl.arange(0, BLOCK)
+        mask = cols < inter
+        y = silu_mul_cols(x_row, cols, mask, inter)
+        scale = scale_of(tl.max(tl.abs(y), 0), eps)
+        tl.store(q_ptr + row * q_stride + cols, quantize(y, scale).to(q_ptr.dtype.element_ty),
+                 mask=mask)
+    else:
+        amax = tl.zeros([BLOCK], tl.float32)
+        for k0 in range(0, inter, BLOCK):
+            cols = k0 + tl.arange(0, BLOCK)
+            amax = tl.maximum(amax, tl.abs(silu_mul_cols(x_row, cols, cols < inter, inter)))
+        scale = scale_of(tl.max(amax, 0), eps)
+        for k0 in range(0, inter, BLOCK):
+            cols = k0 + tl.arange(0, BLOCK)
+            mask = cols < inter
+            y = silu_mul_cols(x_row, cols, mask, inter)
+            tl.store(q_ptr + row * q_stride + cols,
+                     quantize(y, scale).to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(s_ptr + row, scale)
 
 
@@ -123,6 +156,21 @@ def quant_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         block = min(16384, triton.next_power_of_2(k))
         _per_token_kernel[(m,)](x, q, scale, k, x.stride(0), q.stride(0), EPS, BLOCK=block,
                                 num_warps=min(16, max(4, block // 512)), **pdl_args(x.device))
+    return q, scale
+
+
+def silu_mul_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x: [M, 2I] a gated MLP's [gate | up] (bf16, fp16 or fp32, last dim contiguous) → (q
+    [M, I] e4m3, scale [M, 1] fp32): quant_per_token(silu_and_mul(x)) in one launch."""
+    assert x.dim() == 2 and x.stride(-1) == 1 and x.shape[1] % 2 == 0
+    m, inter = x.shape[0], x.shape[1] // 2
+    q = torch.empty((m, inter), dtype=torch.float8_e4m3fn, device=x.device)
+    scale = torch.empty((m, 1), dtype=torch.float32, device=x.device)
+    if m:
+        block = min(16384, triton.next_power_of_2(inter))  # as quant_per_token's rows
+        _silu_mul_quant_kernel[(m,)](x, q, scale, inter, x.stride(0), q.stride(0), EPS,
+                                     BLOCK=block, num_warps=min(16, max(4, block // 512)),
+                                     **pdl_args(x.device))
     return q, scale
 
 
