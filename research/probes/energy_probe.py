@@ -15,7 +15,12 @@ with the GPU sampled (probe_kit.sustained):
 The ceiling counts idle power once, as if everything overlapped perfectly: the most any
 schedule could get from this GPU at these kernels' energy per FLOP and per byte.
 
-    python research/probes/energy_probe.py --out probe.json
+`--fp8` does the same for the fp8 run (issue 19: `quant=fp8 kv_cache=fp8`, 512 sequences a
+step): the projections as e4m3 GEMMs (torch._scaled_mm, per-token x per-channel scales, what
+atom runs at those rows) at 512 and 8,192 rows, the LM head in bf16 at 512 rows, and atom's
+decode attention over an e4m3 cache at 512 x 1,536 beside a plain stream of the same bytes.
+
+    python research/probes/energy_probe.py [--fp8] --out probe.json
 """
 from __future__ import annotations
 
@@ -39,11 +44,40 @@ def _layer_params() -> int:
     return HIDDEN * (HQ * D + 2 * HK * D) + HQ * D * HIDDEN + 3 * HIDDEN * INTER
 
 
-def _per_token() -> dict[str, float]:
-    """The run's work per output token: KV bytes at the mean context, decode and prefill FLOPs."""
-    return {"kv_bytes": 2 * HK * D * 2 * N_LAYERS * CTX,
-            "decode_flop": 2 * (N_LAYERS * _layer_params() + HIDDEN * VOCAB),
+def _per_token(kv_elem: int = 2) -> dict[str, float]:
+    """The run's work per output token: KV bytes at the mean context, decode and prefill FLOPs
+    (the decode ones without the LM head's, counted apart: it stays bf16 under quant=fp8)."""
+    return {"kv_bytes": 2 * HK * D * kv_elem * N_LAYERS * CTX,
+            "decode_flop": 2 * N_LAYERS * _layer_params(), "head_flop": 2 * HIDDEN * VOCAB,
             "prefill_flop": 2 * N_LAYERS * _layer_params()}
+
+
+def _fp8_gemms(rows: int) -> Callable[[], None]:
+    """_gemms' four GEMMs a layer in e4m3 through cuBLASLt row-wise scaling, LAYERS layers'
+    distinct weights; the activations quantised once outside the timing."""
+    hidden, inter, qkv = 4096, 14336, 32 * 128 + 2 * 8 * 128
+    e4m3, f32 = torch.float8_e4m3fn, dict(device="cuda", dtype=torch.float32)
+    ws = [[((torch.randn(n, k, device="cuda") * 0.02) / 0.002).to(e4m3) for n, k in
+           ((qkv, hidden), (hidden, hidden), (2 * inter, hidden), (hidden, inter))]
+          for _ in range(LAYERS)]
+    x, h = (torch.randn(rows, k, device="cuda").to(e4m3) for k in (hidden, inter))
+    sx = torch.full((rows, 1), 0.01, **f32)
+
+    def mm(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch._scaled_mm(a, w.t(), scale_a=sx, scale_b=torch.full((1, w.shape[0]), 0.002, **f32),
+                                out_dtype=torch.bfloat16)
+
+    def run() -> None:
+        for w in ws:
+            mm(x, w[0]), mm(x, w[1]), mm(x, w[2]), mm(h, w[3])
+    return run
+
+
+def _head(rows: int) -> Callable[[], None]:
+    """The LM head (bf16, 128k vocabulary) for `rows` tokens."""
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    w, x = torch.randn(VOCAB, HIDDEN, **bf) * 0.02, torch.randn(rows, HIDDEN, **bf)
+    return lambda: x @ w.t()
 
 
 def _square(n: int = 8192) -> Callable[[], None]:
@@ -59,56 +93,74 @@ def _costs(r: dict[str, Any], work: float, idle: float) -> None:
     r["rate_sustained"] = round(work / s / 1e12, 2)  # TFLOP/s or TB/s
 
 
+def _work(fp8: bool) -> dict[str, tuple[Callable[[], None], float]]:
+    """What is timed: name → (the work, its units: FLOP or bytes)."""
+    from atom.kernels.triton.paged_decode_attention import decode_attention
+
+    batch = 512 if fp8 else BATCH
+    work: dict[str, tuple[Callable[[], None], float]] = {}
+    if fp8:
+        for rows in (512, 8192):
+            work[f"gemm_{rows}"] = (_fp8_gemms(rows), 2 * rows * LAYERS * _layer_params())
+        work["head_512"] = (_head(512), 2 * 512 * HIDDEN * VOCAB)
+    else:
+        for rows in (384, 1024, 8192):
+            work[f"gemm_{rows}"] = (_gemms(rows), 2 * rows * LAYERS * _layer_params())
+    work["gemm_8192_cubed"] = (_square(), 2 * 8192 ** 3)
+    kv = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    caches = [decode_case(batch, CTX, kv_dtype=kv) for _ in range(LAYERS)]
+    outs = [torch.empty_like(c.q) for c in caches]
+    work["attention"] = (lambda: [decode_attention(c.q, c.kc, c.vc, c.meta, D ** -0.5, out=o)
+                                  for c, o in zip(caches, outs)],
+                         LAYERS * caches[0].kv_bytes)
+    rows = batch * HK * CTX
+    k, v = (torch.randn(rows, D, device="cuda", dtype=torch.bfloat16).to(kv) for _ in range(2))
+    sink = torch.empty(batch * HK, D, device="cuda", dtype=torch.float32)
+    work["stream"] = (lambda: [_stream_plain[(batch * HK,)](k, v, sink, ROWS=CTX, BLOCK=64, D=D,
+                                                            num_warps=4) for _ in range(LAYERS)],
+                      LAYERS * 2 * k.numel() * k.element_size())
+    return work
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--fp8", action="store_true", help="the fp8 weights + fp8 KV run's kernels")
     args = ap.parse_args()
     torch.cuda.init()
     idle = float(GpuSampler.once()[1])
     res = probe_meta(idle_watts=idle, limit_watts=float(nvidia_smi("power.limit")[0]),
-                     per_token=_per_token())
-    work: dict[str, tuple[Callable[[], None], float]] = {}
-    for rows in (384, 1024, 8192):
-        work[f"gemm_{rows}"] = (_gemms(rows), 2 * rows * LAYERS * _layer_params())
-    work["gemm_8192_cubed"] = (_square(), 2 * 8192 ** 3)
-    case = decode_case(BATCH, CTX)
-    layer_caches = [case] + [decode_case(BATCH, CTX) for _ in range(LAYERS - 1)]
-    from atom.kernels.triton.paged_decode_attention import decode_attention
-
-    outs = [torch.empty_like(c.q) for c in layer_caches]
-    work["attention"] = (lambda: [decode_attention(c.q, c.kc, c.vc, c.meta, D ** -0.5, out=o)
-                                  for c, o in zip(layer_caches, outs)],
-                         LAYERS * case.kv_bytes)
-    rows = BATCH * HK * CTX
-    k, v = (torch.randn(rows, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    sink = torch.empty(BATCH * HK, D, device="cuda", dtype=torch.float32)
-    work["stream"] = (lambda: [_stream_plain[(BATCH * HK,)](k, v, sink, ROWS=CTX, BLOCK=64, D=D,
-                                                            num_warps=4) for _ in range(LAYERS)],
-                      LAYERS * 2 * k.numel() * k.element_size())
-    for name, (fn, units) in work.items():
+                     per_token=_per_token(1 if args.fp8 else 2), fp8=args.fp8)
+    for name, (fn, units) in _work(args.fp8).items():
         try:
             res[name] = sustained(fn, seconds=3.0)
             _costs(res[name], units, idle)
         except Exception as e:
             res[name] = error_text(e, 300)
         print(name, res[name], flush=True)
-    _ceiling(res)
+    _ceiling(res, "gemm_512" if args.fp8 else "gemm_384")
     report("energy_probe", res, args.out)
 
 
-def _ceiling(res: dict[str, Any]) -> None:
+def _ceiling(res: dict[str, Any], decode_gemm: str) -> None:
     """tok/s the power limit allows at the measured dynamic energies, with idle power counted
-    once (perfect overlap), for the run's kernels (attention, 384-row decode GEMMs, 8,192-row
-    prefill GEMMs) and for the cheapest measured (stream, 8192^3)."""
+    once (perfect overlap), for the run's kernels (attention, the decode-size GEMMs and LM head,
+    8,192-row prefill GEMMs) and for the cheapest measured (stream, 8192^3 in bf16)."""
     t = res["per_token"]
     budget = res["limit_watts"] - res["idle_watts"]
-    for tag, read, dec, pre in (("run_kernels", "attention", "gemm_384", "gemm_8192"),
-                                ("cheapest", "stream", "gemm_8192_cubed", "gemm_8192_cubed")):
+    head = "head_512" if "head_512" in res else decode_gemm
+    for tag, read, dec, hd, pre in (("run_kernels", "attention", decode_gemm, head, "gemm_8192"),
+                                    ("cheapest", "stream", "gemm_8192_cubed", "gemm_8192_cubed",
+                                     "gemm_8192_cubed")):
         try:
-            joules = (t["kv_bytes"] * res[read]["pj_dynamic"] + t["decode_flop"] * res[dec]["pj_dynamic"]
-                      + t["prefill_flop"] * res[pre]["pj_dynamic"]) * 1e-12
+            parts = {"kv": t["kv_bytes"] * res[read]["pj_dynamic"],
+                     "decode_gemms": t["decode_flop"] * res[dec]["pj_dynamic"],
+                     "head": t["head_flop"] * res[hd]["pj_dynamic"],
+                     "prefill_gemms": t["prefill_flop"] * res[pre]["pj_dynamic"]}
+            joules = sum(parts.values()) * 1e-12
             res[f"ceiling_{tag}_tok_s"] = round(budget / joules)
             res[f"ceiling_{tag}_mj_per_token"] = round(joules * 1e3, 2)
+            res[f"ceiling_{tag}_mj_parts"] = {k: round(v * 1e-9, 2) for k, v in parts.items()}
         except (KeyError, TypeError):
             res[f"ceiling_{tag}_tok_s"] = None
 
