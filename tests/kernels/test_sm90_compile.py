@@ -153,8 +153,9 @@ def compile_sm90_div16(fn, sig, consts, warps, stages=3, div16=()):
 
 q_sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "k_dim": "i32", "x_stride": "i32",
          "q_stride": "i32", "eps": "fp32"}
-compile_sm90_div16(FQ._per_token_kernel, q_sig, dict(BLOCK=16384, PDL=True), 16,
-                   div16=("x_ptr", "q_ptr", "s_ptr", "k_dim", "x_stride", "q_stride"))
+for silu in (False, True):  # plain rows, and the [gate | up] rows of silu_mul_quant
+    compile_sm90_div16(FQ._per_token_kernel, q_sig, dict(BLOCK=16384, SILU=silu, PDL=True), 16,
+                       div16=("x_ptr", "q_ptr", "s_ptr", "k_dim", "x_stride", "q_stride"))
 g_sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "k_dim": "i32", "n_groups": "i32",
          "x_stride": "i32", "q_stride": "i32", "s_stride": "i32", "eps": "fp32"}
 compile_sm90_div16(FQ._per_group_kernel, g_sig, dict(GROUP=128, GROUPS=8, PDL=True), 4,
@@ -233,7 +234,7 @@ def test_kernels_compile_for_sm90():
         *["_count_kernel", "_offsets_kernel", "_scatter_kernel"] * 2, *["_mla_decode_kernel"] * 6,
         "_mla_merge_kernel", "_mla_rope_store_kernel",
         "_gather_latents_kernel", "_mla_prefill_kernel", "_mla_prefill_kernel",
-        "_per_token_kernel", "_per_group_kernel"]
+        "_per_token_kernel", "_per_token_kernel", "_per_group_kernel"]
         + ["_rms_norm_quant_kernel"] * 2
         + ["_fp8_gemv_kernel"] + ["_gemv_kernel"] * 2 + ["_block_gemm_kernel"] * 2 + ["_scaled_gemm_kernel"] * 2
         + ["_sum_slices_kernel"] + ["_rejection_kernel"] * 2)

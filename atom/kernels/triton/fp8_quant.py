@@ -43,17 +43,27 @@ def quantize(x, scale):
 
 
 @triton.jit
+def _row_cols(x_row, cols, mask, k_dim, SILU: tl.constexpr):
+    """The row's values at `cols` in float32: x itself, or with SILU silu(gate) * up of a
+    [gate | up] row k_dim wide a half."""
+    if SILU:
+        return silu_mul_cols(x_row, cols, mask, k_dim)
+    return tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _per_token_kernel(x_ptr, q_ptr, s_ptr, k_dim, x_stride, q_stride, eps,
-                      BLOCK: tl.constexpr, PDL: tl.constexpr):
-    """One row per program. A row that fits one BLOCK is read once and kept in registers;
-    longer rows take their amax block by block, then are read again (from L2) to quantise."""
+                      BLOCK: tl.constexpr, SILU: tl.constexpr, PDL: tl.constexpr):
+    """One row per program (with SILU, the activation of a [gate | up] row). A row that fits
+    one BLOCK is read once and kept in registers; longer rows take their amax block by block,
+    then are read (and activated) again, from L2, to quantise."""
     pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_stride
     if BLOCK >= k_dim:
         cols = tl.arange(0, BLOCK)
         mask = cols < k_dim
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        x = _row_cols(x_row, cols, mask, k_dim, SILU)
         scale = scale_of(tl.max(tl.abs(x), 0), eps)
         tl.store(q_ptr + row * q_stride + cols, quantize(x, scale).to(q_ptr.dtype.element_ty),
                  mask=mask)
@@ -61,46 +71,14 @@ def _per_token_kernel(x_ptr, q_ptr, s_ptr, k_dim, x_stride, q_stride, eps,
         amax = tl.zeros([BLOCK], tl.float32)
         for k0 in range(0, k_dim, BLOCK):
             cols = k0 + tl.arange(0, BLOCK)
-            x = tl.load(x_row + cols, mask=cols < k_dim, other=0.0).to(tl.float32)
-            amax = tl.maximum(amax, tl.abs(x))
+            amax = tl.maximum(amax, tl.abs(_row_cols(x_row, cols, cols < k_dim, k_dim, SILU)))
         scale = scale_of(tl.max(amax, 0), eps)
         for k0 in range(0, k_dim, BLOCK):
             cols = k0 + tl.arange(0, BLOCK)
             mask = cols < k_dim
-            x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+            x = _row_cols(x_row, cols, mask, k_dim, SILU)
             tl.store(q_ptr + row * q_stride + cols,
                      quantize(x, scale).to(q_ptr.dtype.element_ty), mask=mask)
-    tl.store(s_ptr + row, scale)
-
-
-@triton.jit
-def _silu_mul_quant_kernel(x_ptr, q_ptr, s_ptr, inter, x_stride, q_stride, eps,
-                           BLOCK: tl.constexpr, PDL: tl.constexpr):
-    """silu(gate) * up of one [gate | up] row per program, quantised per row: the row whole in
-    registers where it fits one BLOCK, else its amax block by block and the activation computed
-    again (from L2) to quantise."""
-    pdl_wait(PDL)
-    row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + row * x_stride
-    if BLOCK >= inter:
-        cols = tl.arange(0, BLOCK)
-        mask = cols < inter
-        y = silu_mul_cols(x_row, cols, mask, inter)
-        scale = scale_of(tl.max(tl.abs(y), 0), eps)
-        tl.store(q_ptr + row * q_stride + cols, quantize(y, scale).to(q_ptr.dtype.element_ty),
-                 mask=mask)
-    else:
-        amax = tl.zeros([BLOCK], tl.float32)
-        for k0 in range(0, inter, BLOCK):
-            cols = k0 + tl.arange(0, BLOCK)
-            amax = tl.maximum(amax, tl.abs(silu_mul_cols(x_row, cols, cols < inter, inter)))
-        scale = scale_of(tl.max(amax, 0), eps)
-        for k0 in range(0, inter, BLOCK):
-            cols = k0 + tl.arange(0, BLOCK)
-            mask = cols < inter
-            y = silu_mul_cols(x_row, cols, mask, inter)
-            tl.store(q_ptr + row * q_stride + cols,
-                     quantize(y, scale).to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(s_ptr + row, scale)
 
 
@@ -143,11 +121,8 @@ def _rms_norm_quant_kernel(x_ptr, res_ptr, w_ptr, q_ptr, s_ptr, res_out_ptr, x_s
     tl.store(s_ptr + row * s_stride + g, scale, mask=g * GROUP < n_cols)
 
 
-def quant_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x: [M, K] (bf16, fp16 or fp32, last dim contiguous) → (q [M, K] e4m3, scale [M, 1] fp32)
-    with x ≈ q * scale row by row."""
-    assert x.dim() == 2 and x.stride(-1) == 1
-    m, k = x.shape
+def _launch_per_token(x: torch.Tensor, k: int, silu: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    m = x.shape[0]
     q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
     scale = torch.empty((m, 1), dtype=torch.float32, device=x.device)
     if m:
@@ -155,23 +130,23 @@ def quant_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # thread at 16 warps): the two-pass loop over 4k blocks at 512 rows took 23 µs a launch.
         block = min(16384, triton.next_power_of_2(k))
         _per_token_kernel[(m,)](x, q, scale, k, x.stride(0), q.stride(0), EPS, BLOCK=block,
-                                num_warps=min(16, max(4, block // 512)), **pdl_args(x.device))
+                                SILU=silu, num_warps=min(16, max(4, block // 512)),
+                                **pdl_args(x.device))
     return q, scale
+
+
+def quant_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x: [M, K] (bf16, fp16 or fp32, last dim contiguous) → (q [M, K] e4m3, scale [M, 1] fp32)
+    with x ≈ q * scale row by row."""
+    assert x.dim() == 2 and x.stride(-1) == 1
+    return _launch_per_token(x, x.shape[1], silu=False)
 
 
 def silu_mul_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x: [M, 2I] a gated MLP's [gate | up] (bf16, fp16 or fp32, last dim contiguous) → (q
     [M, I] e4m3, scale [M, 1] fp32): quant_per_token(silu_and_mul(x)) in one launch."""
     assert x.dim() == 2 and x.stride(-1) == 1 and x.shape[1] % 2 == 0
-    m, inter = x.shape[0], x.shape[1] // 2
-    q = torch.empty((m, inter), dtype=torch.float8_e4m3fn, device=x.device)
-    scale = torch.empty((m, 1), dtype=torch.float32, device=x.device)
-    if m:
-        block = min(16384, triton.next_power_of_2(inter))  # as quant_per_token's rows
-        _silu_mul_quant_kernel[(m,)](x, q, scale, inter, x.stride(0), q.stride(0), EPS,
-                                     BLOCK=block, num_warps=min(16, max(4, block // 512)),
-                                     **pdl_args(x.device))
-    return q, scale
+    return _launch_per_token(x, x.shape[1] // 2, silu=True)
 
 
 def quant_per_token_group(x: torch.Tensor, group: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
