@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -105,6 +105,17 @@ class Fp8Kernels:
             scale_a = w.input_scale.reshape(1, 1).expand(x.shape[0], 1).contiguous()
         return self.gemm(xq, scale_a, w.qweight, w.weight_scale, bias, triton)
 
+    def _fused_quant(self, name: str, x: torch.Tensor, w: Fp8Weight) -> Optional[Callable]:
+        """fp8_quant's kernel `name`, which quantizes a projection's input per token as it
+        computes it, where that input may feed `w`'s per-token GEMM: per-channel scales, dynamic
+        activations, bf16 rows past the GEMV's, a shape cuBLASLt takes. None otherwise."""
+        fused = getattr(self.quant, name, None)
+        if (fused is None or w.block_scale is not None or w.input_scale is not None
+                or x.dim() != 2 or x.dtype != torch.bfloat16 or not _takes_scaled_mm(w)
+                or self.gemv_takes(x, w)):
+            return None
+        return fused
+
     def add_rms_norm_linear(self, x: torch.Tensor, residual: Optional[torch.Tensor],
                             norm_weight: torch.Tensor, eps: float, w: Fp8Weight,
                             bias: Optional[torch.Tensor] = None, triton: bool = False
@@ -114,10 +125,8 @@ class Fp8Kernels:
         (fp8_quant.rms_norm_quant: one launch and no bf16 round trip of the normed rows; the
         same bytes as the unfused ops). None where that does not apply: block or static scales,
         the rows the weight-only GEMV takes, shapes cuBLASLt does not take, no such kernel."""
-        fused = getattr(self.quant, "rms_norm_quant", None)
-        if (fused is None or w.block_scale is not None or w.input_scale is not None
-                or x.dim() != 2 or x.dtype != torch.bfloat16 or not _takes_scaled_mm(w)
-                or self.gemv_takes(x, w)):
+        fused = self._fused_quant("rms_norm_quant", x, w)
+        if fused is None:
             return None
         xq, scale_a, h = fused(x, residual, norm_weight, eps, group=None)
         return self.gemm(xq, scale_a, w.qweight, w.weight_scale, bias, triton), h
@@ -127,12 +136,10 @@ class Fp8Kernels:
                             ) -> Optional[torch.Tensor]:
         """A gated MLP's activation and down projection with the activation quantized per token
         as it is computed (fp8_quant.silu_mul_quant: one launch, no bf16 round trip of the
-        [M, I] product; the same bytes as the unfused ops). None where that does not apply: as
-        add_rms_norm_linear."""
-        fused = getattr(self.quant, "silu_mul_quant", None)
-        if (fused is None or w.block_scale is not None or w.input_scale is not None
-                or x.dim() != 2 or x.dtype != torch.bfloat16 or not _takes_scaled_mm(w)
-                or self.gemv_takes(x, w)):
+        [M, I] product; the same bytes as the unfused ops). None where that does not apply
+        (`_fused_quant`)."""
+        fused = self._fused_quant("silu_mul_quant", x, w)
+        if fused is None:
             return None
         xq, scale_a = fused(x)
         return self.gemm(xq, scale_a, w.qweight, w.weight_scale, bias, triton)
