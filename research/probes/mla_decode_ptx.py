@@ -6,7 +6,7 @@ MLA kernel masked its loads against a runtime width and compiled to 2-byte scala
 which the PTX shows and no CPU test can. A finding here is a lead, confirmed on the device
 (gpu_bench mla_decode_sweep).
 
-    python research/probes/mla_decode_ptx.py [--fp8] [--rows 16] [--block-n 32 --warps 8 --stages 2]
+    python research/probes/mla_decode_ptx.py [--fp8] [--rows 16] [--block-n 32 --warps 8 --stages 2] [--sass]
 """
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ from triton.backends.nvidia.compiler import get_ptxas
 from triton.compiler import ASTSource
 
 from atom.kernels.triton.mla_decode import _mla_decode_kernel
-from decode_ptx import PATTERNS
+from decode_ptx import PATTERNS, loop_body_ops
 
 
-def mla_decode_ptx(fp8: bool, rows: int, block_n: int, warps: int, stages: int,
-                   split: bool) -> str:
+def mla_decode_kernel(fp8: bool, rows: int, block_n: int, warps: int, stages: int,
+                      split: bool):
     ptrs = ("q_ptr", "c_ptr", "o_ptr", "mid_o_ptr", "mid_lse_ptr", "cu_q_ptr", "ctx_ptr", "bt_ptr")
     sig = {n: "*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_ptr", "bt_ptr")
            else "*bf16" for n in ptrs}
@@ -45,9 +45,8 @@ def mla_decode_ptx(fp8: bool, rows: int, block_n: int, warps: int, stages: int,
              or n == "n_heads"]  # bt_stride and n_splits are do_not_specialize in the kernel
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
     src = ASTSource(_mla_decode_kernel, sig, constexprs=consts, attrs=attrs)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                            options=dict(num_warps=warps, num_stages=stages))
-    return kernel.asm["ptx"]
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=warps, num_stages=stages))
 
 
 def ptxas_usage(ptx: str) -> list[str]:
@@ -69,9 +68,18 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=2)
     ap.add_argument("--split", action="store_true")
     ap.add_argument("--out", default=None, help="write the PTX here")
+    ap.add_argument("--sass", action="store_true", help="count the KV loop's SASS by opcode")
     a = ap.parse_args()
-    ptx = mla_decode_ptx(a.fp8, a.rows, a.block_n, a.warps, a.stages, a.split)
+    kernel = mla_decode_kernel(a.fp8, a.rows, a.block_n, a.warps, a.stages, a.split)
+    ptx = kernel.asm["ptx"]
     print({p: len(re.findall(re.escape(p), ptx)) for p in PATTERNS}, ptxas_usage(ptx))
+    if a.sass:
+        n, ops = loop_body_ops(kernel.asm["cubin"])
+        elems = a.block_n * 576
+        print(f"KV loop: {n} instructions a thread per {a.block_n}-token tile, "
+              f"{n * a.warps * 32 / elems:.2f} per latent element, shared memory "
+              f"{kernel.metadata.shared} B")
+        print(dict(ops.most_common(12)))
     if a.out:
         Path(a.out).write_text(ptx)
 

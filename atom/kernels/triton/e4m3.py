@@ -12,15 +12,20 @@ import triton.language as tl
 @triton.jit
 def load_e4m3_as_f16(ptr, off, row_mask, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr):
     """[ROWS, HEAD_DIM] e4m3 values (row r at ptr + off[r]) as f16, converted in registers right
-    after a 16-byte load. V is the dot's second operand along its rows: given a plain e4m3 load
-    and `.to(f16)`, Triton converts after the shared-memory transpose, which for one-byte
-    elements is a byte-by-byte, bank-conflicted read (the fp8 kernel read its bytes at half bf16's
-    rate, the same elements per second). Two e4m3 at a time as one int16, one cvt each,
-    keeps that transpose in 16 bits (ldmatrix.trans): 2.28 → 2.86 TB/s at 416 × 1.5k."""
-    pairs = tl.load(ptr.to(tl.pointer_type(tl.int16)) + (off // 2)[:, None]
-                    + tl.arange(0, HEAD_DIM // 2)[None, :], mask=row_mask[:, None], other=0)
-    lo, hi = tl.inline_asm_elementwise(
-        asm="{ .reg .b32 r; cvt.rn.f16x2.e4m3x2 r, $2; mov.b32 {$0, $1}, r; }",
-        constraints="=h,=h,h", args=[pairs], dtype=(tl.float16, tl.float16), is_pure=True,
-        pack=1)
-    return tl.reshape(tl.join(lo, hi), [ROWS, HEAD_DIM])
+    after a 16-byte load, four bytes a conversion (two cvt.rn.f16x2.e4m3x2 into two packed f16x2
+    registers).
+
+    The conversion is inline assembly marked impure so that it stays where it is written. A plain
+    `.to(f16)` (or a pure asm) is moved by Triton past each use's layout change: V, the dot's
+    second operand along its rows, then goes through shared memory as bytes (a byte-by-byte,
+    bank-conflicted transpose), and MLA's latent, an operand of two dots, is converted twice.
+    Pinned here, the f16 tile is stored to shared memory once and both dots read it by ldmatrix
+    (research/probes/mla_decode_ptx.py --fp8 --sass: the MLA KV loop went from 5.6 to 3.6 SASS
+    instructions per latent element, one conversion each; the GQA loop from 953 to 803 per
+    32 KB tile)."""
+    raw = tl.load(ptr.to(tl.pointer_type(tl.int8)) + off[:, None]
+                  + tl.arange(0, HEAD_DIM)[None, :], mask=row_mask[:, None], other=0)
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; "
+            "cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        constraints="=r,=r,r", args=[raw], dtype=tl.float16, is_pure=False, pack=4)
