@@ -6,7 +6,7 @@ Why: an A/B of a change to the fp8 kernels (run it from each tree: the `atom` on
 path is the one measured, and it prints which), where gpu_bench's sweeps would spend minutes on
 bf16 tiles the change does not touch.
 
-    python research/probes/fp8_attention_ab.py [--out FILE]
+    python research/probes/fp8_attention_ab.py [--sweep] [--out FILE]
 """
 from __future__ import annotations
 
@@ -28,11 +28,16 @@ from atom.kernels.triton.paged_decode_attention import decode_attention  # noqa:
 COPY_TBPS = 4.18
 
 
-def gqa(batch: int, ctx: int) -> float:
+def gqa(batch: int, ctx: int, tile: tuple[int, int, int] | None = None) -> float | str:
+    """TB/s at the defaults, or at `tile` (block_n, num_warps, num_stages)."""
     case = decode_case(batch, ctx, kv_dtype=torch.float8_e4m3fn)
     out = torch.empty_like(case.q)
-    ms = _graph_ms(lambda: decode_attention(case.q, case.kc, case.vc, case.meta, 128 ** -0.5,
-                                            out=out))
+    kw = {} if tile is None else dict(zip(("block_n", "num_warps", "num_stages"), tile))
+    try:
+        ms = _graph_ms(lambda: decode_attention(case.q, case.kc, case.vc, case.meta,
+                                                128 ** -0.5, out=out, **kw))
+    except Exception as e:  # a tile that does not compile (registers, shared memory)
+        return type(e).__name__
     return round(2 * case.kc.numel() / (ms * 1e-3) / 1e12, 3)
 
 
@@ -47,9 +52,16 @@ def mla(batch: int, ctx: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
+    ap.add_argument("--sweep", action="store_true",
+                    help="also the GQA kernel's fp8 tiles (block_n x warps x stages)")
     a = ap.parse_args()
     print("atom from", Path(atom.__file__).parent)
-    res: dict[str, float] = {}
+    res: dict[str, float | str] = {}
+    if a.sweep:
+        for b, c in ((512, 1024), (416, 1536)):
+            for tile in ((bn, w, st) for bn in (64, 128) for w in (4, 8) for st in (2, 3, 4)):
+                res[f"gqa_fp8_b{b}_ctx{c}_n{tile[0]}_w{tile[1]}_st{tile[2]}"] = gqa(b, c, tile)
+                torch.cuda.empty_cache()
     for b, c in ((416, 1536), (512, 1024), (256, 2048)):
         res[f"gqa_fp8_b{b}_ctx{c}"] = gqa(b, c)
         torch.cuda.empty_cache()
@@ -57,7 +69,8 @@ def main() -> None:
         res[f"mla16_fp8_b{b}_ctx{c}"] = mla(b, c)
         torch.cuda.empty_cache()
     for k, v in res.items():
-        print(f"{k}: {v} TB/s ({v / COPY_TBPS:.0%} of copy)", flush=True)
+        print(f"{k}: {v} TB/s" + (f" ({v / COPY_TBPS:.0%} of copy)" if isinstance(v, float)
+                                  else ""), flush=True)
     if a.out:
         Path(a.out).write_text(json.dumps(res, indent=1))
 
