@@ -38,7 +38,7 @@ SIG |= {n: "i32" for n in ("q_tok_stride", "q_head_stride", "o_tok_stride", "o_h
 def compile_variant(i: int) -> float:
     consts = dict(GROUP=2, G_PAD=16, PAGE=16, BLOCK_N=64 if i % 2 else 128,
                   HEAD_DIM=128 if i < 2 else 64, SPLIT=bool(i % 2), SPLIT_PAD=A.MAX_SPLITS,
-                  HAS_WINDOW=False, DOT=tl.bfloat16, PREC="tf32", PDL=False, E4M3_PAIRS=False)
+                  HAS_WINDOW=False, DOT=tl.bfloat16, PREC="tf32", PDL=False, E4M3_REGS=False)
     src = ASTSource(A._decode_kernel, dict(SIG) | {k: "constexpr" for k in consts},
                     constexprs=consts)
     t0 = time.perf_counter()

@@ -48,7 +48,7 @@ def decode_kernel(fp8: bool, block_n: int, warps: int, stages: int, split: bool 
     consts = dict(GROUP=4, G_PAD=16, PAGE=16, BLOCK_N=block_n, HEAD_DIM=128, SPLIT=split,
                   SPLIT_PAD=32,
                   HAS_WINDOW=False, DOT=tl.float16 if fp8 else tl.bfloat16, PREC="tf32",
-                  PDL=False, E4M3_PAIRS=fp8)
+                  PDL=False, E4M3_REGS=fp8)
     sig |= {k: "constexpr" for k in consts}
     names = list(sig)
     div16 = [n for n in names if n.endswith("_ptr") or n.endswith("_stride") and n != "bt_stride"

@@ -37,7 +37,7 @@ def mla_decode_kernel(fp8: bool, rows: int, block_n: int, warps: int, stages: in
     sig |= {"qk_scale": "fp32", "kv_scale": "fp32"}
     consts = dict(L=512, R=64, HEADS=rows, M=rows, PAGE=16, BLOCK_N=block_n, LORA=512, ROPE=64,
                   SPLIT=split, DOT=tl.float16 if fp8 else tl.bfloat16, PREC="tf32", PDL=False,
-                  E4M3_PAIRS=fp8)
+                  E4M3_REGS=fp8)
     sig |= {k: "constexpr" for k in consts}
     sig = {n: sig[n] for n in _mla_decode_kernel.arg_names}  # attrs below index the kernel's order
     names = list(sig)

@@ -49,7 +49,7 @@ for split in (False, True):  # the kernel's two variants: every split count > 1 
     compile_sm90(A._decode_kernel, decode, dict(
         GROUP=2, G_PAD=16, PAGE=16, BLOCK_N=64 if split else 128, HEAD_DIM=128, SPLIT=split,
         SPLIT_PAD=A.MAX_SPLITS, HAS_WINDOW=False, DOT=tl.bfloat16, PREC="tf32", PDL=False,
-        E4M3_PAIRS=False), 4)
+        E4M3_REGS=False), 4)
 
 from atom.kernels.triton import paged_multi_query_attention as MQ
 mq = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_ptr", "bt_ptr")
@@ -114,7 +114,7 @@ for fp8, rows, split, dot in ((False, 16, False, tl.bfloat16), (False, 32, True,
     compile_sm90(MD._mla_decode_kernel, mla | ({"c_ptr": "*fp8e4nv"} if fp8 else {}), dict(
         L=512, R=64, HEADS=rows, M=rows, PAGE=64, BLOCK_N=block_n, LORA=512,
         ROPE=64, SPLIT=split, DOT=dot, PREC="ieee" if dot == tl.float32 else "tf32", PDL=False,
-        E4M3_PAIRS=fp8), warps, stages)
+        E4M3_REGS=fp8), warps, stages)
 compile_sm90(MD._mla_merge_kernel, {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": "*bf16",
              "kv_scale": "fp32"} | i32("o_tok_stride", "o_head_stride", "n_heads", "n_splits"),
              dict(L=512, HEADS=8, SPLIT_PAD=MD.MAX_SPLITS, LORA=512, PDL=False), 4)

@@ -14,9 +14,9 @@ the device: no host sync and a grid from the batch shape only, so a captured CUD
 for any contexts. A sequence's q_len queries (speculative verify: k + 1) sit at positions
 [ctx − q_len, ctx) and are causal among themselves, as the metadata describes every row.
 
-An fp8 e4m3 cache (per-tensor scale) is read as pairs of bytes converted in registers
-(paged_decode_attention's trick) and both dots run in fp16; the scale folds into the score scale
-and the output.
+An fp8 e4m3 cache (per-tensor scale) is converted to f16 in registers right after its load
+(e4m3.load_e4m3_as_f16, once a latent element, then one shared-memory tile both dots read) and
+both dots run in fp16; the scale folds into the score scale and the output.
 """
 from __future__ import annotations
 
@@ -34,10 +34,10 @@ from atom.kernels.triton.pdl import pdl_args, pdl_wait
 @triton.jit
 def _load_latent(c_ptr, off, n_mask, BLOCK_N: tl.constexpr, L: tl.constexpr, R: tl.constexpr,
                  LORA: tl.constexpr, ROPE: tl.constexpr, DOT: tl.constexpr,
-                 E4M3_PAIRS: tl.constexpr):
+                 E4M3_REGS: tl.constexpr):
     """The [BLOCK_N, LORA] compressed KV and [BLOCK_N, ROPE] rope key of tokens at `off`, in
     the dot dtype (padding columns past L and R zero)."""
-    if E4M3_PAIRS:
+    if E4M3_REGS:
         kv = load_e4m3_as_f16(c_ptr, off, n_mask, BLOCK_N, LORA).to(DOT)  # DOT: f32 on fp32 models
         pe = load_e4m3_as_f16(c_ptr, off + LORA, n_mask, BLOCK_N, ROPE).to(DOT)
     else:
@@ -60,7 +60,7 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
                        HEADS: tl.constexpr, M: tl.constexpr, PAGE: tl.constexpr,
                        BLOCK_N: tl.constexpr, LORA: tl.constexpr, ROPE: tl.constexpr,
                        SPLIT: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
-                       PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr):
+                       PDL: tl.constexpr, E4M3_REGS: tl.constexpr):
     tile = tl.program_id(0)  # fastest in launch order: a sequence's tiles share its pages in L2
     seq = tl.program_id(1)
     split = tl.program_id(2)
@@ -95,7 +95,7 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
         n_mask = n < hi
         blk = tl.load(bt_row + n // PAGE, mask=n_mask, other=0).to(tl.int64)
         off = blk * c_blk_stride + (n % PAGE) * c_tok_stride
-        kv, pe = _load_latent(c_ptr, off, n_mask, BLOCK_N, L, R, LORA, ROPE, DOT, E4M3_PAIRS)
+        kv, pe = _load_latent(c_ptr, off, n_mask, BLOCK_N, L, R, LORA, ROPE, DOT, E4M3_REGS)
         qk = tl.dot(q_nope, tl.trans(kv), input_precision=PREC)
         qk = tl.dot(q_pe, tl.trans(pe), qk, input_precision=PREC) * qk_scale
         qk = tl.where(n_mask[None, :] & (n[None, :] <= q_pos[:, None]), qk, float("-inf"))
@@ -174,10 +174,10 @@ def tile_defaults(rows: int, fp8: bool) -> tuple[int, int, int, int]:
     the H200 at R1's widths, batch 64-256 x 1k-4k (research/probes/mla_decode_tiles.py): at 16
     rows (16 heads, tp8) bf16 takes 128-token tiles, 2.3-3.1 TB/s against 1.4-2.3 at 32; at 64
     rows (128 heads) 64-token tiles, 0.85 TB/s bf16 and 0.29 fp8 against 0.41 and 0.11 at 16
-    (there the kernel is bound by its dots: 242 FLOP a latent byte). fp8 runs unpipelined: with
-    stages the e4m3 pairs go through shared memory and come back as 2-byte reads; at 16 rows it
-    hides the loads' latency with occupancy instead, 4 warps and twice the splits (1.06-1.36 TB/s
-    against 0.88-1.02 at 8 warps)."""
+    (there the kernel is bound by its dots: 242 FLOP a latent byte). fp8 runs unpipelined (its
+    tile is converted in registers; staged through shared memory first it read no faster): at
+    16 rows it hides the loads' latency with occupancy instead, 4 warps and twice the splits
+    (1.24-1.54 TB/s at 64-256 x 4k, against 1.14-1.47 at 8 warps)."""
     if fp8:
         return (64, 4, 1, 2) if rows <= 16 else (64, 8, 1, 1)
     if rows <= 16:
@@ -215,7 +215,7 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
         mid_lse = torch.empty((n_tok, n_heads, n_split), **f32)
     else:
         mid_o = mid_lse = out
-    pairs = fp8 and lora == lora_pad and rope == rope_pad and not interpreted()
+    in_regs = fp8 and lora == lora_pad and rope == rope_pad and not interpreted()
     pdl = pdl_args(q.device)
     _mla_decode_kernel[(tiles, batch, n_split)](
         q, latent_cache, out, mid_o, mid_lse, meta.cu_seqlens_q, meta.context_lens,
@@ -225,7 +225,7 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
         M=rows, PAGE=latent_cache.shape[1],
         BLOCK_N=block_n or bn, LORA=lora_pad, ROPE=rope_pad, SPLIT=n_split > 1,
         DOT=dot_dtype(q.dtype, latent_cache.dtype), PREC=dot_precision(q.dtype),
-        E4M3_PAIRS=pairs, num_warps=num_warps or warps, num_stages=num_stages or stages, **pdl)
+        E4M3_REGS=in_regs, num_warps=num_warps or warps, num_stages=num_stages or stages, **pdl)
     if n_split > 1:
         merge_heads = min(8, triton.next_power_of_2(n_heads))
         _mla_merge_kernel[(n_tok, triton.cdiv(n_heads, merge_heads))](

@@ -69,7 +69,7 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, SPLIT: tl.constexpr,
                    SPLIT_PAD: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
-                   PDL: tl.constexpr, E4M3_PAIRS: tl.constexpr):
+                   PDL: tl.constexpr, E4M3_REGS: tl.constexpr):
     seq = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -102,7 +102,7 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
                                   c_head_stride, PAGE)
         kv_mask = n_mask[:, None] & d_mask[None, :]
         k = tl.load(kc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        if E4M3_PAIRS:
+        if E4M3_REGS:
             v = load_e4m3_as_f16(vc_ptr, kv_off, n_mask, BLOCK_N, HEAD_DIM)
         else:
             v = tl.load(vc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
@@ -193,6 +193,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         BLOCK_N=block_n, HEAD_DIM=head_pad, SPLIT=n_split > 1,
         SPLIT_PAD=max(MAX_SPLITS, triton.next_power_of_2(n_split)),
         HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype, k_cache.dtype),
-        PREC=dot_precision(q.dtype), E4M3_PAIRS=fp8 and head_dim == head_pad and not interpreted(),
+        PREC=dot_precision(q.dtype), E4M3_REGS=fp8 and head_dim == head_pad and not interpreted(),
         num_warps=num_warps, num_stages=num_stages, **pdl_args(q.device))
     return out
