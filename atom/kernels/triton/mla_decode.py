@@ -32,22 +32,15 @@ from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 
 @triton.jit
-def _load_latent(c_ptr, off, n_mask, BLOCK_N: tl.constexpr, L: tl.constexpr, R: tl.constexpr,
-                 LORA: tl.constexpr, ROPE: tl.constexpr, DOT: tl.constexpr,
-                 E4M3_REGS: tl.constexpr):
-    """The [BLOCK_N, LORA] compressed KV and [BLOCK_N, ROPE] rope key of tokens at `off`, in
-    the dot dtype (padding columns past L and R zero)."""
+def _load_cols(c_ptr, off, n_mask, first, end, BLOCK_N: tl.constexpr, W: tl.constexpr,
+               DOT: tl.constexpr, E4M3_REGS: tl.constexpr):
+    """Columns [first, first + W) of the latents at `off` as a [BLOCK_N, W] tile in the dot
+    dtype, those at or past `end` zero (E4M3_REGS: none are, the widths are exact)."""
     if E4M3_REGS:
-        kv = load_e4m3_as_f16(c_ptr, off, n_mask, BLOCK_N, LORA).to(DOT)  # DOT: f32 on fp32 models
-        pe = load_e4m3_as_f16(c_ptr, off + LORA, n_mask, BLOCK_N, ROPE).to(DOT)
-    else:
-        col = tl.arange(0, LORA)
-        kv = tl.load(c_ptr + off[:, None] + col[None, :],
-                     mask=n_mask[:, None] & (col < L)[None, :], other=0.0).to(DOT)
-        e = tl.arange(0, ROPE)
-        pe = tl.load(c_ptr + off[:, None] + L + e[None, :],
-                     mask=n_mask[:, None] & (e < R)[None, :], other=0.0).to(DOT)
-    return kv, pe
+        return load_e4m3_as_f16(c_ptr, off + first, n_mask, BLOCK_N, W).to(DOT)  # f32 models
+    col = first + tl.arange(0, W)
+    return tl.load(c_ptr + off[:, None] + col[None, :],
+                   mask=n_mask[:, None] & (col < end)[None, :], other=0.0).to(DOT)
 
 
 # bt_stride: the batch's widest block table outside graphs; n_splits: a runtime value, so split
@@ -75,10 +68,15 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
     r_mask = (qi < q_len) & (head < n_heads)
     tok = (q_start + qi).to(tl.int64)
     q_row = q_ptr + tok * q_tok_stride + head * q_head_stride
-    col = tl.arange(0, LORA)
+    # The first L dims in two halves: the scores are three independent dots (16, 16 and 4
+    # mma.sync deep a warp at R1's widths, where one [L + R] dot is a chain of 36).
+    HALF: tl.constexpr = LORA // 2
+    col = tl.arange(0, HALF)
     e = tl.arange(0, ROPE)
-    q_nope = tl.load(q_row[:, None] + col[None, :],
-                     mask=r_mask[:, None] & (col < L)[None, :], other=0.0).to(DOT)
+    q_a = tl.load(q_row[:, None] + col[None, :],
+                  mask=r_mask[:, None] & (col < L)[None, :], other=0.0).to(DOT)
+    q_b = tl.load(q_row[:, None] + HALF + col[None, :],
+                  mask=r_mask[:, None] & (HALF + col < L)[None, :], other=0.0).to(DOT)
     q_pe = tl.load(q_row[:, None] + L + e[None, :],
                    mask=r_mask[:, None] & (e < R)[None, :], other=0.0).to(DOT)
     q_pos = ctx - q_len + qi
@@ -88,34 +86,46 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
     hi = tl.minimum(lo + per_split, ctx)
     m_i = tl.full([M], float("-inf"), tl.float32)
     l_i = tl.zeros([M], tl.float32)
-    acc = tl.zeros([M, LORA], tl.float32)
+    acc_a = tl.zeros([M, HALF], tl.float32)
+    acc_b = tl.zeros([M, HALF], tl.float32)
     bt_row = bt_ptr + seq.to(tl.int64) * bt_stride
     for start in range(lo, hi, BLOCK_N):
         n = start + tl.arange(0, BLOCK_N)
         n_mask = n < hi
         blk = tl.load(bt_row + n // PAGE, mask=n_mask, other=0).to(tl.int64)
         off = blk * c_blk_stride + (n % PAGE) * c_tok_stride
-        kv, pe = _load_latent(c_ptr, off, n_mask, BLOCK_N, L, R, LORA, ROPE, DOT, E4M3_REGS)
-        qk = tl.dot(q_nope, tl.trans(kv), input_precision=PREC)
-        qk = tl.dot(q_pe, tl.trans(pe), qk, input_precision=PREC) * qk_scale
+        kv_a = _load_cols(c_ptr, off, n_mask, 0, L, BLOCK_N, HALF, DOT, E4M3_REGS)
+        kv_b = _load_cols(c_ptr, off, n_mask, HALF, L, BLOCK_N, HALF, DOT, E4M3_REGS)
+        pe = _load_cols(c_ptr, off, n_mask, L, L + R, BLOCK_N, ROPE, DOT, E4M3_REGS)
+        qk = (tl.dot(q_a, tl.trans(kv_a), input_precision=PREC)
+              + tl.dot(q_b, tl.trans(kv_b), input_precision=PREC)
+              + tl.dot(q_pe, tl.trans(pe), input_precision=PREC)) * qk_scale
         qk = tl.where(n_mask[None, :] & (n[None, :] <= q_pos[:, None]), qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.exp2(qk - m_safe[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(DOT), kv, input_precision=PREC)
+        p = p.to(DOT)
+        acc_a = acc_a * alpha[:, None] + tl.dot(p, kv_a, input_precision=PREC)
+        acc_b = acc_b * alpha[:, None] + tl.dot(p, kv_b, input_precision=PREC)
         m_i = m_new
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    out = acc / l_safe[:, None]
-    out_mask = r_mask[:, None] & (col < L)[None, :]
     if not SPLIT:
-        tl.store(o_ptr + tok[:, None] * o_tok_stride + head[:, None] * o_head_stride + col[None, :],
-                 (out * kv_scale).to(o_ptr.dtype.element_ty), mask=out_mask)
+        row = o_ptr + tok[:, None] * o_tok_stride + head[:, None] * o_head_stride
+        scale = kv_scale / l_safe[:, None]
+        tl.store(row + col[None, :], (acc_a * scale).to(o_ptr.dtype.element_ty),
+                 mask=r_mask[:, None] & (col < L)[None, :])
+        tl.store(row + HALF + col[None, :], (acc_b * scale).to(o_ptr.dtype.element_ty),
+                 mask=r_mask[:, None] & (HALF + col < L)[None, :])
     else:
         # mid layout: [T, H, n_splits, LORA] and [T, H, n_splits]
         mid_row = (tok * n_heads + head) * n_splits + split
-        tl.store(mid_o_ptr + mid_row[:, None] * LORA + col[None, :], out, mask=out_mask)
+        row = mid_o_ptr + mid_row[:, None] * LORA
+        tl.store(row + col[None, :], acc_a / l_safe[:, None],
+                 mask=r_mask[:, None] & (col < L)[None, :])
+        tl.store(row + HALF + col[None, :], acc_b / l_safe[:, None],
+                 mask=r_mask[:, None] & (HALF + col < L)[None, :])
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
         tl.store(mid_lse_ptr + mid_row, lse, mask=r_mask)
 
@@ -208,7 +218,8 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
     fp8 = latent_cache.dtype == torch.float8_e4m3fn
     bn, warps, stages, per_sm = tile_defaults(rows, fp8)
     n_split = splits or num_splits(batch, tiles, q.device, per_sm)
-    lora_pad, rope_pad = (max(16, triton.next_power_of_2(n)) for n in (lora, rope))
+    lora_pad = max(32, triton.next_power_of_2(lora))  # two halves, each a dot's K >= 16
+    rope_pad = max(16, triton.next_power_of_2(rope))
     if n_split > 1:
         f32 = dict(dtype=torch.float32, device=q.device)
         mid_o = torch.empty((n_tok, n_heads, n_split, lora_pad), **f32)
