@@ -20,9 +20,9 @@ def load_e4m3_as_f16(ptr, off, row_mask, ROWS: tl.constexpr, HEAD_DIM: tl.conste
     second operand along its rows, then goes through shared memory as bytes (a byte-by-byte,
     bank-conflicted transpose), and MLA's latent, an operand of two dots, is converted twice.
     Pinned here, the f16 tile is stored to shared memory once and both dots read it by ldmatrix
-    (research/probes/mla_decode_ptx.py --fp8 --sass: the MLA KV loop went from 5.6 to 3.6 SASS
-    instructions per latent element, one conversion each; the GQA loop from 953 to 803 per
-    32 KB tile)."""
+    (research/probes/mla_decode_ptx.py --fp8 --sass: one conversion a latent element, 3.6 SASS
+    instructions each in MLA's KV loop against 5.6 unpinned; decode_ptx.py --fp8 --sass: GQA's
+    loop 803 a thread per 32 KB tile against 953)."""
     raw = tl.load(ptr.to(tl.pointer_type(tl.int8)) + off[:, None]
                   + tl.arange(0, HEAD_DIM)[None, :], mask=row_mask[:, None], other=0)
     return tl.inline_asm_elementwise(

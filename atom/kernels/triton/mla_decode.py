@@ -184,12 +184,12 @@ def tile_defaults(rows: int, fp8: bool) -> tuple[int, int, int, int]:
     the H200 at R1's widths, batch 64-256 x 1k-4k (research/probes/mla_decode_tiles.py): at 16
     rows (16 heads, tp8) bf16 takes 64-token tiles on 4 warps, two programs an SM: 2.76-3.62
     TB/s at 4k against 2.41-3.12 for 128-token tiles on 8 warps (2.19 against 2.32 at 128 x 1k,
-    the one point it loses); at 64
-    rows (128 heads) 64-token tiles, 0.85 TB/s bf16 and 0.29 fp8 against 0.41 and 0.11 at 16
-    (there the kernel is bound by its dots: 242 FLOP a latent byte). fp8 runs unpipelined (its
-    tile is converted in registers; staged through shared memory first it read no faster): at
-    16 rows it hides the loads' latency with occupancy instead, 4 warps and twice the splits
-    (1.24-1.54 TB/s at 64-256 x 4k, against 1.14-1.47 at 8 warps)."""
+    the one point it loses); at 64 rows (128 heads) 64-token tiles, 0.85 TB/s bf16 and 0.29 fp8
+    against 0.41 and 0.11 at 16 (there the kernel is bound by its dots: 242 FLOP a latent
+    byte). fp8 runs unpipelined (its tile is converted in registers; staged through shared
+    memory first it read no faster): at 16 rows it hides the loads' latency with occupancy
+    instead, 4 warps and twice the splits (1.24-1.54 TB/s at 64-256 x 4k, against 1.14-1.47 at
+    8 warps)."""
     if fp8:
         return (64, 4, 1, 2) if rows <= 16 else (64, 8, 1, 1)
     if rows <= 16:
