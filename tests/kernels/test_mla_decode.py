@@ -62,6 +62,16 @@ def test_padding_rows_without_context_are_zero(splits):
     assert rel_err(out[[0, 2]], ref[[0, 2]]) < 1.5e-2
 
 
+@pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
+@pytest.mark.parametrize("lora,rope", [(24, 8), (12, 6)], ids=["lora-in-second-half",
+                                                             "lora-in-first-half"])
+@pytest.mark.parametrize("splits", [1, 2], ids=["one-split", "two-splits"])
+def test_widths_that_pad(lora, rope, kv_dtype, splits):
+    """kv_lora_rank and rope dims off a power of two: the latent's two halves and the rope part
+    are masked where they pad (L past the first half, or inside it)."""
+    _check([1, 2], [20, 37], 4, lora, rope, kv_dtype, splits=splits)
+
+
 def test_heads_past_one_tile():
     """More heads than one program's tile (tiles of 2 here): every head of every tile written."""
     _check([1, 2, 1], [9, 33, 50], 6, 32, 8, BF16, heads_per_tile=2, splits=2)

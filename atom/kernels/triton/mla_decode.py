@@ -188,7 +188,7 @@ def tile_defaults(rows: int, fp8: bool) -> tuple[int, int, int, int]:
     against 0.41 and 0.11 at 16 (there the kernel is bound by its dots: 242 FLOP a latent
     byte). fp8 runs unpipelined (its tile is converted in registers; staged through shared
     memory first it read no faster): at 16 rows it hides the loads' latency with occupancy
-    instead, 4 warps and twice the splits (1.24-1.54 TB/s at 64-256 x 4k, against 1.14-1.47 at
+    instead, 4 warps and twice the splits (1.25-1.60 TB/s at 64-256 x 4k, against 1.15-1.56 at
     8 warps)."""
     if fp8:
         return (64, 4, 1, 2) if rows <= 16 else (64, 8, 1, 1)
