@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Ready for the eighteenth session's first GPU call (written in the seventeenth, not yet run): the
+# The eighteenth session's first GPU call (run 98, written in the seventeenth): the
 # MLA decode GPU tests that run 97 did not reach after the bf16 16-row tile change, in a step with
 # room for cold compiles, then MLA decode with the block-table entries loaded one tile ahead
-# (research/probes/mla_bt_prefetch_probe.py: atom's kernel and the variant, outputs compared).
+# (research/probes/mla_bt_prefetch_probe.py at e48eadd: atom's kernel and the variant, outputs
+# compared; the kernel has it since, and the probe became gqa_bt_prefetch_probe.py).
 #   carry [".whl"]
 set -u
 source benchmarks/device_steps.sh && install_wheels

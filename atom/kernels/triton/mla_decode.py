@@ -28,6 +28,7 @@ from atom.kernels.metadata import AttentionMetadata
 from atom.kernels.triton.dot_dtype import dot_dtype, dot_precision, interpreted
 from atom.kernels.triton.e4m3 import load_e4m3_as_f16
 from atom.kernels.triton.paged_decode_attention import LOG2E, MAX_SPLITS
+from atom.kernels.triton.paged_kv import paged_block_ids, paged_block_offsets
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 
@@ -89,11 +90,14 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
     acc_a = tl.zeros([M, HALF], tl.float32)
     acc_b = tl.zeros([M, HALF], tl.float32)
     bt_row = bt_ptr + seq.to(tl.int64) * bt_stride
+    n = lo + tl.arange(0, BLOCK_N)
+    blk_next = paged_block_ids(bt_row, n, n < hi, PAGE)
     for start in range(lo, hi, BLOCK_N):
         n = start + tl.arange(0, BLOCK_N)
         n_mask = n < hi
-        blk = tl.load(bt_row + n // PAGE, mask=n_mask, other=0).to(tl.int64)
-        off = blk * c_blk_stride + (n % PAGE) * c_tok_stride
+        blk = blk_next
+        blk_next = paged_block_ids(bt_row, n + BLOCK_N, n + BLOCK_N < hi, PAGE)
+        off = paged_block_offsets(blk, n, 0, c_blk_stride, c_tok_stride, 0, PAGE)
         kv_a = _load_cols(c_ptr, off, n_mask, 0, L, BLOCK_N, HALF, DOT, E4M3_REGS)
         kv_b = _load_cols(c_ptr, off, n_mask, HALF, L, BLOCK_N, HALF, DOT, E4M3_REGS)
         pe = _load_cols(c_ptr, off, n_mask, L, L + R, BLOCK_N, ROPE, DOT, E4M3_REGS)
