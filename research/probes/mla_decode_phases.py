@@ -7,7 +7,9 @@ Why: issue 21's benchmark at 16 heads reads ~4.0 TB/s at the margin (run 97: 64 
 holds 1k contexts at 37–68% of copy. The merge kernel sums the partials one split at a time,
 one dependent load after another, 8 heads a program: at 64 sequences that is 128 programs of
 32 serial loads. The variant merge is one program per (token, head) whose loads all issue
-together (a [splits, 512] fp32 tile: 4 registers a thread per split at 4 warps).
+together (a [splits, 512] fp32 tile: 4 registers a thread per split at 4 warps). atom's merge
+now loads chunks of 8 splits at once (run 101 was this probe before that change): the two arms
+then compare those chunks against one tile of the splits' power of two.
 
     python research/probes/mla_decode_phases.py [--out FILE]
 """
@@ -59,7 +61,8 @@ class _AtOnce:
     def __getitem__(self, grid):
         def launch(*args, **kw):
             n_splits = args[6]
-            kw = kw | dict(HEADS=1, SPLIT_PAD=triton.next_power_of_2(n_splits))
+            kw = {k: v for k, v in kw.items() if k != "CHUNK"}
+            kw |= dict(HEADS=1, SPLIT_PAD=triton.next_power_of_2(n_splits))
             _merge_at_once[(grid[0], args[5])](*args, **kw)
         return launch
 

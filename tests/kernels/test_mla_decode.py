@@ -42,6 +42,15 @@ def test_one_query_per_sequence_across_page_boundaries(kv_dtype, splits):
     _check([1] * 5, [1, 16, 17, 33, 70], *TINY, kv_dtype, splits=splits)
 
 
+def test_more_splits_than_one_merge_chunk():
+    """The merge sums its partials a chunk of MERGE_CHUNK splits at a time: 12 splits of 16-token
+    tiles give a 130-token context splits in both chunks (the second part-masked), and shorter
+    contexts empty splits in each."""
+    from atom.kernels.triton.mla_decode import MERGE_CHUNK
+    assert MERGE_CHUNK < 12 < 2 * MERGE_CHUNK
+    _check([1, 1, 2], [130, 40, 100], *TINY, BF16, splits=12, block_n=16)
+
+
 @pytest.mark.parametrize("splits", [1, 4], ids=["one-split", "four-splits"])
 @pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
 def test_verify_queries_are_causal_among_themselves(kv_dtype, splits):

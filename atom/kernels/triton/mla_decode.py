@@ -134,32 +134,39 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ct
         tl.store(mid_lse_ptr + mid_row, lse, mask=r_mask)
 
 
+# Splits merged a chunk at a time: [CHUNK, 512] fp32 is 32 registers a thread at 4 warps, and
+# the batches that split most (32 at batch 1) take four chunks instead of 32 dependent loads.
+MERGE_CHUNK = 8
+
+
 @triton.jit(do_not_specialize=["n_splits"])
 def _mla_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, o_tok_stride, o_head_stride, n_heads,
-                      n_splits, kv_scale, L: tl.constexpr, HEADS: tl.constexpr,
-                      SPLIT_PAD: tl.constexpr, LORA: tl.constexpr, PDL: tl.constexpr):
-    """out = Σ_s exp2(lse_s − m) · o_s / Σ_s exp2(lse_s − m) over one token's split partials,
-    HEADS heads per program. The partials are summed one split at a time: a [splits, 512] fp32
-    tile per head would take 128 registers a thread."""
+                      n_splits, kv_scale, L: tl.constexpr, SPLIT_PAD: tl.constexpr,
+                      CHUNK: tl.constexpr, LORA: tl.constexpr, PDL: tl.constexpr):
+    """out = Σ_s exp2(lse_s − m) · o_s / Σ_s exp2(lse_s − m) for one (token, head). Each chunk
+    of splits is one load of [CHUNK, LORA] partials: summed one split at a time, the loads form
+    a dependent chain that took 5-7 µs of a 40-110 µs call at 64-256 × 1k-8k on the H200
+    (research/probes/mla_decode_phases.py)."""
     pdl_wait(PDL)
     tok = tl.program_id(0).to(tl.int64)
+    row = (tok * n_heads + tl.program_id(1)) * n_splits
     s = tl.arange(0, SPLIT_PAD)
+    m = tl.max(tl.load(mid_lse_ptr + row + s, mask=s < n_splits, other=float("-inf")), 0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    c = tl.arange(0, CHUNK)
     col = tl.arange(0, LORA)
-    for g in tl.static_range(HEADS):
-        head = tl.program_id(1) * HEADS + g
-        if head < n_heads:
-            row = (tok * n_heads + head) * n_splits
-            lse = tl.load(mid_lse_ptr + row + s, mask=s < n_splits, other=float("-inf"))
-            m = tl.max(lse, 0)
-            m = tl.where(m == float("-inf"), 0.0, m)
-            total = tl.sum(tl.exp2(lse - m), 0)
-            acc = tl.zeros([LORA], tl.float32)
-            for i in range(n_splits):
-                w = tl.exp2(tl.load(mid_lse_ptr + row + i) - m)
-                acc += w * tl.load(mid_o_ptr + (row + i) * LORA + col)
-            total = tl.where(total == 0.0, 1.0, total)
-            tl.store(o_ptr + tok * o_tok_stride + head * o_head_stride + col,
-                     (acc / total * kv_scale).to(o_ptr.dtype.element_ty), mask=col < L)
+    total = tl.zeros([], tl.float32)
+    acc = tl.zeros([LORA], tl.float32)
+    for first in range(0, n_splits, CHUNK):
+        live = first + c < n_splits
+        w = tl.exp2(tl.load(mid_lse_ptr + row + first + c, mask=live, other=float("-inf")) - m)
+        part = tl.load(mid_o_ptr + (row + first + c)[:, None] * LORA + col[None, :],
+                       mask=live[:, None], other=0.0)
+        total += tl.sum(w, 0)
+        acc += tl.sum(w[:, None] * part, 0)
+    total = tl.where(total == 0.0, 1.0, total)
+    tl.store(o_ptr + tok * o_tok_stride + tl.program_id(1) * o_head_stride + col,
+             (acc / total * kv_scale).to(o_ptr.dtype.element_ty), mask=col < L)
 
 
 def num_splits(batch: int, tiles: int, device: torch.device, per_sm: int = 1) -> int:
@@ -244,10 +251,9 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
         DOT=dot_dtype(q.dtype, latent_cache.dtype), PREC=dot_precision(q.dtype),
         E4M3_REGS=in_regs, num_warps=num_warps or warps, num_stages=num_stages or stages, **pdl)
     if n_split > 1:
-        merge_heads = min(8, triton.next_power_of_2(n_heads))
-        _mla_merge_kernel[(n_tok, triton.cdiv(n_heads, merge_heads))](
+        _mla_merge_kernel[(n_tok, n_heads)](
             mid_o, mid_lse, out, out.stride(0), out.stride(1), n_heads, n_split,
-            float(kv_scale), L=lora, HEADS=merge_heads,
-            SPLIT_PAD=max(MAX_SPLITS, triton.next_power_of_2(n_split)), LORA=lora_pad,
+            float(kv_scale), L=lora, SPLIT_PAD=max(MAX_SPLITS, triton.next_power_of_2(n_split)),
+            CHUNK=MERGE_CHUNK, LORA=lora_pad,
             num_warps=4, **pdl)
     return out
