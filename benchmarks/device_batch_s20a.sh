@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The nineteenth session's first GPU batch: the MLA decode merge that loads a chunk of splits
+# The twentieth session's first GPU batch: the MLA decode merge that loads a chunk of splits
 # at once. Its GPU tests, then issue 21's MLA benchmark from this tree and from .old (the tree
 # before: `git archive 8467e83 atom conf benchmarks pyproject.toml | tar -x -C .old`) in the
 # order new, old, new, then the phases probe (the chunked merge against one tile of every split).
