@@ -9,7 +9,7 @@ and that fixed cost may be the lone graph's, not the kernel's. Measured at each 
 the bytes read:
   one      atom's call alone in a graph (as gpu_bench's mla_decode)
   layers   LAYERS calls, each over its own cache, in one graph: the time a call
-  read     the same bytes read by a plain streaming kernel (int32 words, contiguous, the best
+  read     the same bytes read by benchmarks/stream_read.py's plain streaming kernel (the best
            of a few grids), alone in a graph: the limit a single launch of that size has
   read_l   LAYERS such reads in one graph
 do_bench clears the L2 before each replay; LAYERS distinct caches keep the layers' reads from
@@ -26,35 +26,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import triton
-import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from gpu_bench import COPY_BW, R1_LATENT, _mla_decode_case  # noqa: E402
+from stream_read import reader  # noqa: E402
 
 from atom.kernels.triton.mla_decode import mla_decode_attention  # noqa: E402
 
 LAYERS = 8
 POINTS = ((64, 1024), (128, 1024), (256, 1024), (64, 4096), (256, 4096), (256, 8192))
-
-
-@triton.jit
-def _read_words(x_ptr, o_ptr, n_words, per_prog, BLOCK: tl.constexpr):
-    """Sums per_prog int32 words from this program's offset (wrapping: only the read counts)."""
-    base = tl.program_id(0).to(tl.int64) * per_prog
-    i = tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK], tl.int32)
-    for start in range(0, per_prog, BLOCK):
-        idx = base + start + i
-        acc += tl.load(x_ptr + idx, mask=idx < n_words, other=0)
-    tl.store(o_ptr + tl.program_id(0), tl.sum(acc, 0))
-
-
-def _reader(words: torch.Tensor, progs: int, block: int) -> Callable[[], Any]:
-    sink = torch.empty(progs, device=words.device, dtype=torch.int32)
-    per = triton.cdiv(triton.cdiv(words.numel(), progs), block) * block
-    return lambda: _read_words[(progs,)](words, sink, words.numel(), per, BLOCK=block,
-                                         num_warps=8)
 
 
 def _graph_ms(calls: list[Callable[[], Any]]) -> float:
@@ -86,20 +66,18 @@ def point(batch: int, ctx: int, kv_dtype: torch.dtype) -> dict[str, Any]:
     ms_layers = _graph_ms(calls) / LAYERS
     res |= {"one_us": round(ms_one * 1e3, 1), "one": _tbps(byts, ms_one),
             "layers_us": round(ms_layers * 1e3, 1), "layers": _tbps(byts, ms_layers)}
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    best: tuple[float, str] | None = None
+    best: tuple[float, int, int] | None = None
     for per_sm in (2, 4, 8):
         for block in (1024, 4096):
-            ms = _graph_ms([_reader(caches[0].view(torch.int32).view(-1), per_sm * sms, block)])
+            ms = _graph_ms([reader(caches[0], per_sm, block)])
             if best is None or ms < best[0]:
-                best = (ms, f"{per_sm}/SM x {block}")
-    ms_read, shape = best
-    readers = [_reader(c.view(torch.int32).view(-1), int(shape.split("/")[0]) * sms,
-                       int(shape.split("x ")[1])) for c in caches]
+                best = (ms, per_sm, block)
+    ms_read, per_sm, block = best
+    readers = [reader(c, per_sm, block) for c in caches]
     ms_read_l = _graph_ms(readers) / LAYERS
     res |= {"read_us": round(ms_read * 1e3, 1), "read": _tbps(byts, ms_read),
             "read_l_us": round(ms_read_l * 1e3, 1), "read_l": _tbps(byts, ms_read_l),
-            "read_grid": shape}
+            "read_grid": f"{per_sm}/SM x {block}"}
     res["layers_of_copy"] = round(res["layers"] * 1e12 / COPY_BW, 3)
     return res
 
