@@ -26,13 +26,15 @@ from atom.kernels.triton.mla_decode import mla_decode_attention  # noqa: E402
 
 COPY_TBPS = 4.18
 # (heads per tile, block_n, warps, stages); None: the kernel's defaults.
-TILES = {16: (None, (16, 64, 8, 2), (16, 64, 4, 2), (16, 128, 8, 2), (16, 64, 8, 3)),
+TILES = {16: (None, (16, 64, 8, 2), (16, 64, 4, 2), (16, 128, 8, 2), (16, 64, 8, 3),
+              (16, 64, 4, 3)),
          128: (None, (64, 64, 8, 2), (64, 64, 8, 1), (64, 128, 8, 2), (32, 64, 4, 2))}
 # An fp8 cache: its own choices at 16 heads (its tiles are converted in registers).
 FP8_TILES = {16: (None, (16, 128, 8, 1), (16, 128, 4, 1), (16, 32, 4, 1), (16, 64, 4, 1),
                   (16, 64, 4, 2), (16, 32, 4, 2), (16, 64, 8, 1), (16, 128, 8, 2)),
              128: (None, (64, 64, 8, 1), (64, 32, 8, 1), (32, 64, 8, 1))}
-SPLITS = (None, 1, 2, 4, 8)
+SPLITS = (None, 1, 2, 4, 8, 16)
+POINTS = ((64, 4096), (128, 1024), (128, 4096), (256, 4096))
 
 
 def _tbps(q, cache, meta, byts, tile, splits) -> float | str:
@@ -51,7 +53,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--only", default=None, help="e.g. h16_fp8,h128_fp8")
+    ap.add_argument("--points", default=None, help="batch x context, e.g. 64x1024,256x8192")
     args = ap.parse_args()
+    points = POINTS if args.points is None else tuple(
+        tuple(int(v) for v in p.split("x")) for p in args.points.split(","))
     out: dict[str, dict[str, float | str]] = {}
     only = set(args.only.split(",")) if args.only else None
     for heads in TILES:
@@ -59,7 +64,7 @@ def main() -> None:
             if only is not None and f"h{heads}_{tag}" not in only:
                 continue
             tiles = FP8_TILES[heads] if tag == "fp8" else TILES[heads]
-            for batch, ctx in ((64, 4096), (128, 1024), (128, 4096), (256, 4096)):
+            for batch, ctx in points:
                 q, cache, meta, byts = _mla_decode_case(batch, ctx, heads, kvd)
                 row: dict[str, float | str] = {}
                 for tile in tiles:
