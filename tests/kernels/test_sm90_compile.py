@@ -106,18 +106,19 @@ mla = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_
 mla |= i32("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride", "c_blk_stride",
            "c_tok_stride", "bt_stride", "n_heads", "n_splits")
 mla |= {"qk_scale": "fp32", "kv_scale": "fp32"}
-for fp8, rows, split, dot in ((False, 16, False, tl.bfloat16), (False, 32, True, tl.bfloat16),
-                              (False, 64, True, tl.bfloat16), (True, 16, True, tl.float16),
-                              (True, 64, False, tl.float16),
-                              (True, 16, False, tl.float32)):  # the last: an fp32 model
-    block_n, warps, stages, _ = MD.tile_defaults(rows, fp8)
+for fp8, rows, split, dot, one_wave in (
+        (False, 16, False, tl.bfloat16, False), (False, 16, True, tl.bfloat16, True),
+        (False, 32, True, tl.bfloat16, False), (False, 64, True, tl.bfloat16, False),
+        (True, 16, True, tl.float16, False), (True, 64, False, tl.float16, False),
+        (True, 16, False, tl.float32, False)):  # the last: an fp32 model
+    block_n, warps, stages, _ = MD.tile_defaults(rows, fp8, one_wave)
     compile_sm90(MD._mla_decode_kernel, mla | ({"c_ptr": "*fp8e4nv"} if fp8 else {}), dict(
         L=512, R=64, HEADS=rows, M=rows, PAGE=64, BLOCK_N=block_n, LORA=512,
         ROPE=64, SPLIT=split, DOT=dot, PREC="ieee" if dot == tl.float32 else "tf32", PDL=False,
         E4M3_REGS=fp8), warps, stages)
 compile_sm90(MD._mla_merge_kernel, {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": "*bf16",
              "kv_scale": "fp32"} | i32("o_tok_stride", "o_head_stride", "n_heads", "n_splits"),
-             dict(L=512, HEADS=8, SPLIT_PAD=MD.MAX_SPLITS, LORA=512, PDL=False), 4)
+             dict(L=512, SPLIT_PAD=MD.MAX_SPLITS, CHUNK=MD.MERGE_CHUNK, LORA=512, PDL=False), 4)
 compile_sm90(MR._mla_rope_store_kernel, {"pos_ptr": "*i64", "slot_ptr": "*i64", "q_ptr": "*bf16",
              "k_ptr": "*bf16", "kv_ptr": "*bf16", "qo_ptr": "*bf16", "c_ptr": "*fp8e4nv",
              "cs_ptr": "*bf16", "kv_scale": "fp32"} | i32("q_tok_stride", "q_head_stride",
@@ -231,7 +232,7 @@ def test_kernels_compile_for_sm90():
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
         "_decode_kernel", "_decode_kernel", *["_multi_query_kernel"] * 3,
         "_multi_query_merge_kernel", *["_moe_gemm_kernel"] * 12,
-        *["_count_kernel", "_offsets_kernel", "_scatter_kernel"] * 2, *["_mla_decode_kernel"] * 6,
+        *["_count_kernel", "_offsets_kernel", "_scatter_kernel"] * 2, *["_mla_decode_kernel"] * 7,
         "_mla_merge_kernel", "_mla_rope_store_kernel",
         "_gather_latents_kernel", "_mla_prefill_kernel", "_mla_prefill_kernel",
         "_per_token_kernel", "_per_token_kernel", "_per_group_kernel"]

@@ -169,15 +169,18 @@ def _mla_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, o_tok_stride, o_head_stride
              (acc / total * kv_scale).to(o_ptr.dtype.element_ty), mask=col < L)
 
 
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count \
+        if device.type == "cuda" else 8
+
+
 def num_splits(batch: int, tiles: int, device: torch.device, per_sm: int = 1) -> int:
     """About `per_sm` programs per SM, never more (a function of the batch shape only, as a
     captured graph needs). Fewer than the GQA kernel's two per SM: a split's partial is 2 KB of
     fp32 a query head (written, then read by the merge) against 1,152 bytes per cached latent, so
     at 64 sequences × 128 heads × 1k tokens four splits would move more partial bytes than
     cache."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count \
-        if device.type == "cuda" else 8
-    want = max(1, per_sm * sms // max(batch * tiles, 1))
+    want = max(1, per_sm * _sm_count(device) // max(batch * tiles, 1))
     return min(MAX_SPLITS, 1 << (want.bit_length() - 1))
 
 
@@ -190,21 +193,24 @@ def head_tile(n_heads: int, q_pad: int) -> int:
     return max(1, min(triton.next_power_of_2(n_heads), 64 // q_pad))
 
 
-def tile_defaults(rows: int, fp8: bool) -> tuple[int, int, int, int]:
+def tile_defaults(rows: int, fp8: bool, one_wave: bool) -> tuple[int, int, int, int]:
     """(block_n, num_warps, num_stages, programs per SM the split count aims at), measured on
-    the H200 at R1's widths, batch 64-256 x 1k-4k (research/probes/mla_decode_tiles.py): at 16
+    the H200 at R1's widths, batch 64-256 x 1k-8k (research/probes/mla_decode_tiles.py): at 16
     rows (16 heads, tp8) bf16 takes 64-token tiles on 4 warps, two programs an SM: 2.76-3.62
     TB/s at 4k against 2.41-3.12 for 128-token tiles on 8 warps (2.19 against 2.32 at 128 x 1k,
-    the one point it loses); at 64 rows (128 heads) 64-token tiles, 0.85 TB/s bf16 and 0.29 fp8
-    against 0.41 and 0.11 at 16 (there the kernel is bound by its dots: 242 FLOP a latent
-    byte). fp8 runs unpipelined (its tile is converted in registers; staged through shared
-    memory first it read no faster): at 16 rows it hides the loads' latency with occupancy
-    instead, 4 warps and twice the splits (1.25-1.60 TB/s at 64-256 x 4k, against 1.15-1.56 at
-    8 warps)."""
+    the one point it loses). Where one program a sequence and head tile fits the SMs in one
+    wave (one_wave: up to 128 sequences at 16 heads), one program an SM three stages deep
+    instead: its programs fill the pipeline once for twice the tiles, 1.92-2.65 TB/s at 64-128
+    x 1k against 1.79-2.43 (run 104). At 64 rows (128 heads) 64-token tiles, 0.85 TB/s bf16
+    and 0.29 fp8 against 0.41 and 0.11 at 16 (there the kernel is bound by its dots: 242 FLOP a
+    latent byte). fp8 runs unpipelined (its tile is converted in registers; staged through
+    shared memory first it read no faster): at 16 rows it hides the loads' latency with
+    occupancy instead, 4 warps and twice the splits (1.25-1.60 TB/s at 64-256 x 4k, against
+    1.15-1.56 at 8 warps)."""
     if fp8:
         return (64, 4, 1, 2) if rows <= 16 else (64, 8, 1, 1)
     if rows <= 16:
-        return 64, 4, 2, 2
+        return (64, 4, 3, 1) if one_wave else (64, 4, 2, 2)
     if rows < 64:
         return 64, 4, 2, 1
     return 64, 8, 2, 1
@@ -229,7 +235,7 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
     rows = max(16, q_pad * heads)
     tiles = triton.cdiv(n_heads, heads)
     fp8 = latent_cache.dtype == torch.float8_e4m3fn
-    bn, warps, stages, per_sm = tile_defaults(rows, fp8)
+    bn, warps, stages, per_sm = tile_defaults(rows, fp8, batch * tiles <= _sm_count(q.device))
     n_split = splits or num_splits(batch, tiles, q.device, per_sm)
     lora_pad = max(32, triton.next_power_of_2(lora))  # two halves, each a dot's K >= 16
     rope_pad = max(16, triton.next_power_of_2(rope))
