@@ -198,10 +198,12 @@ def tile_defaults(rows: int, fp8: bool, one_wave: bool) -> tuple[int, int, int, 
     the H200 at R1's widths, batch 64-256 x 1k-8k (research/probes/mla_decode_tiles.py): at 16
     rows (16 heads, tp8) bf16 takes 64-token tiles on 4 warps, two programs an SM: 2.76-3.62
     TB/s at 4k against 2.41-3.12 for 128-token tiles on 8 warps (2.19 against 2.32 at 128 x 1k,
-    the one point it loses). Where one program a sequence and head tile fits the SMs in one
-    wave (one_wave: up to 128 sequences at 16 heads), one program an SM three stages deep
-    instead: its programs fill the pipeline once for twice the tiles, 1.92-2.65 TB/s at 64-128
-    x 1k against 1.79-2.43 (run 104). At 64 rows (128 heads) 64-token tiles, 0.85 TB/s bf16
+    the one point it loses). Where the batch's programs fill at most half the SMs at one split
+    (one_wave: up to 66 sequences at 16 heads on 132 SMs), one program an SM three stages deep
+    instead: its programs fill the pipeline once for twice the tiles, 64 x 1k 1.80 -> 1.92-2.02
+    TB/s, 4k 3.05 -> 3.12, 8k 3.49 -> 3.46 (run 105). At 128 sequences it gains at 1k (2.43 ->
+    2.65) but loses at 4k and 8k (3.49 -> 3.29, 3.85 -> 3.44), and a captured graph's tiles
+    cannot depend on the contexts, so 128 keeps two programs an SM. At 64 rows (128 heads) 64-token tiles, 0.85 TB/s bf16
     and 0.29 fp8 against 0.41 and 0.11 at 16 (there the kernel is bound by its dots: 242 FLOP a
     latent byte). fp8 runs unpipelined (its tile is converted in registers; staged through
     shared memory first it read no faster): at 16 rows it hides the loads' latency with
@@ -235,7 +237,8 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
     rows = max(16, q_pad * heads)
     tiles = triton.cdiv(n_heads, heads)
     fp8 = latent_cache.dtype == torch.float8_e4m3fn
-    bn, warps, stages, per_sm = tile_defaults(rows, fp8, batch * tiles <= _sm_count(q.device))
+    one_wave = 2 * batch * tiles <= _sm_count(q.device)
+    bn, warps, stages, per_sm = tile_defaults(rows, fp8, one_wave)
     n_split = splits or num_splits(batch, tiles, q.device, per_sm)
     lora_pad = max(32, triton.next_power_of_2(lora))  # two halves, each a dot's K >= 16
     rope_pad = max(16, triton.next_power_of_2(rope))
