@@ -29,6 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from gpu_bench import COPY_BW, R1_LATENT, _mla_decode_case  # noqa: E402
+from moe_bench import _replay_us  # noqa: E402
 from stream_read import reader  # noqa: E402
 
 from atom.kernels.triton.mla_decode import mla_decode_attention  # noqa: E402
@@ -38,16 +39,8 @@ POINTS = ((64, 1024), (128, 1024), (256, 1024), (64, 4096), (256, 4096), (256, 8
 
 
 def _graph_ms(calls: list[Callable[[], Any]]) -> float:
-    """Median ms of one replay of a graph holding every call in order."""
-    from triton.testing import do_bench
-
-    for c in calls:
-        c()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c in calls:
-            c()
-    return do_bench(g.replay, warmup=10, rep=50, return_mode="median")
+    """ms of one replay of a graph holding every call in order."""
+    return _replay_us(calls) * len(calls) / 1e3
 
 
 def _tbps(byts: int, ms: float) -> float:
