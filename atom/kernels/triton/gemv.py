@@ -30,7 +30,12 @@ import torch
 import triton
 import triton.language as tl
 
+from atom.kernels.triton import l2_prefetch
+from atom.kernels.triton.l2_prefetch import prefetch_rows_l2
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
+
+# Bytes of its rows each program pulls into L2 before its PDL wait (l2_prefetch.py).
+PREFETCH_BYTES = 16384
 
 
 @triton.jit
@@ -49,15 +54,18 @@ def _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE: tl.constexpr):
 # divisibility of each weight's K.
 @triton.jit(do_not_specialize=["bs_stride"])
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
-                 res_ptr, norm_w_ptr, res_out_ptr, eps, s_ptr, bs_stride,
+                 res_ptr, norm_w_ptr, res_out_ptr, eps, s_ptr, bs_stride, pf_bytes,
                  HAS_BIAS: tl.constexpr, SILU_GATE: tl.constexpr, RMS_NORM: tl.constexpr,
                  HAS_SCALE: tl.constexpr, HAS_BLOCK_SCALE: tl.constexpr,
                  HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 PDL: tl.constexpr):
-    pdl_wait(PDL)
+                 PF_CHUNKS: tl.constexpr, PF_CHUNK_ELEMS: tl.constexpr, PDL: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     r_mask = rows < n_rows
+    if PF_CHUNKS > 0:
+        pf_rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+        prefetch_rows_l2(w_ptr + pf_rows * w_stride, pf_bytes, PF_CHUNKS, PF_CHUNK_ELEMS)
+    pdl_wait(PDL)
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * w_stride
     bs_row = s_ptr + ((pid * BLOCK_N) // 128) * bs_stride
     acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
@@ -120,7 +128,7 @@ def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
          silu_gate: bool = False, block_n: int | None = None, block_k: int | None = None,
          num_warps: int | None = None, w_scale: torch.Tensor | None = None,
-         block_scale: torch.Tensor | None = None) -> torch.Tensor:
+         block_scale: torch.Tensor | None = None, prefetch: int | None = None) -> torch.Tensor:
     """x: [1, K] or [K] ([1, 2K] = [gate | up] with silu_gate); weight: [N, K] (nn.Linear
     layout, last dim contiguous; e4m3 with w_scale [N] or block_scale [ceil(N/128),
     ceil(K/128)] fp32) → [1, N]."""
@@ -130,7 +138,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     assert xv.numel() == (2 if silu_gate else 1) * k_dim and xv.stride(0) == 1
     y = torch.empty((1, n_rows), dtype=x.dtype, device=x.device)
     _launch(xv, weight, bias, y, silu_gate=silu_gate, block_n=block_n, block_k=block_k,
-            num_warps=num_warps, w_scale=w_scale, block_scale=block_scale)
+            num_warps=num_warps, w_scale=w_scale, block_scale=block_scale, prefetch=prefetch)
     return y
 
 
@@ -138,7 +146,7 @@ def add_rms_norm_gemv(x: torch.Tensor, residual: torch.Tensor | None, norm_weigh
                       eps: float, weight: torch.Tensor, bias: torch.Tensor | None = None,
                       block_n: int | None = None, block_k: int | None = None,
                       num_warps: int | None = None, w_scale: torch.Tensor | None = None,
-                      block_scale: torch.Tensor | None = None
+                      block_scale: torch.Tensor | None = None, prefetch: int | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """(linear(rms_norm(x + residual)), x + residual) for one row x: [1, K], in one launch;
     without a residual, h is x itself. An e4m3 weight comes with w_scale [N] or block_scale
@@ -149,7 +157,7 @@ def add_rms_norm_gemv(x: torch.Tensor, residual: torch.Tensor | None, norm_weigh
     h = torch.empty_like(x) if residual is not None else x
     _launch(x.reshape(-1), weight, bias, y, residual=residual, norm_weight=norm_weight, eps=eps,
             res_out=h, block_n=block_n, block_k=block_k, num_warps=num_warps, w_scale=w_scale,
-            block_scale=block_scale)
+            block_scale=block_scale, prefetch=prefetch)
     return y, h
 
 
@@ -159,7 +167,9 @@ def _launch(xv: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y
             res_out: torch.Tensor | None = None, block_n: int | None = None,
             block_k: int | None = None, num_warps: int | None = None,
             w_scale: torch.Tensor | None = None,
-            block_scale: torch.Tensor | None = None) -> None:
+            block_scale: torch.Tensor | None = None, prefetch: int | None = None) -> None:
+    """`prefetch`: bytes a program pulls into L2 before its PDL wait (None: PREFETCH_BYTES,
+    0: none; benchmarks sweep it)."""
     n_rows, k_dim = weight.shape
     scaled = (w_scale is not None) + (block_scale is not None)
     assert scaled == (weight.dtype == torch.float8_e4m3fn)
@@ -169,12 +179,26 @@ def _launch(xv: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y
         assert 128 % bn == 0 and block_scale.stride(-1) == 1
         assert block_scale.shape == (triton.cdiv(n_rows, 128), triton.cdiv(k_dim, 128))
     scale = w_scale if w_scale is not None else block_scale
+    pf_chunks, pf_bytes = prefetch_plan(weight, bn, nw, PREFETCH_BYTES if prefetch is None
+                                        else prefetch)
     _gemv_kernel[(triton.cdiv(n_rows, bn),)](
         xv, weight, bias if bias is not None else weight, y, n_rows, k_dim, weight.stride(0),
         residual if residual is not None else xv, norm_weight if norm_weight is not None else xv,
         res_out if res_out is not None else xv, eps, scale if scale is not None else xv,
-        block_scale.stride(0) if block_scale is not None else 0,
+        block_scale.stride(0) if block_scale is not None else 0, pf_bytes,
         HAS_BIAS=bias is not None, SILU_GATE=silu_gate, RMS_NORM=norm_weight is not None,
         HAS_SCALE=w_scale is not None, HAS_BLOCK_SCALE=block_scale is not None,
         HAS_RESIDUAL=residual is not None, BLOCK_N=bn,
-        BLOCK_K=min(bk, triton.next_power_of_2(k_dim)), num_warps=nw, **pdl_args(y.device))
+        BLOCK_K=min(bk, triton.next_power_of_2(k_dim)), PF_CHUNKS=pf_chunks,
+        PF_CHUNK_ELEMS=pf_bytes // weight.element_size(), num_warps=nw, **pdl_args(y.device))
+
+
+def prefetch_plan(weight: torch.Tensor, block_n: int, num_warps: int,
+                  budget: int) -> tuple[int, int]:
+    """(chunks, chunk bytes) of a program's L2 prefetch over `weight`'s rows; none off the GPU
+    (the interpreter runs no PTX)."""
+    if not weight.is_cuda:
+        return 0, 0
+    size = weight.element_size()
+    return l2_prefetch.plan(weight.shape[1] * size, weight.stride(0) * size, weight.data_ptr(),
+                            block_n, budget, num_warps * 32)
