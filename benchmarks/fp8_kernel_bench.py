@@ -12,9 +12,10 @@
   beside torch._scaled_mm's row-wise mode over the same operands and bf16 F.linear: the
   per-shape choice between the two fp8 GEMMs.
 - rms_norm_quant against the norm kernel then the quantiser, per 128-group and per token, µs.
-- (`gemv_prefetch`) the one-row GEMV, fp8 and bf16, at each L2 prefetch budget a program
-  takes before its PDL wait (gemv.PREFETCH_BYTES): per 8B projection, and for a decoder
-  layer's chain of four (norm + qkv, o, norm + gate_up, SiLU + down) as a decode step runs it.
+- (`gemv_prefetch`) the one-row GEMV, fp8 and bf16, at each depth of tiles a program requests
+  into L2 ahead of its loads, the first before its PDL wait (gemv.PREFETCH_TILES): per 8B
+  projection, and for a decoder layer's chain of four (norm + qkv, o, norm + gate_up,
+  SiLU + down) as a decode step runs it.
 
 Every time is one CUDA graph of one call per weight set (gpu_bench._per_weight_ms, passed in),
 the sets together larger than L2.
@@ -40,7 +41,7 @@ GEMV_SWEEP = {1: [(False, 8, 1024, 4), (False, 8, 1024, 8), (False, 16, 1024, 8)
               4: [(True, 16, 256, 4), (True, 32, 256, 4), (True, 32, 512, 4), (True, 64, 256, 4)],
               16: [(True, 16, 256, 4), (True, 32, 256, 4), (True, 64, 256, 4), (True, 64, 128, 4)]}
 
-PREFETCH_BUDGETS = (0, 8192, 16384, 32768, 65536, 1 << 30)
+PREFETCH_TILES = (0, 1, 2, 4, 8)
 BLOCK_ROWS = (1, 64, 256, 2048, 8192)
 SCALED_ROWS = (16, 64, 256, 2048, 8192)
 
@@ -249,7 +250,7 @@ def bench_gemv_prefetch(per_weight_ms: PerWeightMs) -> dict[str, Any]:
             nbytes = n * k * ws[0][0].element_size()
             out[f"{dtype}_{name}"] = {f"pf{b}": _gbps(nbytes, _timed(
                 per_weight_ms, lambda w, b=b: gemv(x, w[0], w_scale=w[1], prefetch=b), ws))
-                for b in PREFETCH_BUDGETS}
+                for b in PREFETCH_TILES}
             del ws
         layers = [{name: make(dtype, n, k, 1)[0] for name, (n, k) in LLAMA8B.items()}
                   for _ in range(4 if dtype == "fp8" else 2)]
@@ -266,7 +267,7 @@ def bench_gemv_prefetch(per_weight_ms: PerWeightMs) -> dict[str, Any]:
             gemv(act, L["down"][0], silu_gate=True, w_scale=L["down"][1], prefetch=b)
 
         out[f"{dtype}_layer"] = {f"pf{b}": _gbps(nbytes, _timed(
-            per_weight_ms, lambda L, b=b: layer(L, b), layers)) for b in PREFETCH_BUDGETS}
+            per_weight_ms, lambda L, b=b: layer(L, b), layers)) for b in PREFETCH_TILES}
         del layers
         torch.cuda.empty_cache()
     return out

@@ -30,12 +30,12 @@ import torch
 import triton
 import triton.language as tl
 
-from atom.kernels.triton import l2_prefetch
-from atom.kernels.triton.l2_prefetch import prefetch_rows_l2
+from atom.kernels.triton.l2_prefetch import LINE, prefetch_tile
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
-# Bytes of its rows each program pulls into L2 before its PDL wait (l2_prefetch.py).
-PREFETCH_BYTES = 16384
+# Tiles a program requests into L2 ahead of its loads, the first ones before its PDL wait
+# (l2_prefetch.py).
+PREFETCH_TILES = 2
 
 
 @triton.jit
@@ -54,23 +54,25 @@ def _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE: tl.constexpr):
 # divisibility of each weight's K.
 @triton.jit(do_not_specialize=["bs_stride"])
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
-                 res_ptr, norm_w_ptr, res_out_ptr, eps, s_ptr, bs_stride, pf_bytes,
+                 res_ptr, norm_w_ptr, res_out_ptr, eps, s_ptr, bs_stride,
                  HAS_BIAS: tl.constexpr, SILU_GATE: tl.constexpr, RMS_NORM: tl.constexpr,
                  HAS_SCALE: tl.constexpr, HAS_BLOCK_SCALE: tl.constexpr,
                  HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 PF_CHUNKS: tl.constexpr, PF_CHUNK_ELEMS: tl.constexpr, PDL: tl.constexpr):
+                 PREFETCH: tl.constexpr, LINE_ELEMS: tl.constexpr, PDL: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     r_mask = rows < n_rows
-    if PF_CHUNKS > 0:
-        pf_rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
-        prefetch_rows_l2(w_ptr + pf_rows * w_stride, pf_bytes, PF_CHUNKS, PF_CHUNK_ELEMS)
+    pf_rows = w_ptr + tl.minimum(rows, n_rows - 1).to(tl.int64)[:, None] * w_stride
+    for t in tl.static_range(PREFETCH):
+        prefetch_tile(pf_rows, t * BLOCK_K, k_dim, BLOCK_K, LINE_ELEMS)
     pdl_wait(PDL)
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * w_stride
     bs_row = s_ptr + ((pid * BLOCK_N) // 128) * bs_stride
     acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     sq = tl.zeros([BLOCK_K], tl.float32)
     for k0 in range(0, k_dim, BLOCK_K):
+        if PREFETCH > 0:
+            prefetch_tile(pf_rows, k0 + PREFETCH * BLOCK_K, k_dim, BLOCK_K, LINE_ELEMS)
         cols = k0 + tl.arange(0, BLOCK_K)
         c_mask = cols < k_dim
         w = tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & c_mask[None, :], other=0.0,
@@ -168,8 +170,8 @@ def _launch(xv: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y
             block_k: int | None = None, num_warps: int | None = None,
             w_scale: torch.Tensor | None = None,
             block_scale: torch.Tensor | None = None, prefetch: int | None = None) -> None:
-    """`prefetch`: bytes a program pulls into L2 before its PDL wait (None: PREFETCH_BYTES,
-    0: none; benchmarks sweep it)."""
+    """`prefetch`: tiles a program requests ahead into L2 (None: PREFETCH_TILES, 0: none;
+    benchmarks sweep it)."""
     n_rows, k_dim = weight.shape
     scaled = (w_scale is not None) + (block_scale is not None)
     assert scaled == (weight.dtype == torch.float8_e4m3fn)
@@ -179,26 +181,18 @@ def _launch(xv: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y
         assert 128 % bn == 0 and block_scale.stride(-1) == 1
         assert block_scale.shape == (triton.cdiv(n_rows, 128), triton.cdiv(k_dim, 128))
     scale = w_scale if w_scale is not None else block_scale
-    pf_chunks, pf_bytes = prefetch_plan(weight, bn, nw, PREFETCH_BYTES if prefetch is None
-                                        else prefetch)
+    block_k = min(bk, triton.next_power_of_2(k_dim))
+    line_elems = LINE // weight.element_size()
+    tiles = PREFETCH_TILES if prefetch is None else prefetch
+    if not weight.is_cuda or block_k < line_elems:  # the interpreter runs no PTX
+        tiles = 0
     _gemv_kernel[(triton.cdiv(n_rows, bn),)](
         xv, weight, bias if bias is not None else weight, y, n_rows, k_dim, weight.stride(0),
         residual if residual is not None else xv, norm_weight if norm_weight is not None else xv,
         res_out if res_out is not None else xv, eps, scale if scale is not None else xv,
-        block_scale.stride(0) if block_scale is not None else 0, pf_bytes,
+        block_scale.stride(0) if block_scale is not None else 0,
         HAS_BIAS=bias is not None, SILU_GATE=silu_gate, RMS_NORM=norm_weight is not None,
         HAS_SCALE=w_scale is not None, HAS_BLOCK_SCALE=block_scale is not None,
         HAS_RESIDUAL=residual is not None, BLOCK_N=bn,
-        BLOCK_K=min(bk, triton.next_power_of_2(k_dim)), PF_CHUNKS=pf_chunks,
-        PF_CHUNK_ELEMS=pf_bytes // weight.element_size(), num_warps=nw, **pdl_args(y.device))
-
-
-def prefetch_plan(weight: torch.Tensor, block_n: int, num_warps: int,
-                  budget: int) -> tuple[int, int]:
-    """(chunks, chunk bytes) of a program's L2 prefetch over `weight`'s rows; none off the GPU
-    (the interpreter runs no PTX)."""
-    if not weight.is_cuda:
-        return 0, 0
-    size = weight.element_size()
-    return l2_prefetch.plan(weight.shape[1] * size, weight.stride(0) * size, weight.data_ptr(),
-                            block_n, budget, num_warps * 32)
+        BLOCK_K=block_k, PREFETCH=tiles, LINE_ELEMS=line_elems, num_warps=nw,
+        **pdl_args(y.device))
