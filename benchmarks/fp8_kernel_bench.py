@@ -41,7 +41,7 @@ GEMV_SWEEP = {1: [(False, 8, 1024, 4), (False, 8, 1024, 8), (False, 16, 1024, 8)
               4: [(True, 16, 256, 4), (True, 32, 256, 4), (True, 32, 512, 4), (True, 64, 256, 4)],
               16: [(True, 16, 256, 4), (True, 32, 256, 4), (True, 64, 256, 4), (True, 64, 128, 4)]}
 
-PREFETCH_TILES = (0, 1, 2, 4, 8)
+PREFETCH_TILES = (0, 1, 2)
 BLOCK_ROWS = (1, 64, 256, 2048, 8192)
 SCALED_ROWS = (16, 64, 256, 2048, 8192)
 

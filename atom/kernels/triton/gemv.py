@@ -50,6 +50,13 @@ def _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE: tl.constexpr):
     return tl.load(x_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
 
 
+@triton.jit
+def _load_w(w_rows, k0, r_mask, k_dim, BLOCK_K: tl.constexpr):
+    cols = k0 + tl.arange(0, BLOCK_K)
+    return tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & (cols < k_dim)[None, :],
+                   other=0.0, eviction_policy="evict_first")
+
+
 # bs_stride (a block-scaled weight's ceil(K / 128)) would otherwise make a variant per
 # divisibility of each weight's K.
 @triton.jit(do_not_specialize=["bs_stride"])
@@ -62,21 +69,23 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     r_mask = rows < n_rows
-    pf_rows = w_ptr + tl.minimum(rows, n_rows - 1).to(tl.int64)[:, None] * w_stride
-    for t in tl.static_range(PREFETCH):
-        prefetch_tile(pf_rows, t * BLOCK_K, k_dim, BLOCK_K, LINE_ELEMS)
-    pdl_wait(PDL)
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * w_stride
+    if PREFETCH == 1:
+        w_next = _load_w(w_rows, 0, r_mask, k_dim, BLOCK_K)
+    pdl_wait(PDL)
+    if PREFETCH == 2:
+        w_next = _load_w(w_rows, 0, r_mask, k_dim, BLOCK_K)
     bs_row = s_ptr + ((pid * BLOCK_N) // 128) * bs_stride
     acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     sq = tl.zeros([BLOCK_K], tl.float32)
     for k0 in range(0, k_dim, BLOCK_K):
-        if PREFETCH > 0:
-            prefetch_tile(pf_rows, k0 + PREFETCH * BLOCK_K, k_dim, BLOCK_K, LINE_ELEMS)
         cols = k0 + tl.arange(0, BLOCK_K)
         c_mask = cols < k_dim
-        w = tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & c_mask[None, :], other=0.0,
-                    eviction_policy="evict_first")
+        if PREFETCH > 0:
+            w = w_next
+            w_next = _load_w(w_rows, k0 + BLOCK_K, r_mask, k_dim, BLOCK_K)
+        else:
+            w = _load_w(w_rows, k0, r_mask, k_dim, BLOCK_K)
         if RMS_NORM:
             h = tl.load(x_ptr + cols, mask=c_mask, other=0.0)
             if HAS_RESIDUAL:
@@ -184,8 +193,6 @@ def _launch(xv: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y
     block_k = min(bk, triton.next_power_of_2(k_dim))
     line_elems = LINE // weight.element_size()
     tiles = PREFETCH_TILES if prefetch is None else prefetch
-    if not weight.is_cuda or block_k < line_elems:  # the interpreter runs no PTX
-        tiles = 0
     _gemv_kernel[(triton.cdiv(n_rows, bn),)](
         xv, weight, bias if bias is not None else weight, y, n_rows, k_dim, weight.stride(0),
         residual if residual is not None else xv, norm_weight if norm_weight is not None else xv,
