@@ -5,6 +5,8 @@
 # bf16); batch-1 decode of the 8B, fp8 weights + KV and bf16, at depths 2, 0 and 4
 # (research/probes/decode_prefetch_ab.py).
 #   carry [".whl"]
+# Ran at 520e77e (run 107): every prefetch depth was slower than none, in the GEMVs and the
+# layer chains; the prefetch was reverted after runs 108-109, so the files it names are gone.
 set -u
 source benchmarks/device_steps.sh && install_wheels
 export ATOM_COMMIT=${ATOM_COMMIT:-unknown}

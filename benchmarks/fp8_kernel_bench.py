@@ -12,10 +12,6 @@
   beside torch._scaled_mm's row-wise mode over the same operands and bf16 F.linear: the
   per-shape choice between the two fp8 GEMMs.
 - rms_norm_quant against the norm kernel then the quantiser, per 128-group and per token, µs.
-- (`gemv_prefetch`) the one-row GEMV, fp8 and bf16, at each depth of tiles a program requests
-  into L2 ahead of its loads, the first before its PDL wait (gemv.PREFETCH_TILES): per 8B
-  projection, and for a decoder layer's chain of four (norm + qkv, o, norm + gate_up,
-  SiLU + down) as a decode step runs it.
 
 Every time is one CUDA graph of one call per weight set (gpu_bench._per_weight_ms, passed in),
 the sets together larger than L2.
@@ -41,7 +37,6 @@ GEMV_SWEEP = {1: [(False, 8, 1024, 4), (False, 8, 1024, 8), (False, 16, 1024, 8)
               4: [(True, 16, 256, 4), (True, 32, 256, 4), (True, 32, 512, 4), (True, 64, 256, 4)],
               16: [(True, 16, 256, 4), (True, 32, 256, 4), (True, 64, 256, 4), (True, 64, 128, 4)]}
 
-PREFETCH_TILES = (0, 1, 2)
 BLOCK_ROWS = (1, 64, 256, 2048, 8192)
 SCALED_ROWS = (16, 64, 256, 2048, 8192)
 
@@ -231,43 +226,3 @@ def bench_fp8_kernels(per_weight_ms: PerWeightMs) -> dict[str, Any]:
     return {"gemv": bench_fp8_gemv(per_weight_ms), "block_gemm": bench_fp8_block_gemm(per_weight_ms),
             "scaled_gemm": bench_fp8_scaled_gemm(per_weight_ms),
             "rms_norm_quant": bench_rms_norm_quant(per_weight_ms)}
-
-
-def bench_gemv_prefetch(per_weight_ms: PerWeightMs) -> dict[str, Any]:
-    from atom.kernels.triton.gemv import add_rms_norm_gemv, gemv
-
-    out: dict[str, Any] = {}
-    def make(dtype: str, n: int, k: int, sets: int) -> list:
-        if dtype == "fp8":
-            return _fp8_rows(n, k, sets)
-        return [(torch.randn(n, k, device="cuda", dtype=torch.bfloat16), None)
-                for _ in range(sets)]
-
-    for dtype in ("fp8", "bf16"):
-        for name, (n, k) in LLAMA8B.items():
-            ws = make(dtype, n, k, _sets(n, k, 1 if dtype == "fp8" else 2))
-            x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
-            nbytes = n * k * ws[0][0].element_size()
-            out[f"{dtype}_{name}"] = {f"pf{b}": _gbps(nbytes, _timed(
-                per_weight_ms, lambda w, b=b: gemv(x, w[0], w_scale=w[1], prefetch=b), ws))
-                for b in PREFETCH_TILES}
-            del ws
-        layers = [{name: make(dtype, n, k, 1)[0] for name, (n, k) in LLAMA8B.items()}
-                  for _ in range(4 if dtype == "fp8" else 2)]
-        h = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
-        act = torch.randn(1, 2 * 14336, device="cuda", dtype=torch.bfloat16)
-        nw = torch.ones(4096, device="cuda", dtype=torch.bfloat16)
-        nbytes = sum(w[0].numel() * w[0].element_size() for w in layers[0].values())
-
-        def layer(L: dict, b: int) -> None:
-            add_rms_norm_gemv(h, h, nw, 1e-6, L["qkv"][0], w_scale=L["qkv"][1], prefetch=b)
-            gemv(h, L["o"][0], w_scale=L["o"][1], prefetch=b)
-            add_rms_norm_gemv(h, h, nw, 1e-6, L["gate_up"][0], w_scale=L["gate_up"][1],
-                              prefetch=b)
-            gemv(act, L["down"][0], silu_gate=True, w_scale=L["down"][1], prefetch=b)
-
-        out[f"{dtype}_layer"] = {f"pf{b}": _gbps(nbytes, _timed(
-            per_weight_ms, lambda L, b=b: layer(L, b), layers)) for b in PREFETCH_TILES}
-        del layers
-        torch.cuda.empty_cache()
-    return out

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 import triton
 
-from fp8_kernel_bench import bench_fp8_kernels, bench_gemv_prefetch
+from fp8_kernel_bench import bench_fp8_kernels
 from moe_bench import bench_fused_moe
 from probe_kit import GpuSampler, decode_case, probe_meta
 
@@ -1062,7 +1062,6 @@ BENCHES: dict[str, Callable[[], Any]] = {
     "fused_gemv": bench_fused_gemv,
     "gemv_sweep": bench_gemv_sweep,
     "fp8_kernels": lambda: bench_fp8_kernels(_per_weight_ms),
-    "gemv_prefetch": lambda: bench_gemv_prefetch(_per_weight_ms),
     "decode_8b_peer": lambda: bench_hf_decode("llama3_8b", 1024, 64),
     "throughput_small": lambda: bench_throughput("qwen3_0_6b", 256, again=True),
     "throughput_trace": bench_throughput_trace,

@@ -30,12 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from atom.kernels.triton.l2_prefetch import LINE, prefetch_tile
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
-
-# Tiles a program requests into L2 ahead of its loads, the first ones before its PDL wait
-# (l2_prefetch.py).
-PREFETCH_TILES = 2
 
 
 @triton.jit
@@ -50,13 +45,6 @@ def _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE: tl.constexpr):
     return tl.load(x_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
 
 
-@triton.jit
-def _load_w(w_rows, k0, r_mask, k_dim, BLOCK_K: tl.constexpr):
-    cols = k0 + tl.arange(0, BLOCK_K)
-    return tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & (cols < k_dim)[None, :],
-                   other=0.0, eviction_policy="evict_first")
-
-
 # bs_stride (a block-scaled weight's ceil(K / 128)) would otherwise make a variant per
 # divisibility of each weight's K.
 @triton.jit(do_not_specialize=["bs_stride"])
@@ -65,27 +53,20 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
                  HAS_BIAS: tl.constexpr, SILU_GATE: tl.constexpr, RMS_NORM: tl.constexpr,
                  HAS_SCALE: tl.constexpr, HAS_BLOCK_SCALE: tl.constexpr,
                  HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 PREFETCH: tl.constexpr, LINE_ELEMS: tl.constexpr, PDL: tl.constexpr):
+                 PDL: tl.constexpr):
+    pdl_wait(PDL)
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     r_mask = rows < n_rows
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * w_stride
-    if PREFETCH == 1:
-        w_next = _load_w(w_rows, 0, r_mask, k_dim, BLOCK_K)
-    pdl_wait(PDL)
-    if PREFETCH == 2:
-        w_next = _load_w(w_rows, 0, r_mask, k_dim, BLOCK_K)
     bs_row = s_ptr + ((pid * BLOCK_N) // 128) * bs_stride
     acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     sq = tl.zeros([BLOCK_K], tl.float32)
     for k0 in range(0, k_dim, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
         c_mask = cols < k_dim
-        if PREFETCH > 0:
-            w = w_next
-            w_next = _load_w(w_rows, k0 + BLOCK_K, r_mask, k_dim, BLOCK_K)
-        else:
-            w = _load_w(w_rows, k0, r_mask, k_dim, BLOCK_K)
+        w = tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & c_mask[None, :], other=0.0,
+                    eviction_policy="evict_first")
         if RMS_NORM:
             h = tl.load(x_ptr + cols, mask=c_mask, other=0.0)
             if HAS_RESIDUAL:
@@ -139,7 +120,7 @@ def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
          silu_gate: bool = False, block_n: int | None = None, block_k: int | None = None,
          num_warps: int | None = None, w_scale: torch.Tensor | None = None,
-         block_scale: torch.Tensor | None = None, prefetch: int | None = None) -> torch.Tensor:
+         block_scale: torch.Tensor | None = None) -> torch.Tensor:
     """x: [1, K] or [K] ([1, 2K] = [gate | up] with silu_gate); weight: [N, K] (nn.Linear
     layout, last dim contiguous; e4m3 with w_scale [N] or block_scale [ceil(N/128),
     ceil(K/128)] fp32) → [1, N]."""
@@ -149,7 +130,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     assert xv.numel() == (2 if silu_gate else 1) * k_dim and xv.stride(0) == 1
     y = torch.empty((1, n_rows), dtype=x.dtype, device=x.device)
     _launch(xv, weight, bias, y, silu_gate=silu_gate, block_n=block_n, block_k=block_k,
-            num_warps=num_warps, w_scale=w_scale, block_scale=block_scale, prefetch=prefetch)
+            num_warps=num_warps, w_scale=w_scale, block_scale=block_scale)
     return y
 
 
@@ -157,7 +138,7 @@ def add_rms_norm_gemv(x: torch.Tensor, residual: torch.Tensor | None, norm_weigh
                       eps: float, weight: torch.Tensor, bias: torch.Tensor | None = None,
                       block_n: int | None = None, block_k: int | None = None,
                       num_warps: int | None = None, w_scale: torch.Tensor | None = None,
-                      block_scale: torch.Tensor | None = None, prefetch: int | None = None
+                      block_scale: torch.Tensor | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """(linear(rms_norm(x + residual)), x + residual) for one row x: [1, K], in one launch;
     without a residual, h is x itself. An e4m3 weight comes with w_scale [N] or block_scale
@@ -168,7 +149,7 @@ def add_rms_norm_gemv(x: torch.Tensor, residual: torch.Tensor | None, norm_weigh
     h = torch.empty_like(x) if residual is not None else x
     _launch(x.reshape(-1), weight, bias, y, residual=residual, norm_weight=norm_weight, eps=eps,
             res_out=h, block_n=block_n, block_k=block_k, num_warps=num_warps, w_scale=w_scale,
-            block_scale=block_scale, prefetch=prefetch)
+            block_scale=block_scale)
     return y, h
 
 
@@ -178,9 +159,7 @@ def _launch(xv: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y
             res_out: torch.Tensor | None = None, block_n: int | None = None,
             block_k: int | None = None, num_warps: int | None = None,
             w_scale: torch.Tensor | None = None,
-            block_scale: torch.Tensor | None = None, prefetch: int | None = None) -> None:
-    """`prefetch`: tiles a program requests ahead into L2 (None: PREFETCH_TILES, 0: none;
-    benchmarks sweep it)."""
+            block_scale: torch.Tensor | None = None) -> None:
     n_rows, k_dim = weight.shape
     scaled = (w_scale is not None) + (block_scale is not None)
     assert scaled == (weight.dtype == torch.float8_e4m3fn)
@@ -190,9 +169,6 @@ def _launch(xv: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y
         assert 128 % bn == 0 and block_scale.stride(-1) == 1
         assert block_scale.shape == (triton.cdiv(n_rows, 128), triton.cdiv(k_dim, 128))
     scale = w_scale if w_scale is not None else block_scale
-    block_k = min(bk, triton.next_power_of_2(k_dim))
-    line_elems = LINE // weight.element_size()
-    tiles = PREFETCH_TILES if prefetch is None else prefetch
     _gemv_kernel[(triton.cdiv(n_rows, bn),)](
         xv, weight, bias if bias is not None else weight, y, n_rows, k_dim, weight.stride(0),
         residual if residual is not None else xv, norm_weight if norm_weight is not None else xv,
@@ -201,5 +177,4 @@ def _launch(xv: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y
         HAS_BIAS=bias is not None, SILU_GATE=silu_gate, RMS_NORM=norm_weight is not None,
         HAS_SCALE=w_scale is not None, HAS_BLOCK_SCALE=block_scale is not None,
         HAS_RESIDUAL=residual is not None, BLOCK_N=bn,
-        BLOCK_K=block_k, PREFETCH=tiles, LINE_ELEMS=line_elems, num_warps=nw,
-        **pdl_args(y.device))
+        BLOCK_K=min(bk, triton.next_power_of_2(k_dim)), num_warps=nw, **pdl_args(y.device))
