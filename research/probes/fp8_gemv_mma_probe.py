@@ -117,7 +117,7 @@ def main() -> None:
             for split in sorted({1, 2, 4, max(1, min(8, (2 * sms) // tiles))}):
                 if (k // split) % 256:
                     continue
-                for bk, warps, stages in ((128, 4, 4), (256, 4, 3), (256, 4, 4), (256, 8, 3)):
+                for bk, warps, stages in ((128, 4, 4), (256, 4, 3), (256, 4, 4)):
                     for mode in (0, 1, 2):
                         if mode and (bk, warps, stages) != (256, 4, 4):
                             continue
