@@ -83,7 +83,7 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
            else None)
     # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
     # every step and every captured graph.
-    split_counters = torch.zeros(cfg.scheduler.max_num_seqs * spec.split_counters_per_seq(),
+    split_counters = torch.zeros(cfg.scheduler.max_num_seqs * spec.max_kv_heads(),
                                  dtype=torch.int32, device=device)
     scales = layer_scales(cfg.kv_cache, spec.num_layers,
                           kv_cache_scales(cfg.load, src, hf, cfg.quant.method, spec.num_layers))
@@ -137,7 +137,7 @@ def _drafter(cfg: Config, model: torch.nn.Module, kv: KVCache, max_model_len: in
     _, caches, scales = allocate(draft_spec, kv.num_blocks, device)
     log.info("draft KV cache: %d blocks, %.2f GiB", kv.num_blocks,
              kv.num_blocks * draft_spec.bytes_per_block / 2**30)
-    split_counters = torch.zeros(cfg.scheduler.max_num_seqs * draft_spec.split_counters_per_seq(),
+    split_counters = torch.zeros(cfg.scheduler.max_num_seqs * draft_spec.max_kv_heads(),
                                  dtype=torch.int32, device=device)
     if aux is not None:
         return Eagle3Drafter(model, draft, aux, k, bs, max_model_len, caches, scales,

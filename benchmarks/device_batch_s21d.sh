@@ -3,6 +3,8 @@
 # then MLA decode with each sequence's splits merged by its last split (the merge launch
 # gone): its GPU tests, and issue 21's benchmark with both merges at every point.
 #   carry [".whl"]
+# Ran at 4c7e63e (run 110). The merge by the last split was slower at most points and was
+# reverted: gpu_bench's mla_decode no longer times the two merges.
 set -u
 source benchmarks/device_steps.sh && install_wheels
 export ATOM_COMMIT=${ATOM_COMMIT:-unknown}

@@ -745,7 +745,6 @@ def _mla_decode_case(batch: int, ctx: int, heads: int, kv_dtype: torch.dtype, q_
                              torch.randperm(nblk, **i32).view(batch, -1),
                              torch.zeros(batch * q_len, device="cuda", dtype=torch.int64), q_len,
                              ctx, q_len == 1)
-    meta.split_counters = torch.zeros(batch * heads, **i32)  # as the runner sizes them
     q = torch.randn(batch * q_len, heads, lora + rope, device="cuda", dtype=torch.bfloat16) * 0.3
     return q, cache, meta, batch * ctx * (lora + rope) * cache.element_size()
 
@@ -767,9 +766,7 @@ def bench_mla_decode() -> dict[str, Any]:
     (tp8) and 128 (tp1), against the 4.18 TB/s copy bandwidth (goal ≥ 80%); then speculative
     verifies (2 and 4 queries a sequence) at 64 × 4k. Beside each point, `read_TBps`: the same
     bytes read by one plain streaming launch (stream_read.py), what a single launch that size
-    can reach (2.6 TB/s at 75 MB, run 102), and the kernel's fraction of it; and
-    `merge_launch_us`, the same call with the splits merged by a launch of their own instead
-    of by each sequence's last split."""
+    can reach (2.6 TB/s at 75 MB, run 102), and the kernel's fraction of it."""
     from atom.kernels.triton.mla_decode import mla_decode_attention
     from stream_read import reader
 
@@ -791,13 +788,9 @@ def bench_mla_decode() -> dict[str, Any]:
                     if byts not in reads:
                         reads[byts] = byts / (_graph_ms(reader(cache)) * 1e-3) / 1e12
                     read = reads[byts]
-                    apart = _graph_ms(lambda: mla_decode_attention(
-                        q, cache, meta, R1_LATENT[0], 192 ** -0.5, 1.0, out=res,
-                        merge_in_kernel=False))
                     out[key] = {"us": round(ms * 1e3, 1), "TBps": round(tbps, 3),
                                 "of_copy": round(tbps * 1e12 / COPY_BW, 3),
-                                "read_TBps": round(read, 3), "of_read": round(tbps / read, 3),
-                                "merge_launch_us": round(apart * 1e3, 1)}
+                                "read_TBps": round(read, 3), "of_read": round(tbps / read, 3)}
                 except Exception as e:  # a case that fails is a result too
                     out[key] = f"{type(e).__name__}: {str(e)[:120]}"
                 log(f"mla_decode {key}: {out[key]}")

@@ -41,9 +41,6 @@ class MLASpec:
 
     latent_dim: int
     dtype: torch.dtype
-    # Query heads on this rank: the decode kernel's head tiles, each with a split counter a
-    # sequence, are at most this many.
-    num_heads: int = 1
 
     @property
     def bytes_per_token(self) -> int:

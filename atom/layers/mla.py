@@ -41,7 +41,7 @@ class MLAAttention(nn.Module):
                              persistent=False)
 
     def kv_spec(self, dtype: torch.dtype) -> MLASpec:
-        return MLASpec(self.kv_lora_rank + self.rope, dtype, self.num_heads)
+        return MLASpec(self.kv_lora_rank + self.rope, dtype)
 
     @torch.no_grad()
     def absorb(self, kv_b_weight: torch.Tensor) -> None:

@@ -46,11 +46,10 @@ class KVCacheSpec:
     def dtype(self) -> torch.dtype:
         return self.layers[0].dtype
 
-    def split_counters_per_seq(self) -> int:
-        """The decode kernels' split counters a sequence needs: one per KV head of the widest
-        full-attention layer, one per head tile of an MLA layer (at most its query heads)."""
-        return max((s.num_kv_heads if isinstance(s, FullAttentionSpec) else s.num_heads
-                    for s in self.layers), default=1)
+    def max_kv_heads(self) -> int:
+        """KV heads of the widest full-attention layer (the decode kernel's split counters)."""
+        return max((s.num_kv_heads for s in self.layers if isinstance(s, FullAttentionSpec)),
+                   default=1)
 
 
 def model_kv_spec(model: nn.Module, dtype: torch.dtype, block_size: int) -> KVCacheSpec:

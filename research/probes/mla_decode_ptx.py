@@ -28,17 +28,15 @@ from decode_ptx import PATTERNS, loop_body_ops
 
 def mla_decode_kernel(fp8: bool, rows: int, block_n: int, warps: int, stages: int,
                       split: bool):
-    ptrs = ("q_ptr", "c_ptr", "o_ptr", "mid_o_ptr", "mid_lse_ptr", "count_ptr", "cu_q_ptr",
-            "ctx_ptr", "bt_ptr")
-    sig = {n: "*fp32" if n.startswith("mid") else "*i32" if n in ("count_ptr", "cu_q_ptr",
-                                                                     "ctx_ptr", "bt_ptr")
+    ptrs = ("q_ptr", "c_ptr", "o_ptr", "mid_o_ptr", "mid_lse_ptr", "cu_q_ptr", "ctx_ptr", "bt_ptr")
+    sig = {n: "*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_ptr", "bt_ptr")
            else "*bf16" for n in ptrs}
     sig["c_ptr"] = "*fp8e4nv" if fp8 else "*bf16"
     sig |= {n: "i32" for n in ("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride",
                                "c_blk_stride", "c_tok_stride", "bt_stride", "n_heads", "n_splits")}
     sig |= {"qk_scale": "fp32", "kv_scale": "fp32"}
     consts = dict(L=512, R=64, HEADS=rows, M=rows, PAGE=16, BLOCK_N=block_n, LORA=512, ROPE=64,
-                  SPLIT=split, MERGE_LAST=split, SPLIT_PAD=32, DOT=tl.float16 if fp8 else tl.bfloat16, PREC="tf32", PDL=False,
+                  SPLIT=split, DOT=tl.float16 if fp8 else tl.bfloat16, PREC="tf32", PDL=False,
                   E4M3_REGS=fp8)
     sig |= {k: "constexpr" for k in consts}
     sig = {n: sig[n] for n in _mla_decode_kernel.arg_names}  # attrs below index the kernel's order

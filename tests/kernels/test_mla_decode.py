@@ -26,21 +26,14 @@ def _case(q_lens, ctx_lens, heads, lora, rope, kv_dtype, page=16, seed=0):
     return q, cache.squeeze(2), meta, kv_scale
 
 
-def _check(q_lens, ctx_lens, heads, lora, rope, kv_dtype, counters=True, **kw):
-    """With `counters` the metadata carries split counters (one per sequence and head, as
-    many as any tiling needs): the last split merges in the kernel and leaves them at 0;
-    without, a merge launch of its own."""
+def _check(q_lens, ctx_lens, heads, lora, rope, kv_dtype, **kw):
     q, cache, meta, kv_scale = _case(q_lens, ctx_lens, heads, lora, rope, kv_dtype)
-    if counters:
-        meta.split_counters = torch.zeros(len(q_lens) * heads, dtype=torch.int32, device=DEVICE)
     scale = (128 + rope) ** -0.5
     out = mla_decode_attention(q, cache, meta, lora, scale, kv_scale, **kw)
     ref = torch_ref.mla_decode_attention(q, cache, meta, lora, scale, kv_scale)
     assert out.shape == (q.shape[0], heads, lora)
     err = rel_err(out, ref)
     assert err < 1.5e-2, err
-    if counters:
-        assert not meta.split_counters.any()
 
 
 @pytest.mark.parametrize("splits", [1, 4], ids=["one-split", "four-splits"])
@@ -88,23 +81,9 @@ def test_widths_that_pad(lora, rope, kv_dtype, splits):
     _check([1, 2], [20, 37], 4, lora, rope, kv_dtype, splits=splits)
 
 
-@pytest.mark.parametrize("counters", [True, False], ids=["merge-in-kernel", "merge-launch"])
-def test_heads_past_one_tile(counters):
-    """More heads than one program's tile (tiles of 2 here): every head of every tile written,
-    by the last split of each (sequence, tile) or by the merge launch."""
-    _check([1, 2, 1], [9, 33, 50], 6, 32, 8, BF16, counters, heads_per_tile=2, splits=2)
-
-
-def test_counters_too_few_fall_back_to_the_merge_launch():
-    """Counters for fewer (sequence, tile) pairs than the launch has: the merge launch runs,
-    and the counters are not touched."""
-    q, cache, meta, _ = _case([1] * 3, [20, 9, 37], *TINY, BF16)
-    meta.split_counters = torch.full((2,), 5, dtype=torch.int32, device=DEVICE)
-    scale = (128 + TINY[2]) ** -0.5
-    out = mla_decode_attention(q, cache, meta, TINY[1], scale, 1.0, splits=4)
-    ref = torch_ref.mla_decode_attention(q, cache, meta, TINY[1], scale, 1.0)
-    assert rel_err(out, ref) < 1.5e-2
-    assert meta.split_counters.tolist() == [5, 5]
+def test_heads_past_one_tile():
+    """More heads than one program's tile (tiles of 2 here): every head of every tile written."""
+    _check([1, 2, 1], [9, 33, 50], 6, 32, 8, BF16, heads_per_tile=2, splits=2)
 
 
 @pytest.mark.parametrize("kv_dtype", [BF16, FP8], ids=["kv-bf16", "kv-fp8"])
@@ -129,7 +108,6 @@ def test_cuda_graph_replays_with_new_contexts(kv_dtype):
         pytest.skip("needs a CUDA GPU")
     lora, rope = R1
     q, cache, meta, kv_scale = _case([1] * 8, [3000] * 8, 16, lora, rope, kv_dtype)
-    meta.split_counters = torch.zeros(8, dtype=torch.int32, device=DEVICE)
     scale = 192 ** -0.5
     out = torch.empty(q.shape[0], 16, lora, dtype=q.dtype, device=q.device)
     mla_decode_attention(q, cache, meta, lora, scale, kv_scale, out=out)  # compiles
@@ -145,7 +123,6 @@ def test_cuda_graph_replays_with_new_contexts(kv_dtype):
         torch.cuda.synchronize()
         ref = torch_ref.mla_decode_attention(q, cache, meta, lora, scale, kv_scale)
         assert rel_err(out, ref) < 1.5e-2
-        assert not meta.split_counters.any()
 
 
 

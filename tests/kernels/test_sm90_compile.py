@@ -102,7 +102,7 @@ from atom.kernels.triton import mla_decode as MD, mla_prefill as MP, mla_rope_st
 i32 = lambda *names: {n: "i32" for n in names}
 mla = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_ptr", "bt_ptr")
            else "*bf16") for n in ("q_ptr", "c_ptr", "o_ptr", "mid_o_ptr", "mid_lse_ptr",
-                                   "cu_q_ptr", "ctx_ptr", "bt_ptr")} | {"count_ptr": "*i32"}
+                                   "cu_q_ptr", "ctx_ptr", "bt_ptr")}
 mla |= i32("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride", "c_blk_stride",
            "c_tok_stride", "bt_stride", "n_heads", "n_splits")
 mla |= {"qk_scale": "fp32", "kv_scale": "fp32"}
@@ -114,8 +114,8 @@ for fp8, rows, split, dot, one_wave in (
     block_n, warps, stages, _ = MD.tile_defaults(rows, fp8, one_wave)
     compile_sm90(MD._mla_decode_kernel, mla | ({"c_ptr": "*fp8e4nv"} if fp8 else {}), dict(
         L=512, R=64, HEADS=rows, M=rows, PAGE=64, BLOCK_N=block_n, LORA=512,
-        ROPE=64, SPLIT=split, MERGE_LAST=split, SPLIT_PAD=MD.MAX_SPLITS, DOT=dot,
-        PREC="ieee" if dot == tl.float32 else "tf32", PDL=False, E4M3_REGS=fp8), warps, stages)
+        ROPE=64, SPLIT=split, DOT=dot, PREC="ieee" if dot == tl.float32 else "tf32", PDL=False,
+        E4M3_REGS=fp8), warps, stages)
 compile_sm90(MD._mla_merge_kernel, {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": "*bf16",
              "kv_scale": "fp32"} | i32("o_tok_stride", "o_head_stride", "n_heads", "n_splits"),
              dict(L=512, SPLIT_PAD=MD.MAX_SPLITS, CHUNK=MD.MERGE_CHUNK, LORA=512, PDL=False), 4)

@@ -47,14 +47,13 @@ def _load_cols(c_ptr, off, n_mask, first, end, BLOCK_N: tl.constexpr, W: tl.cons
 # bt_stride: the batch's widest block table outside graphs; n_splits: a runtime value, so split
 # counts share one variant (paged_decode_attention.py says what specialising them cost).
 @triton.jit(do_not_specialize=["bt_stride", "n_splits"])
-def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_ptr, cu_q_ptr, ctx_ptr,
-                       bt_ptr, q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
+def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, cu_q_ptr, ctx_ptr, bt_ptr,
+                       q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
                        c_blk_stride, c_tok_stride, bt_stride, qk_scale, kv_scale,
                        n_heads, n_splits, L: tl.constexpr, R: tl.constexpr,
                        HEADS: tl.constexpr, M: tl.constexpr, PAGE: tl.constexpr,
                        BLOCK_N: tl.constexpr, LORA: tl.constexpr, ROPE: tl.constexpr,
-                       SPLIT: tl.constexpr, MERGE_LAST: tl.constexpr, SPLIT_PAD: tl.constexpr,
-                       DOT: tl.constexpr, PREC: tl.constexpr,
+                       SPLIT: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
                        PDL: tl.constexpr, E4M3_REGS: tl.constexpr):
     tile = tl.program_id(0)  # fastest in launch order: a sequence's tiles share its pages in L2
     seq = tl.program_id(1)
@@ -133,48 +132,6 @@ def _mla_decode_kernel(q_ptr, c_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_ptr, c
                  mask=r_mask[:, None] & (HALF + col < L)[None, :])
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
         tl.store(mid_lse_ptr + mid_row, lse, mask=r_mask)
-        if MERGE_LAST:
-            # As paged_decode_attention's: a CTA barrier so every thread's partial is stored,
-            # the count's release publishes them, the last arrival's acquire sees all splits.
-            tl.debug_barrier()
-            count = count_ptr + seq * tl.num_programs(0) + tile
-            if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
-                _merge_rows(mid_o_ptr, mid_lse_ptr, o_ptr, tok, head, r_mask, o_tok_stride,
-                            o_head_stride, n_heads, n_splits, kv_scale, L, M, SPLIT_PAD, LORA)
-                tl.store(count, 0)
-
-
-@triton.jit
-def _merge_rows(mid_o_ptr, mid_lse_ptr, o_ptr, tok, head, r_mask, o_tok_stride, o_head_stride,
-                n_heads, n_splits, kv_scale, L: tl.constexpr, M: tl.constexpr,
-                SPLIT_PAD: tl.constexpr, LORA: tl.constexpr):
-    """The merge of _mla_merge_kernel for a program's M (query, head) rows at once, run by
-    the split that finishes last. Loads bypass L1 (.cg): other SMs wrote the partials."""
-    base = (tok * n_heads + head) * n_splits
-    s = tl.arange(0, SPLIT_PAD)
-    lse = tl.load(mid_lse_ptr + base[:, None] + s[None, :],
-                  mask=r_mask[:, None] & (s < n_splits)[None, :], other=float("-inf"),
-                  cache_modifier=".cg")
-    m = tl.max(lse, 1)
-    m = tl.where(m == float("-inf"), 0.0, m)
-    total = tl.sum(tl.exp2(lse - m[:, None]), 1)
-    total = tl.where(total == 0.0, 1.0, total)
-    # A quarter of the latent at a time: a [M, LORA] fp32 sum beside the loop's live state
-    # spilled (ptxas, sm_90, 16 rows: 255 registers).
-    QUARTER: tl.constexpr = LORA // 4
-    col = tl.arange(0, QUARTER)
-    o_row = o_ptr + tok[:, None] * o_tok_stride + head[:, None] * o_head_stride
-    for q4 in tl.static_range(4):
-        acc = tl.zeros([M, QUARTER], tl.float32)
-        for sp in range(0, n_splits):
-            w = tl.exp2(tl.load(mid_lse_ptr + base + sp, mask=r_mask, other=float("-inf"),
-                                cache_modifier=".cg") - m)
-            part = tl.load(mid_o_ptr + (base + sp)[:, None] * LORA + q4 * QUARTER + col[None, :],
-                           mask=r_mask[:, None], other=0.0, cache_modifier=".cg")
-            acc += w[:, None] * part
-        tl.store(o_row + q4 * QUARTER + col[None, :],
-                 (acc * (kv_scale / total)[:, None]).to(o_ptr.dtype.element_ty),
-                 mask=r_mask[:, None] & (q4 * QUARTER + col < L)[None, :])
 
 
 # Splits merged a chunk at a time: [CHUNK, 512] fp32 is 32 registers a thread at 4 warps, and
@@ -266,8 +223,7 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
                          splits: int | None = None, block_n: int | None = None,
                          heads_per_tile: int | None = None, num_warps: int | None = None,
                          num_stages: int | None = None,
-                         out: torch.Tensor | None = None,
-                         merge_in_kernel: bool = True) -> torch.Tensor:
+                         out: torch.Tensor | None = None) -> torch.Tensor:
     """q: [T, H, L + R] (every sequence of meta, any q_len ≤ meta.max_q_len, its tokens already
     stored); latent_cache [num_blocks, block_size, L + R] → [T, H, L]."""
     n_tok, n_heads, width = q.shape
@@ -286,33 +242,27 @@ def mla_decode_attention(q: torch.Tensor, latent_cache: torch.Tensor, meta: Atte
     n_split = splits or num_splits(batch, tiles, q.device, per_sm)
     lora_pad = max(32, triton.next_power_of_2(lora))  # two halves, each a dot's K >= 16
     rope_pad = max(16, triton.next_power_of_2(rope))
-    counters = meta.split_counters
-    merge_last = (n_split > 1 and merge_in_kernel and counters is not None
-                  and counters.numel() >= batch * tiles)
     if n_split > 1:
         f32 = dict(dtype=torch.float32, device=q.device)
         mid_o = torch.empty((n_tok, n_heads, n_split, lora_pad), **f32)
         mid_lse = torch.empty((n_tok, n_heads, n_split), **f32)
     else:
         mid_o = mid_lse = out
-    split_pad = max(MAX_SPLITS, triton.next_power_of_2(n_split))
     in_regs = fp8 and lora == lora_pad and rope == rope_pad and not interpreted()
     pdl = pdl_args(q.device)
     _mla_decode_kernel[(tiles, batch, n_split)](
-        q, latent_cache, out, mid_o, mid_lse, counters if merge_last else out,
-        meta.cu_seqlens_q, meta.context_lens,
+        q, latent_cache, out, mid_o, mid_lse, meta.cu_seqlens_q, meta.context_lens,
         meta.block_tables, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         latent_cache.stride(0), latent_cache.stride(1), meta.block_tables.stride(0),
         scale * kv_scale * LOG2E, float(kv_scale), n_heads, n_split, L=lora, R=rope, HEADS=heads,
         M=rows, PAGE=latent_cache.shape[1],
         BLOCK_N=block_n or bn, LORA=lora_pad, ROPE=rope_pad, SPLIT=n_split > 1,
-        MERGE_LAST=merge_last, SPLIT_PAD=split_pad,
         DOT=dot_dtype(q.dtype, latent_cache.dtype), PREC=dot_precision(q.dtype),
         E4M3_REGS=in_regs, num_warps=num_warps or warps, num_stages=num_stages or stages, **pdl)
-    if n_split > 1 and not merge_last:
+    if n_split > 1:
         _mla_merge_kernel[(n_tok, n_heads)](
             mid_o, mid_lse, out, out.stride(0), out.stride(1), n_heads, n_split,
-            float(kv_scale), L=lora, SPLIT_PAD=split_pad,
+            float(kv_scale), L=lora, SPLIT_PAD=max(MAX_SPLITS, triton.next_power_of_2(n_split)),
             CHUNK=MERGE_CHUNK, LORA=lora_pad,
             num_warps=4, **pdl)
     return out
