@@ -15,4 +15,4 @@ if sys.argv[1] == "off":
     fp8_mma_gemv.takes = lambda rows, weight: False
 r = g.bench_decode("llama3_8b", 1024, 256, ("quant=fp8", "kv_cache=fp8"))
 print("arm", sys.argv[1], r["decode_tok_s"], r["graph_replay_ms_bs1"], r["first_tokens"][:10])'
-for arm in on off on off; do step "decode_$arm" 60 python3 -c "$ARM" $arm; done
+i=0; for arm in on off on off; do i=$((i+1)); step "decode_${i}_$arm" 60 python3 -c "$ARM" $arm; done
