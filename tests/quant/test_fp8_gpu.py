@@ -94,8 +94,7 @@ def test_triton_engine_matches_the_torch_engine_on_fp8_checkpoints(tmp_path, fmt
 @pytest.mark.parametrize("k,n", [(4096, 6144), (4096, 28672)])
 def test_fused_norm_and_fp8_projection_match_the_unfused_ops(k, n, m):
     """TritonBackend.add_rms_norm_linear with an fp8 weight (the norm inside the GEMV at one
-    row of the narrow weight, the norm quantizing for the W8A8 GEMV at one row of the wide one
-    and for the GEMM above) against the backend's own unfused norm and
+    row, the norm quantizing for the GEMM above) against the backend's own unfused norm and
     the reference linear."""
     from atom.kernels.triton_backend import TritonBackend
 
@@ -105,10 +104,8 @@ def test_fused_norm_and_fp8_projection_match_the_unfused_ops(k, n, m):
     be = TritonBackend()
     out, h = be.add_rms_norm_linear(x, res, nw, 1e-5, w)
     normed, h_ref = be.fused_add_rms_norm(x, res, nw, 1e-5)
-    # Weight-only where the GEMV takes the rows, unless the wide weight's W8A8 GEMV does.
-    weight_only = be._fp8.gemv_takes(normed, w) and not be._fp8.mma_norm_takes(x, w)
-    assert be._fp8.mma_norm_takes(x, w) == (m == 1 and n == 28672)
-    ref = (fp8_reference.weight_only_linear if weight_only else fp8_reference.fp8_linear)(normed, w)
+    gemv = be._fp8.gemv_takes(normed, w)
+    ref = (fp8_reference.weight_only_linear if gemv else fp8_reference.fp8_linear)(normed, w)
     torch.testing.assert_close(h, h_ref, rtol=0, atol=0)
     _assert_near(out, ref)
 
