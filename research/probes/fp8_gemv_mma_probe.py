@@ -2,13 +2,14 @@
 to 16 as its N) against atom's fp8_gemv and the bf16 GEMV, on Llama-3.1-8B's projections.
 
 Why: atom's one-row fp8 GEMV converts every weight element twice in registers (e4m3 -> f16 ->
-f32, F2FP + HADD2.F32: 1.5 conversion instructions an element, research SASS count) and streams
-at 52–74% of copy where the bf16 GEMV, with no conversion, reaches 71–91%; prefetching earlier
-made it slower (H200.md runs 107–109). Fed to wgmma from shared memory the bytes are never
-converted, so this asks whether the stream then reaches the bf16 GEMV's share of copy. Variants:
-`plain_read` is the weight bytes read by benchmarks/stream_read.py's kernel in the same
-harness (the limit of a launch that size); `pre` takes x already in e4m3 (the pure stream), `tile` quantises each x tile in the loop with a
-given scale, `amax` also finds the scale in the program first (what a product kernel would do).
+f32, F2FP + HADD2.F32: 1.5 conversion instructions an element, research/probes/gemv_sass.py)
+and streams at 52–74% of copy where the bf16 GEMV, with no conversion, reaches 71–91%;
+prefetching earlier made it slower (H200.md runs 107–109). Fed to wgmma from shared memory the
+bytes are never converted, so this asks whether the stream then reaches the bf16 GEMV's share
+of copy. Keys: `plain_read`, the weight bytes read by benchmarks/stream_read.py's kernel in the
+same harness (each projection against itself; a layer's four in turn read faster, run 113);
+`m0_*` takes x already in e4m3 (the pure stream), `m1_*` quantises each x tile in the loop
+with a given scale, `m2_*` also finds the scale in the program first.
 Split-K slices add their fp32 partials atomically (timing only: the probe checks its result
 once against the dequantized product at one slice).
 
