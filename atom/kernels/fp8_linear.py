@@ -6,10 +6,14 @@
   fp8 GEMV, which reads the e4m3 weight once for every row (the batch-1 step is bound by the
   weight's bytes). It is weight-only: x stays in its dtype (fp8_reference.weight_only_linear), closer to the
   dequantized model than the W8A8 GEMMs, which round x to e4m3 (fp8_reference.fp8_linear);
+- a few rows of a per-channel weight after a norm or a gated activation that the narrow GEMV
+  does not fuse (the 8B's gate_up and down at decode): that kernel quantizes its rows per token
+  and the W8A8 GEMV (fp8_mma_gemv.py) reads the weight once on the e4m3 tensor cores, x in
+  e4m3 as the GEMMs and the CPU emulation round it;
 - everything else: e4m3 x e4m3 with a float32 scale per row of x (per token, or the static
   input scale repeated) and per output channel, out bf16: cuBLASLt through `torch._scaled_mm`,
   or the Triton GEMM where it measured faster for the shape and row count (fp8_choice.py).
-The Triton kernels live in atom/kernels/triton/fp8_{gemv,block_gemm,quant}.py. Where one is not
+The Triton kernels live in atom/kernels/triton/fp8_{gemv,mma_gemv,block_gemm,quant}.py. Where one is not
 importable (an install without it), the GEMV's rows take `_scaled_mm`, the per-token
 quantization the reference's torch ops, and block weights the reference's emulated GEMM
 (fp8_reference.py): slower, never different in what is computed.
@@ -53,11 +57,13 @@ class Fp8Kernels:
     block_gemm: Optional[ModuleType]
     quant: Optional[ModuleType]
     scaled_gemm: Optional[ModuleType] = None  # the Triton rival of _scaled_mm (fp8_choice.py)
+    mma_gemv: Optional[ModuleType] = None  # W8A8 at a few rows for wide weights
 
     @classmethod
     def load(cls) -> "Fp8Kernels":
         return cls(_triton_kernel("fp8_gemv"), _triton_kernel("fp8_block_gemm"),
-                   _triton_kernel("fp8_quant"), _triton_kernel("fp8_scaled_gemm"))
+                   _triton_kernel("fp8_quant"), _triton_kernel("fp8_scaled_gemm"),
+                   _triton_kernel("fp8_mma_gemv"))
 
     def gemm(self, xq: torch.Tensor, scale_a: torch.Tensor, qweight: torch.Tensor,
              w_scale: torch.Tensor, bias: Optional[torch.Tensor], triton: bool = False
@@ -116,15 +122,33 @@ class Fp8Kernels:
             return None
         return fused
 
+    def mma_takes(self, x: torch.Tensor, w: Fp8Weight, quantizer: str,
+                  counters: Optional[torch.Tensor]) -> bool:
+        """Whether fp8_quant's `quantizer` (the kernel in front of the projection, quantizing
+        its rows per token) and the W8A8 GEMV (fp8_mma_gemv.py) serve these few rows of a
+        per-channel weight with dynamic activations, in place of that kernel unquantized and
+        the weight-only GEMV. `counters` (the backend's) let a narrow weight split K."""
+        return (self.mma_gemv is not None and getattr(self.quant, quantizer, None) is not None
+                and w.weight_scale is not None and w.input_scale is None and x.dim() == 2
+                and x.dtype == torch.bfloat16 and x.stride(-1) == 1
+                and self.mma_gemv.takes(x.shape[0], w.qweight, counters))
+
     def add_rms_norm_linear(self, x: torch.Tensor, residual: Optional[torch.Tensor],
                             norm_weight: torch.Tensor, eps: float, w: Fp8Weight,
-                            bias: Optional[torch.Tensor] = None, triton: bool = False
+                            bias: Optional[torch.Tensor] = None, triton: bool = False,
+                            counters: Optional[torch.Tensor] = None
                             ) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
         """A pre-norm block's norm and its first projection as backend.add_rms_norm_linear
         defines them, with the norm's output quantized per token by the norm kernel itself
         (fp8_quant.rms_norm_quant: one launch and no bf16 round trip of the normed rows; the
-        same bytes as the unfused ops). None where that does not apply: block or static scales,
-        the rows the weight-only GEMV takes, shapes cuBLASLt does not take, no such kernel."""
+        same bytes as the unfused ops), then the W8A8 GEMV at a few rows (`mma_takes`) or the
+        fp8 GEMM. None where that does not apply: block or static
+        scales, the other rows the weight-only GEMV takes, shapes cuBLASLt does not take, no
+        such kernel."""
+        if self.mma_takes(x, w, "rms_norm_quant", counters):
+            xq, scale_a, h = self.quant.rms_norm_quant(x, residual, norm_weight, eps, group=None)
+            return self.mma_gemv.mma_gemv(xq, scale_a, w.qweight, w.weight_scale, bias,
+                                          counters=counters), h
         fused = self._fused_quant("rms_norm_quant", x, w)
         if fused is None:
             return None
@@ -132,12 +156,17 @@ class Fp8Kernels:
         return self.gemm(xq, scale_a, w.qweight, w.weight_scale, bias, triton), h
 
     def silu_and_mul_linear(self, x: torch.Tensor, w: Fp8Weight,
-                            bias: Optional[torch.Tensor] = None, triton: bool = False
+                            bias: Optional[torch.Tensor] = None, triton: bool = False,
+                            counters: Optional[torch.Tensor] = None
                             ) -> Optional[torch.Tensor]:
         """A gated MLP's activation and down projection with the activation quantized per token
         as it is computed (fp8_quant.silu_mul_quant: one launch, no bf16 round trip of the
-        [M, I] product; the same bytes as the unfused ops). None where that does not apply
-        (`_fused_quant`)."""
+        [M, I] product; the same bytes as the unfused ops), then the W8A8 GEMV at a few rows
+        (`mma_takes`) or the fp8 GEMM. None where that does not apply (`_fused_quant`)."""
+        if self.mma_takes(x, w, "silu_mul_quant", counters):
+            xq, scale_a = self.quant.silu_mul_quant(x)
+            return self.mma_gemv.mma_gemv(xq, scale_a, w.qweight, w.weight_scale, bias,
+                                          counters=counters)
         fused = self._fused_quant("silu_mul_quant", x, w)
         if fused is None:
             return None

@@ -38,6 +38,9 @@ class TritonBackend:
         # (N, K) → the row buckets where the Triton GEMM beat cuBLASLt (fp8_choice.py).
         self._fp8_unchosen: dict[tuple[int, int], torch.device] = {}
         self._fp8_triton: dict[tuple[int, int], frozenset[int]] = {}
+        # The W8A8 GEMV's split-K counters (fp8_mma_gemv.py): one per 64-row tile of the widest
+        # fp8 weight, zero between calls; made at weights_prepared, before any graph capture.
+        self._mma_counters: Optional[torch.Tensor] = None
 
     def prepare_weight(self, qw):
         """fp8 weights run as they are (fp8_linear.py); GGUF blocks have no CUDA kernel yet:
@@ -51,6 +54,11 @@ class TritonBackend:
     def weights_prepared(self):
         """The multi-row fp8 GEMM of each new weight shape, timed (fp8_choice.py)."""
         shapes, self._fp8_unchosen = self._fp8_unchosen, {}
+        if shapes and self._fp8.mma_gemv is not None:
+            tiles = max(n for n, _ in shapes) // self._fp8.mma_gemv.BLOCK_N + 1
+            if self._mma_counters is None or self._mma_counters.numel() < tiles:
+                self._mma_counters = torch.zeros(tiles, dtype=torch.int32,
+                                                 device=next(iter(shapes.values())))
         if shapes and self._fp8.scaled_gemm is not None:
             self._fp8_triton.update(fp8_choice.choose(set(shapes), self._fp8.gemm,
                                                       next(iter(shapes.values()))))
@@ -108,7 +116,8 @@ class TritonBackend:
                                  **self._fp8.gemv_scale(weight))
             x2 = x.reshape(-1, x.shape[-1])
             fused = self._fp8.silu_and_mul_linear(x2, weight, bias,
-                                                  self._fp8_takes_triton(x2, weight))
+                                                  self._fp8_takes_triton(x2, weight),
+                                                  self._mma_counters)
             if fused is not None:
                 return fused.view(*x.shape[:-1], weight.shape[0])
         elif gemv.takes(x, weight) and weight.shape[1] <= FUSED_SILU_MAX_K:
@@ -133,7 +142,8 @@ class TritonBackend:
                 return gemv.add_rms_norm_gemv(x, residual, norm_weight, eps, weight.qweight, bias,
                                               **self._fp8.gemv_scale(weight))
             fused = self._fp8.add_rms_norm_linear(x, residual, norm_weight, eps, weight, bias,
-                                                  self._fp8_takes_triton(x, weight))
+                                                  self._fp8_takes_triton(x, weight),
+                                                  self._mma_counters)
             if fused is not None:
                 return fused
         elif gemv.takes(x, weight) and weight.shape[0] <= FUSED_NORM_MAX_N:

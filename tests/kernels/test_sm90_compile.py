@@ -178,6 +178,19 @@ ptx = compile_sm90_div16(FG._fp8_gemv_kernel, gemv_sig, dict(
     div16=("x_ptr", "w_ptr", "s_ptr", "b_ptr", "y_ptr", "k_dim", "x_stride", "w_stride"))
 assert re.search(r"cp\.async\.cg\.shared\.global", ptx), "fp8_gemv: no 16-byte weight copies"
 assert "cvt.rn.f16x2.e4m3x2" in ptx
+# The W8A8 GEMV: weight rows as wgmma's M, x's 16 rows as its N, fed from shared memory.
+from atom.kernels.triton import fp8_mma_gemv as FM
+mma_sig = {"xq_ptr": "*fp8e4nv", "xs_ptr": "*fp32", "w_ptr": "*fp8e4nv", "ws_ptr": "*fp32",
+           "b_ptr": "*fp32", "y_ptr": "*bf16", "part_ptr": "*fp32", "count_ptr": "*i32"}
+mma_sig |= {n: "i32" for n in ("m_rows", "n_rows", "k_dim", "k_slice", "n_slices", "x_stride",
+                               "w_stride", "y_stride")}
+for split in (False, True):  # one slice (wide weights), K slices summed by the last (narrow)
+    ptx = compile_sm90_div16(FM._mma_gemv_kernel, mma_sig, dict(
+        HAS_BIAS=False, M_PAD=FM.M_PAD, BLOCK_N=FM.BLOCK_N, BLOCK_K=FM.BLOCK_K, SPLIT=split,
+        PDL=True), FM.NUM_WARPS, FM.NUM_STAGES, div16=[n for n in mma_sig if n.endswith("_ptr")]
+        + ["n_rows", "k_dim", "k_slice", "x_stride", "w_stride"])
+    assert "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3" in ptx, "no e4m3 wgmma"
+    assert "cvt.rn.f16x2.e4m3x2" not in ptx, "fp8_mma_gemv: converts its weight"
 # The one-row path: gemv.py's kernel on an e4m3 weight with its row scales.
 from atom.kernels.triton import gemv as GV
 one = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "b_ptr": "*bf16", "y_ptr": "*bf16", "n_rows": "i32",
@@ -237,5 +250,5 @@ def test_kernels_compile_for_sm90():
         "_gather_latents_kernel", "_mla_prefill_kernel", "_mla_prefill_kernel",
         "_per_token_kernel", "_per_token_kernel", "_per_group_kernel"]
         + ["_rms_norm_quant_kernel"] * 2
-        + ["_fp8_gemv_kernel"] + ["_gemv_kernel"] * 2 + ["_block_gemm_kernel"] * 2 + ["_scaled_gemm_kernel"] * 2
+        + ["_fp8_gemv_kernel"] + ["_mma_gemv_kernel"] * 2 + ["_gemv_kernel"] * 2 + ["_block_gemm_kernel"] * 2 + ["_scaled_gemm_kernel"] * 2
         + ["_sum_slices_kernel"] + ["_rejection_kernel"] * 2)

@@ -94,7 +94,8 @@ def test_triton_engine_matches_the_torch_engine_on_fp8_checkpoints(tmp_path, fmt
 @pytest.mark.parametrize("k,n", [(4096, 6144), (4096, 28672)])
 def test_fused_norm_and_fp8_projection_match_the_unfused_ops(k, n, m):
     """TritonBackend.add_rms_norm_linear with an fp8 weight (the norm inside the GEMV at one
-    row, the norm quantizing for the GEMM above) against the backend's own unfused norm and
+    row of the narrow weight, the norm quantizing for the W8A8 GEMV at one row of the wide one
+    and for the GEMM above) against the backend's own unfused norm and
     the reference linear."""
     from atom.kernels.triton_backend import TritonBackend
 
@@ -104,8 +105,11 @@ def test_fused_norm_and_fp8_projection_match_the_unfused_ops(k, n, m):
     be = TritonBackend()
     out, h = be.add_rms_norm_linear(x, res, nw, 1e-5, w)
     normed, h_ref = be.fused_add_rms_norm(x, res, nw, 1e-5)
-    gemv = be._fp8.gemv_takes(normed, w)
-    ref = (fp8_reference.weight_only_linear if gemv else fp8_reference.fp8_linear)(normed, w)
+    # Weight-only where the GEMV takes the rows, unless the wide weight's W8A8 GEMV does.
+    mma = be._fp8.mma_takes(x, w, "rms_norm_quant", be._mma_counters)
+    weight_only = be._fp8.gemv_takes(normed, w) and not mma
+    assert mma == (m == 1 and n == 28672)
+    ref = (fp8_reference.weight_only_linear if weight_only else fp8_reference.fp8_linear)(normed, w)
     torch.testing.assert_close(h, h_ref, rtol=0, atol=0)
     _assert_near(out, ref)
 
@@ -123,6 +127,26 @@ def test_fused_silu_and_fp8_down_projection_match_the_unfused_ops(m):
     gemv = be._fp8.gemv_takes(act, w)
     ref = (fp8_reference.weight_only_linear if gemv else fp8_reference.fp8_linear)(act, w)
     _assert_near(be.silu_and_mul_linear(x, w), ref)
+
+
+@pytest.mark.parametrize("m", [1, 16])
+def test_silu_and_the_8b_down_projection_through_the_split_w8a8_gemv(m):
+    """Llama-3.1-8B's down projection (K 14336: past the fused SiLU GEMV) at decode rows: the
+    activation quantized per token by silu_mul_quant, then the W8A8 GEMV in 4 K slices on the
+    backend's counters (made at weights_prepared), against the reference's W8A8 linear."""
+    from atom.kernels import torch_ref
+    from atom.kernels.triton_backend import TritonBackend
+
+    x, _ = _case(2 * 14336, 16, m, block=False)
+    w = quantize(torch.randn(4096, 14336, device="cuda") * 0.02)
+    be = TritonBackend()
+    w = be.prepare_weight(w)
+    be.weights_prepared()
+    act = torch_ref.silu_and_mul(x.float()).to(torch.bfloat16)
+    assert be._fp8.mma_takes(x, w, "silu_mul_quant", be._mma_counters)
+    for _ in range(2):  # the counters are back at zero for the second call
+        _assert_near(be.silu_and_mul_linear(x, w), fp8_reference.fp8_linear(act, w))
+    assert not be._mma_counters.any()
 
 
 @pytest.mark.parametrize("m", ROWS[1:])
