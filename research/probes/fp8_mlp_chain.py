@@ -10,7 +10,8 @@ Arms, µs a layer:
   `on`: rms_norm_quant, mma_gemv gate_up, silu_mul_quant, mma_gemv down (4 K slices);
   `on_no_silu`: `on` without silu_mul_quant (down's x quantised ahead);
   `on_bare`: the two mma_gemv alone;
-  `down_s{S}_st{T}`: `on_bare` with down in S slices at T pipeline stages.
+  `down_s{S}_st{T}`: `on_bare` with down in S slices at T pipeline stages;
+  `gate_up_k{K}_st{T}`: gate_up's mma_gemv alone at BLOCK_K K and T stages.
 
     python research/probes/fp8_mlp_chain.py --out chain.json
 """
@@ -94,7 +95,11 @@ def main() -> None:
         for st in (3, 4):
             mma.NUM_STAGES = st
             out[f"down_s{s}_st{st}"] = _graph_us(lambda i: on(i, False, False, s))
-    mma.NUM_STAGES = stages
+    block_k = mma.BLOCK_K
+    for bk, st in ((256, 4), (128, 4), (128, 6), (256, 3), (256, 5), (512, 2), (512, 3)):
+        mma.BLOCK_K, mma.NUM_STAGES = bk, st
+        out[f"gate_up_k{bk}_st{st}"] = _graph_us(lambda i: mma.mma_gemv(xq_h, xs_h, *gate_up[i]))
+    mma.NUM_STAGES, mma.BLOCK_K = stages, block_k
     out["plain_again"], out["off_again"], out["on_again"] = (
         _graph_us(plain), _graph_us(off), _graph_us(on))
     print(json.dumps(out))

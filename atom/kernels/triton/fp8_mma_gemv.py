@@ -36,16 +36,21 @@ def _mma_gemv_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, coun
                      n_rows, k_dim, k_slice, n_slices, x_stride, w_stride, y_stride,
                      HAS_BIAS: tl.constexpr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, PDL: tl.constexpr):
-    pdl_wait(PDL)
     tile, piece = tl.program_id(0), tl.program_id(1)
     rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     ms = tl.arange(0, M_PAD)
     m_mask = ms < m_rows
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * w_stride
     x_rows = xq_ptr + ms[:, None] * x_stride
-    acc = tl.zeros([BLOCK_N, M_PAD], tl.float32)
     k_lo = piece * k_slice
-    for k0 in range(k_lo, k_lo + k_slice, BLOCK_K):  # takes(): the slices divide K in tiles
+    # No kernel writes a weight: its first tile loads before the wait, overlapping the kernel
+    # in front (x, that kernel's output, only after it).
+    cols = k_lo + tl.arange(0, BLOCK_K)
+    w = tl.load(w_rows + cols[None, :])
+    pdl_wait(PDL)
+    x = tl.load(x_rows + cols[None, :], mask=m_mask[:, None], other=0.0)
+    acc = tl.dot(w, tl.trans(x), tl.zeros([BLOCK_N, M_PAD], tl.float32))
+    for k0 in range(k_lo + BLOCK_K, k_lo + k_slice, BLOCK_K):  # takes(): slices divide K
         cols = k0 + tl.arange(0, BLOCK_K)
         w = tl.load(w_rows + cols[None, :])
         x = tl.load(x_rows + cols[None, :], mask=m_mask[:, None], other=0.0)

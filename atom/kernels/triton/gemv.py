@@ -45,6 +45,30 @@ def _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE: tl.constexpr):
     return tl.load(x_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
 
 
+@triton.jit
+def _step(w, cols, x_ptr, res_ptr, res_out_ptr, norm_w_ptr, bs_row, pid, k_dim, acc, sq,
+          SILU_GATE: tl.constexpr, RMS_NORM: tl.constexpr, HAS_BLOCK_SCALE: tl.constexpr,
+          HAS_RESIDUAL: tl.constexpr):
+    """One K step of the rows' weight tile w against x's (normed / activated) columns."""
+    c_mask = cols < k_dim
+    if RMS_NORM:
+        h = tl.load(x_ptr + cols, mask=c_mask, other=0.0)
+        if HAS_RESIDUAL:
+            # Rounded to the activation dtype: the next layer's residual is that value.
+            r = tl.load(res_ptr + cols, mask=c_mask, other=0.0)
+            h = (h.to(tl.float32) + r.to(tl.float32)).to(h.dtype)
+            if pid == 0:
+                tl.store(res_out_ptr + cols, h, mask=c_mask)
+        hf = h.to(tl.float32)
+        sq += hf * hf
+        x = hf * tl.load(norm_w_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
+    else:
+        x = _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE)
+    if HAS_BLOCK_SCALE:
+        x = x * tl.load(bs_row + cols // 128, mask=c_mask, other=0.0)
+    return acc + w.to(tl.float32) * x[None, :], sq
+
+
 # bs_stride (a block-scaled weight's ceil(K / 128)) would otherwise make a variant per
 # divisibility of each weight's K.
 @triton.jit(do_not_specialize=["bs_stride"])
@@ -54,35 +78,26 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
                  HAS_SCALE: tl.constexpr, HAS_BLOCK_SCALE: tl.constexpr,
                  HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  PDL: tl.constexpr):
-    pdl_wait(PDL)
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     r_mask = rows < n_rows
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * w_stride
     bs_row = s_ptr + ((pid * BLOCK_N) // 128) * bs_stride
-    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    sq = tl.zeros([BLOCK_K], tl.float32)
-    for k0 in range(0, k_dim, BLOCK_K):
+    # No kernel writes a weight: its first step loads before the wait, overlapping the kernel
+    # in front (x, that kernel's output, only after it).
+    cols = tl.arange(0, BLOCK_K)
+    w = tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & (cols < k_dim)[None, :],
+                other=0.0, eviction_policy="evict_first")
+    pdl_wait(PDL)
+    acc, sq = _step(w, cols, x_ptr, res_ptr, res_out_ptr, norm_w_ptr, bs_row, pid, k_dim,
+                    tl.zeros([BLOCK_N, BLOCK_K], tl.float32), tl.zeros([BLOCK_K], tl.float32),
+                    SILU_GATE, RMS_NORM, HAS_BLOCK_SCALE, HAS_RESIDUAL)
+    for k0 in range(BLOCK_K, k_dim, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
-        c_mask = cols < k_dim
-        w = tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & c_mask[None, :], other=0.0,
-                    eviction_policy="evict_first")
-        if RMS_NORM:
-            h = tl.load(x_ptr + cols, mask=c_mask, other=0.0)
-            if HAS_RESIDUAL:
-                # Rounded to the activation dtype: the next layer's residual is that value.
-                r = tl.load(res_ptr + cols, mask=c_mask, other=0.0)
-                h = (h.to(tl.float32) + r.to(tl.float32)).to(h.dtype)
-                if pid == 0:
-                    tl.store(res_out_ptr + cols, h, mask=c_mask)
-            hf = h.to(tl.float32)
-            sq += hf * hf
-            x = hf * tl.load(norm_w_ptr + cols, mask=c_mask, other=0.0).to(tl.float32)
-        else:
-            x = _load_x(x_ptr, cols, c_mask, k_dim, SILU_GATE)
-        if HAS_BLOCK_SCALE:
-            x = x * tl.load(bs_row + cols // 128, mask=c_mask, other=0.0)
-        acc += w.to(tl.float32) * x[None, :]
+        w = tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & (cols < k_dim)[None, :],
+                    other=0.0, eviction_policy="evict_first")
+        acc, sq = _step(w, cols, x_ptr, res_ptr, res_out_ptr, norm_w_ptr, bs_row, pid, k_dim,
+                        acc, sq, SILU_GATE, RMS_NORM, HAS_BLOCK_SCALE, HAS_RESIDUAL)
     y = tl.sum(acc, 1)
     if RMS_NORM:
         y = y / tl.sqrt(tl.sum(sq, 0) / k_dim + eps)
