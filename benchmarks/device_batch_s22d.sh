@@ -15,4 +15,4 @@ extra = ("quant=fp8", "kv_cache=fp8") if sys.argv[1] == "fp8" else ()
 r = g.bench_decode("llama3_8b", 1024, 256, extra)
 print("arm", sys.argv[1], r["decode_tok_s"], r["graph_replay_ms_bs1"], r["first_tokens"][:8])'
 arm() { if [ $1 = old ]; then (cd .old && export PYTHONPATH=/tmp/site:$PWD && step "d_$1_$2_$3" 70 python3 -c "$ARM" $2); else step "d_$1_$2_$3" 70 python3 -c "$ARM" $2; fi; }
-for w in ${WEIGHTS:-fp8 bf16}; do i=0; for t in new old old new; do i=$((i+1)); arm $t $w $i; done; done
+for w in ${WEIGHTS:-fp8 bf16}; do i=0; for t in ${ORDER:-new old old new}; do i=$((i+1)); arm $t $w $i; done; done
