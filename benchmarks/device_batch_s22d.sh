@@ -2,8 +2,8 @@
 # The twenty-second session's fourth GPU batch: loads before the PDL wait (the first weight tile
 # of the one-row GEMV and the W8A8 GEMV; decode attention's first tile of the tokens before the
 # newest). Their GPU tests, then batch-1 8B decode, fp8 weights + KV and bf16, from this tree
-# and from .old (the tree before: `git archive d122685 atom conf benchmarks research
-# pyproject.toml | tar -x -C .old`), each arm its own process, in the order new, old, old, new.
+# and from .old (the tree before the change: `git archive <commit> atom conf benchmarks research
+# pyproject.toml | tar -x -C .old`; d122685 for run 120), each arm its own process, in the order new, old, old, new.
 #   carry [".whl", ".old"]
 set -u
 source benchmarks/device_steps.sh && install_wheels

@@ -4,8 +4,8 @@ and launch gaps included, which a profiler's per-kernel times (PDL waits inside 
 
 Why: with fp8 weights and KV Llama-3.1-8B's step replays in 2.99 ms (H200.md run 116). Its MLP
 chain takes 53 µs a layer (run 118), the LM head ~0.25 ms, so ~32 µs a layer go to the
-attention side (norm + qkv, rotary + KV store, decode attention, o), whose weights alone read in
-~13. The outputs are wrong in every arm but `base`; only the time is read.
+attention side (norm + qkv, rotary + KV store, decode attention, o), whose 42 MB of weights
+would take 10 µs at the 4.18 TB/s copy. The outputs are wrong in every arm but `base`; only the time is read.
 
     python research/probes/decode_step_takeaway.py ARM [ARM ...]   # base no_rope no_attn ...
 """

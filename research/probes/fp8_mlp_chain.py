@@ -3,7 +3,7 @@
 where the W8A8 GEMV's (fp8_mma_gemv.py) gain is spent.
 
 Why: on the H200 the W8A8 GEMV took one layer's four projections from 73.8 to 62.4 µs in a
-chain (H200.md run 114), about 0.3 ms a step, but the decode step gained 0.05 ms (run 116).
+chain (H200.md run 114), 0.36 ms over 32 layers, but the decode step gained 0.05 ms (run 116).
 Arms, µs a layer:
   `plain`: stream_read of gate_up's and down's bytes, in turn (the floor);
   `off`: rms_norm, fp8_gemv gate_up, silu_and_mul, fp8_gemv down (the weight-only path);

@@ -7,8 +7,9 @@ The weight-only GEMV (fp8_gemv.py, gemv.py) converts every weight byte twice in 
 rate; here the bytes go from global to shared memory by cp.async and into wgmma unconverted. On
 the H200 (H200.md runs 110-111) Llama-3.1-8B's gate_up at one row takes 35.6 µs against
 fp8_gemv's 38.7 (a plain read of its bytes: 34.7). x comes quantised per token by the kernel in
-front of the projection (fp8_quant.rms_norm_quant), as the multi-row fp8 path and the CPU
-emulation (fp8_reference) quantise it, so no launch is added.
+front of the projection (fp8_quant.rms_norm_quant, silu_mul_quant), as the multi-row fp8 path
+and the CPU emulation (fp8_reference) quantise it, so no launch is added. As gemv.py's, the
+first weight tile loads before the PDL wait: `w` must be a weight no kernel of the step writes.
 
 One program a 64-row tile and K slice. Weights with fewer tiles than the GPU has SMs (the 8B's
 down: 64) cut K into slices (4 there, run 110's best) whose fp32 partials the slice that
@@ -43,8 +44,7 @@ def _mma_gemv_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, coun
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * w_stride
     x_rows = xq_ptr + ms[:, None] * x_stride
     k_lo = piece * k_slice
-    # No kernel writes a weight: its first tile loads before the wait, overlapping the kernel
-    # in front (x, that kernel's output, only after it).
+    # The weight's first tile before the wait (the module doc says why), x after it.
     cols = k_lo + tl.arange(0, BLOCK_K)
     w = tl.load(w_rows + cols[None, :])
     pdl_wait(PDL)

@@ -6,7 +6,8 @@ scheduled while its predecessor's last programs still run; each one waits (gridd
 for the predecessor to finish and its writes to land before it touches memory that kernel may
 have written, so results are unchanged and only the launch gap overlaps. Every PDL kernel
 waits in every program, so the guarantee chains: when a kernel passes its wait, all earlier
-kernels are complete.
+kernels are complete. Memory no kernel of the step writes may be read before the wait: the
+weight GEMVs (gemv.py, fp8_mma_gemv.py) load their first weight tile there.
 
 On by default where it can be; ATOM_TRITON_PDL=0 turns it off. gpu_bench `decode_*_nopdl` is the
 A/B (on the H200, graph replay with PDL off -> on: Qwen3-0.6B 0.965 -> 0.876 ms,
