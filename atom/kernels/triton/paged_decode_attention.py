@@ -26,7 +26,11 @@ from atom.kernels.triton.paged_kv import paged_kv_offsets
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 LOG2E = 1.4426950408889634
-MAX_SPLITS = 32  # decode_attn_sweep (run E): 32 splits beat 16 at batch 1, 1k-4k contexts
+MAX_SPLITS = 32  # the merge's width (SPLIT_PAD), shared with the MLA and multi-query kernels
+# One sequence of 8 kv heads: 16 splits of 128-token tiles at 3 stages took 9.5 / 13.0 µs a
+# layer over an fp8 cache at 1k / 4k against 11.8 / 13.45 at 32, and bf16 10.2 / 14.4 against
+# 11.2 / 15.7 at 32 of 64 (research/probes/decode_attn_bs1_sweep.py).
+DECODE_MAX_SPLITS = 16
 
 
 @triton.jit
@@ -149,7 +153,7 @@ def num_splits(batch: int, n_kv_heads: int, device: torch.device) -> int:
     batch shape only, so a graph captured at batch size B stays right at any context length."""
     sms = _sm_count(device.index or 0) if device.type == "cuda" else 8
     want = triton.cdiv(2 * sms, max(batch * n_kv_heads, 1))
-    return max(1, min(MAX_SPLITS, triton.next_power_of_2(want)))
+    return max(1, min(DECODE_MAX_SPLITS, triton.next_power_of_2(want)))
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -182,8 +186,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     # Unsplit (large batches), 128-token tiles read bf16 faster too: 416 sequences at 1k / 1.5k /
     # 2k context, 4.04-4.23 TB/s against 3.90-4.15 at 64; split small
     # batches keep the 64 their sweep chose.
-    block_n = block_n or (32 if head_pad > 128 else 128 if fp8 or n_split == 1 else 64)
-    num_stages = num_stages or (3 if fp8 else 2)  # 416 x 1.5k: fp8 2.86 TB/s vs 2.61 at 2
+    wide = n_split >= DECODE_MAX_SPLITS  # one or two sequences: the sweep's tiles above
+    block_n = block_n or (32 if head_pad > 128 else 128 if fp8 or wide or n_split == 1 else 64)
+    # 416 x 1.5k: fp8 2.86 TB/s vs 2.61 at 2
+    num_stages = num_stages or (3 if fp8 or wide else 2)
     _decode_kernel[(batch, n_kv_heads, n_split)](
         q, k_cache, v_cache, out, mid_o, mid_lse, counters, meta.context_lens, meta.block_tables,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
