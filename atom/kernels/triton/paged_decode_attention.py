@@ -79,31 +79,37 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
     split = tl.program_id(2)
     # Context lengths are staged before the step's first kernel: safe to read before the wait.
     ctx = tl.load(ctx_ptr + seq)
-    pdl_wait(PDL)
     lo0 = 0
     if HAS_WINDOW:
         lo0 = tl.maximum(ctx - window, 0)
     per_split = tl.cdiv(tl.cdiv(ctx - lo0, n_splits), BLOCK_N) * BLOCK_N
     lo = lo0 + split * per_split
     hi = tl.minimum(lo + per_split, ctx)
+    seq64 = seq.to(tl.int64)
+    bt_row = bt_ptr + seq64 * bt_stride
+    # The block tables are staged with the context lengths: the first tile's entries load
+    # before the wait, off the chain of dependent loads behind it.
+    n = lo + tl.arange(0, BLOCK_N)
+    first_off = paged_kv_offsets(bt_row, n, n < hi, kvh, c_blk_stride, c_tok_stride,
+                                 c_head_stride, PAGE)
+    pdl_wait(PDL)
 
     g = tl.arange(0, G_PAD)
     g_mask = g < GROUP
     heads = kvh * GROUP + g
     d = tl.arange(0, HEAD_DIM)
     d_mask = d < head_dim
-    seq64 = seq.to(tl.int64)
     q = tl.load(q_ptr + seq64 * q_tok_stride + heads[:, None] * q_head_stride + d[None, :],
                 mask=g_mask[:, None] & d_mask[None, :], other=0.0).to(DOT)
     m_i = tl.full([G_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
-    bt_row = bt_ptr + seq64 * bt_stride
     for start in range(lo, hi, BLOCK_N):
         n = start + tl.arange(0, BLOCK_N)
         n_mask = n < hi
-        kv_off = paged_kv_offsets(bt_row, n, n_mask, kvh, c_blk_stride, c_tok_stride,
-                                  c_head_stride, PAGE)
+        later = n >= lo + BLOCK_N  # past the first tile
+        kv_off = tl.where(later, paged_kv_offsets(bt_row, n, n_mask & later, kvh, c_blk_stride,
+                                                  c_tok_stride, c_head_stride, PAGE), first_off)
         kv_mask = n_mask[:, None] & d_mask[None, :]
         k = tl.load(kc_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         if E4M3_REGS:
