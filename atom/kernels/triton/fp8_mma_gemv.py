@@ -5,14 +5,14 @@ as the MMA's M and x's rows, padded to 16, as its N (wgmma m64n16k32 on Hopper).
 The weight-only GEMV (fp8_gemv.py, gemv.py) converts every weight byte twice in registers (e4m3
 -> f16 -> f32: 1.5 conversion instructions an element) and streams at 0.80 of a plain read's
 rate; here the bytes go from global to shared memory by cp.async and into wgmma unconverted. On
-the H200 (H200.md runs 110-111) Llama-3.1-8B's gate_up at one row takes 35.6 µs against
+the H200 Llama-3.1-8B's gate_up at one row takes 35.6 µs against
 fp8_gemv's 38.7 (a plain read of its bytes: 34.7). x comes quantised per token by the kernel in
 front of the projection (fp8_quant.rms_norm_quant, silu_mul_quant), as the multi-row fp8 path
 and the CPU emulation (fp8_reference) quantise it, so no launch is added. As gemv.py's, the
 first weight tile loads before the PDL wait: `w` must be a weight no kernel of the step writes.
 
 One program a 64-row tile and K slice. Weights with fewer tiles than the GPU has SMs (the 8B's
-down: 64) cut K into slices (4 there, run 110's best) whose fp32 partials the slice that
+down: 64) cut K into slices (4 there, the best of fp8_gemv_mma_probe.py's sweep) whose fp32 partials the slice that
 finishes last sums in slice order, counted on the caller's `counters` (one int32 a tile, left at
 0, as paged_decode_attention's): atomics would make the sum depend on arrival order. Without
 counters only weights with a tile per SM are taken.
@@ -29,7 +29,7 @@ from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 MAX_ROWS = 16
 M_PAD = 16  # wgmma's N for x's rows
-BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = 64, 256, 4, 4  # run 110's best at gate_up's shape
+BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = 64, 256, 4, 4  # the probe's best at gate_up's shape
 
 
 @triton.jit(do_not_specialize=["n_slices"])

@@ -26,7 +26,7 @@ per channel).
 
 Under PDL (pdl.py) the first weight tile loads before the wait, overlapping the kernel in front:
 the weight must be one no kernel of the step writes (a model's parameter), x only after the
-wait. On the H200 that took batch-1 8B decode from 234.5 to 239.5 tok/s bf16 (H200.md run 122).
+wait. On the H200 that took batch-1 8B decode from 234.5 to 239.5 tok/s bf16.
 """
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, k_dim, w_stride,
 
 
 def _config(n_rows: int, k_dim: int, rms_norm: bool = False) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps) from the run-3 sweep on the H200 (TB/s, cuBLAS → this):
+    """(BLOCK_N, BLOCK_K, num_warps) from gpu_bench's gemv_sweep on the H200 (TB/s, cuBLAS → this):
     narrow outputs (N ≤ 2048: Qwen3-0.6B o_proj 0.33 → 1.21, down 0.82 → 1.49) want 4-row
     blocks and 8 warps for more programs and longer streams; long K (8B down_proj) 8 warps;
     everything else 8 rows × 512 (8B qkv 2.57 → 3.05, o_proj 2.26 → 2.71). The gemv_sweep

@@ -201,7 +201,7 @@ def tile_defaults(rows: int, fp8: bool, one_wave: bool) -> tuple[int, int, int, 
     the one point it loses). Where the batch's programs fill at most half the SMs at one split
     (one_wave: up to 66 sequences at 16 heads on 132 SMs), one program an SM three stages deep
     instead: its programs fill the pipeline once for twice the tiles, 64 x 1k 1.80 -> 1.92-2.02
-    TB/s, 4k 3.05 -> 3.12, 8k 3.49 -> 3.46 (run 105). At 128 sequences it gains at 1k (2.43 ->
+    TB/s, 4k 3.05 -> 3.12, 8k 3.49 -> 3.46. At 128 sequences it gains at 1k (2.43 ->
     2.65) but loses at 4k and 8k (3.49 -> 3.29, 3.85 -> 3.44), and a captured graph's tiles
     cannot depend on the contexts, so 128 keeps two programs an SM. At 64 rows (128 heads) 64-token tiles, 0.85 TB/s bf16
     and 0.29 fp8 against 0.41 and 0.11 at 16 (there the kernel is bound by its dots: 242 FLOP a

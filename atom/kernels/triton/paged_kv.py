@@ -12,9 +12,10 @@ def paged_block_ids(bt_row, n, n_mask, PAGE: tl.constexpr):
     MLA decode loads a tile's entries one iteration ahead of its latents, issued before the
     tile's offsets are computed: otherwise each iteration waits on two dependent global loads in
     a row (an fp8 tile is converted in registers, which Triton's stages do not prefetch). Ahead,
-    it reads 3–9% more bytes a second over fp8 and 2–8% over bf16 at 16 heads (run 100). The
-    GQA decode kernel keeps its entries in the iteration: ahead, its fp8 reads were 3–6% slower
-    (run 100, research/probes/gqa_bt_prefetch_probe.py)."""
+    it reads 3–9% more bytes a second over fp8 and 2–8% over bf16 at 16 heads. The GQA decode
+    kernel keeps its entries in the iteration (ahead, its fp8 reads were 3–6% slower at large
+    batches: research/probes/gqa_bt_prefetch_probe.py) but for its first tile's, which it loads
+    before the PDL wait."""
     return tl.load(bt_row + n // PAGE, mask=n_mask, other=0)
 
 
