@@ -20,3 +20,16 @@ proof3() { local name=$1 dir=$2 secs=$3; mkdir -p $OUT/$name
     timeout $secs bash benchmarks/serving_frontier_gpu.sh > $OUT/r1_$name.txt 2>&1)
   echo "[$name]"; grep -E "ready|Output token|Mean TPOT|Median TTFT|Failed|died" $OUT/r1_$name.txt | cut -c1-200
   rm -f $OUT/$name/*.png $OUT/$name/sweep.tgz $OUT/$name/index.html; }
+# `in_tree old|new CMD...`: CMD in .old (the tree before a change, `git archive <commit> atom
+# conf benchmarks research pyproject.toml | tar -x -C .old`) or in this tree.
+in_tree() { local t=$1; shift
+  if [ $t = old ]; then (cd .old && export PYTHONPATH=/tmp/site:$PWD && "$@"); else "$@"; fi; }
+# `decode_ab`: batch-1 Llama-3.1-8B decode (1024 in, 256 out) for each of WEIGHTS (fp8 = fp8
+# weights + KV, bf16) in the trees of ORDER, each arm its own process: tok/s, replay ms, tokens.
+DECODE_ARM='import sys; sys.path.insert(0, "benchmarks"); import gpu_bench as g
+extra = ("quant=fp8", "kv_cache=fp8") if sys.argv[1] == "fp8" else ()
+r = g.bench_decode("llama3_8b", 1024, 256, extra)
+print("arm", sys.argv[1], r["decode_tok_s"], r["graph_replay_ms_bs1"], r["first_tokens"][:8])'
+decode_ab() { local w t i
+  for w in ${WEIGHTS:-fp8 bf16}; do i=0; for t in ${ORDER:-new old old new}; do i=$((i+1))
+    in_tree $t step "d_${t}_${w}_$i" 70 python3 -c "$DECODE_ARM" $w; done; done; }

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-from atom.kernels.triton.pdl import pdl_args, pdl_wait
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from gpu_bench import _graph_ms as graph_ms  # noqa: E402
+
+from atom.kernels.triton.pdl import pdl_args, pdl_wait  # noqa: E402
 
 # Llama-3.1-8B: bytes a layer read at batch 1 with fp8 weights (e4m3 [N, K]) and an fp8 cache.
 LAYERS = 32
@@ -54,15 +58,8 @@ def _reader(x: torch.Tensor, sink: torch.Tensor, pdl: bool):
 
 
 def _graph_ms(fns) -> float:
-    from triton.testing import do_bench
-
-    for f in fns:
-        f()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in fns:
-            f()
-    return do_bench(g.replay, warmup=5, rep=40, return_mode="median")
+    """Median ms of one replay of the graph that launches `fns` in turn."""
+    return graph_ms(lambda: [f() for f in fns])
 
 
 def main() -> None:

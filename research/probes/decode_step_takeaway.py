@@ -7,7 +7,7 @@ chain takes 53 µs a layer (run 118), the LM head ~0.25 ms, so ~32 µs a layer g
 attention side (norm + qkv, rotary + KV store, decode attention, o), whose 42 MB of weights
 would take 10 µs at the 4.18 TB/s copy. The outputs are wrong in every arm but `base`; only the time is read.
 
-    python research/probes/decode_step_takeaway.py ARM [ARM ...]   # base no_rope no_attn ...
+    python research/probes/decode_step_takeaway.py ARM [ARM ...]   # base no_rope no_attn no_quant no_norm_quant ...
 """
 from __future__ import annotations
 
@@ -29,6 +29,20 @@ def _take_away(arm: str) -> None:
         TritonBackend.rope_store_kv = lambda self, positions, q, *a, **k: q
     if arm in ("no_attn", "no_rope_attn"):
         TritonBackend.attention = lambda self, q, *a, **k: q
+    if arm in ("no_quant", "no_norm_quant", "no_silu_quant"):
+        # The W8A8 GEMVs' quantising kernels in front (fp8_quant, looked up at each call):
+        # their outputs as unwritten buffers of the same shapes, so no kernel is launched.
+        from atom.kernels.triton import fp8_quant
+
+        e4m3, f32 = torch.float8_e4m3fn, torch.float32
+        if arm != "no_silu_quant":
+            fp8_quant.rms_norm_quant = lambda x, residual, weight, eps, group=128: (
+                torch.empty(x.shape, dtype=e4m3, device=x.device),
+                torch.empty((x.shape[0], 1), dtype=f32, device=x.device), x)
+        if arm != "no_norm_quant":
+            fp8_quant.silu_mul_quant = lambda x: (
+                torch.empty((x.shape[0], x.shape[1] // 2), dtype=e4m3, device=x.device),
+                torch.empty((x.shape[0], 1), dtype=f32, device=x.device))
 
 
 def main() -> None:
