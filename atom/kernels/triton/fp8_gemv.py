@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from atom.kernels.triton import gemv as gemv_mod
+from atom.kernels.triton.gemv import _load_w
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 MAX_ROWS = 16
@@ -27,26 +28,31 @@ M_PAD = 16  # tl.dot's smallest N
 
 
 @triton.jit
+def _dot_step(w, x_rows, cols, m_mask, k_dim, acc):
+    """acc + the weight tile w at `cols` against x's rows there, on f16 tensor cores."""
+    x = tl.load(x_rows + cols[None, :], mask=m_mask[:, None] & (cols < k_dim)[None, :], other=0.0)
+    return tl.dot(w.to(tl.float16), tl.trans(x.to(tl.float16)), acc)
+
+
+@triton.jit
 def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, b_ptr, y_ptr, m_rows, n_rows, k_dim,
                      x_stride, w_stride, y_stride,
                      HAS_BIAS: tl.constexpr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, PDL: tl.constexpr):
-    pdl_wait(PDL)
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     r_mask = rows < n_rows
     ms = tl.arange(0, M_PAD)
     m_mask = ms < m_rows
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * w_stride
-    acc = tl.zeros([BLOCK_N, M_PAD], tl.float32)
-    for k0 in range(0, k_dim, BLOCK_K):
+    x_rows = x_ptr + ms[:, None] * x_stride
+    cols = tl.arange(0, BLOCK_K)
+    w = _load_w(w_rows, cols, r_mask, k_dim)  # before the wait, as gemv.py's (its doc says why)
+    pdl_wait(PDL)
+    acc = _dot_step(w, x_rows, cols, m_mask, k_dim, tl.zeros([BLOCK_N, M_PAD], tl.float32))
+    for k0 in range(BLOCK_K, k_dim, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
-        c_mask = cols < k_dim
-        w = tl.load(w_rows + cols[None, :], mask=r_mask[:, None] & c_mask[None, :], other=0.0,
-                    eviction_policy="evict_first")
-        x = tl.load(x_ptr + ms[:, None] * x_stride + cols[None, :],
-                    mask=m_mask[:, None] & c_mask[None, :], other=0.0)
-        acc = tl.dot(w.to(tl.float16), tl.trans(x.to(tl.float16)), acc)
+        acc = _dot_step(_load_w(w_rows, cols, r_mask, k_dim), x_rows, cols, m_mask, k_dim, acc)
     y = acc * tl.load(s_ptr + rows, mask=r_mask, other=0.0)[:, None]
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=r_mask, other=0.0).to(tl.float32)[:, None]
