@@ -1,63 +1,105 @@
 """The batch-1 decode graph's replay time with one of its kernels taken out (the backend's call
-made a no-op before the graph is captured): what each part of a step costs in place, PDL overlap
-and launch gaps included, which a profiler's per-kernel times (PDL waits inside them) do not say.
+made a no-op before the graph is captured), or with empty PDL kernels put in: what each part of
+a step costs in place, PDL overlap and launch gaps included, which a profiler's per-kernel times
+(PDL waits inside them) do not say.
 
-Why: with fp8 weights and KV Llama-3.1-8B's step replays in 2.99 ms (H200.md run 116). Its MLP
-chain takes 53 µs a layer (run 118), the LM head ~0.25 ms, so ~32 µs a layer go to the
-attention side (norm + qkv, rotary + KV store, decode attention, o), whose 42 MB of weights
-would take 10 µs at the 4.18 TB/s copy. The outputs are wrong in every arm but `base`; only the time is read.
+Why: with fp8 weights and KV Llama-3.1-8B's step replays in 2.86 ms (H200.md run 125) against a
+floor of 1.95 for the same bytes in a kernel an operation (decode_step_floor.py). Taking decode
+attention out saves 0.325 ms, rotary + KV store nothing (run 119). Whether fusing a kernel away
+pays depends on what a kernel boundary costs in this chain: `plus_noop` puts one empty PDL
+kernel (wait, then release the next) after each layer's rotary, `plus_noop2` two, so their
+difference from `base` over 32 layers is that cost. Outputs are wrong in every arm that takes a
+kernel out; only the time is read. Arms run in one process, each on its own engine, the patched
+functions put back after it.
 
-    python research/probes/decode_step_takeaway.py ARM [ARM ...]   # base no_rope no_attn no_quant no_norm_quant ...
+    python research/probes/decode_step_takeaway.py ARM [ARM ...]
+      # base no_rope no_attn no_rope_attn no_quant no_norm_quant no_silu_quant plus_noop plus_noop2
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import torch
+import triton
+import triton.language as tl
+
+from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 EXTRA = ("quant=fp8", "kv_cache=fp8")
 
 
-def _take_away(arm: str) -> None:
+def _noop(device: torch.device) -> None:
+    _empty_pdl[(1,)](**pdl_args(device))
+
+
+@triton.jit
+def _empty_pdl(PDL: tl.constexpr):
+    pdl_wait(PDL)
+
+
+@contextlib.contextmanager
+def _patched(obj: object, name: str, value: object) -> Iterator[None]:
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def _take_away(arm: str, stack: contextlib.ExitStack) -> None:
+    from atom.kernels.triton import fp8_quant
     from atom.kernels.triton_backend import TritonBackend
 
     if arm in ("no_rope", "no_rope_attn"):
-        TritonBackend.rope_store_kv = lambda self, positions, q, *a, **k: q
+        stack.enter_context(_patched(TritonBackend, "rope_store_kv",
+                                     lambda self, positions, q, *a, **k: q))
     if arm in ("no_attn", "no_rope_attn"):
-        TritonBackend.attention = lambda self, q, *a, **k: q
+        stack.enter_context(_patched(TritonBackend, "attention", lambda self, q, *a, **k: q))
+    if arm in ("plus_noop", "plus_noop2"):
+        rope, n = TritonBackend.rope_store_kv, 1 if arm == "plus_noop" else 2
+
+        def rope_then_noop(self, positions, q, *a, **k):
+            out = rope(self, positions, q, *a, **k)
+            for _ in range(n):
+                _noop(q.device)
+            return out
+        stack.enter_context(_patched(TritonBackend, "rope_store_kv", rope_then_noop))
     if arm in ("no_quant", "no_norm_quant", "no_silu_quant"):
         # The W8A8 GEMVs' quantising kernels in front (fp8_quant, looked up at each call):
         # their outputs as unwritten buffers of the same shapes, so no kernel is launched.
-        from atom.kernels.triton import fp8_quant
-
         e4m3, f32 = torch.float8_e4m3fn, torch.float32
         if arm != "no_silu_quant":
-            fp8_quant.rms_norm_quant = lambda x, residual, weight, eps, group=128: (
-                torch.empty(x.shape, dtype=e4m3, device=x.device),
-                torch.empty((x.shape[0], 1), dtype=f32, device=x.device), x)
+            stack.enter_context(_patched(
+                fp8_quant, "rms_norm_quant", lambda x, residual, weight, eps, group=128: (
+                    torch.empty(x.shape, dtype=e4m3, device=x.device),
+                    torch.empty((x.shape[0], 1), dtype=f32, device=x.device), x)))
         if arm != "no_norm_quant":
-            fp8_quant.silu_mul_quant = lambda x: (
+            stack.enter_context(_patched(fp8_quant, "silu_mul_quant", lambda x: (
                 torch.empty((x.shape[0], x.shape[1] // 2), dtype=e4m3, device=x.device),
-                torch.empty((x.shape[0], 1), dtype=f32, device=x.device))
+                torch.empty((x.shape[0], 1), dtype=f32, device=x.device))))
 
 
 def main() -> None:
     import gpu_bench as g
 
     for arm in sys.argv[1:]:
-        _take_away(arm)
-        eng = g.engine("llama3_8b", *EXTRA)
-        eng.generate([list(range(100, 1124))], g._sp(max_tokens=4, temperature=0,
-                                                      ignore_eos=True))
-        print(json.dumps({"arm": arm, "replay_ms": g._replay_ms(eng),
-                          "replay_ms_again": g._replay_ms(eng)}), flush=True)
-        g.free(eng)
-        del eng
-        torch.cuda.empty_cache()
+        with contextlib.ExitStack() as stack:
+            _take_away(arm, stack)
+            eng = g.engine("llama3_8b", *EXTRA)
+            eng.generate([list(range(100, 1124))], g._sp(max_tokens=4, temperature=0,
+                                                          ignore_eos=True))
+            print(json.dumps({"arm": arm, "replay_ms": g._replay_ms(eng),
+                              "replay_ms_again": g._replay_ms(eng)}), flush=True)
+            g.free(eng)
+            del eng
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
