@@ -9,16 +9,19 @@ attention out saves 0.325 ms, rotary + KV store nothing (run 119). Whether fusin
 pays depends on what a kernel boundary costs in this chain: `plus_noop` puts one empty PDL
 kernel (wait, then release the next) after each layer's rotary, `plus_noop2` two, so their
 difference from `base` over 32 layers is that cost. Outputs are wrong in every arm that takes a
-kernel out; only the time is read. Arms run in one process, each on its own engine, the patched
-functions put back after it.
+kernel out; only the time is read. `late`: every PDL kernel lets the next be scheduled only as
+it ends (pdl.py's ATOM_TRITON_PDL=late), not once all its programs have passed their wait: whether
+a dependent's programs, resident early, slow the kernel in front. Arms run in one process, each
+on its own engine, the patched functions put back after it.
 
     python research/probes/decode_step_takeaway.py ARM [ARM ...]
-      # base no_rope no_attn no_rope_attn no_quant no_norm_quant no_silu_quant plus_noop plus_noop2
+      # base no_rope no_attn no_rope_attn no_quant no_norm_quant no_silu_quant plus_noop plus_noop2 late
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -53,6 +56,19 @@ def _patched(obj: object, name: str, value: object) -> Iterator[None]:
         setattr(obj, name, old)
 
 
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
 def _take_away(arm: str, stack: contextlib.ExitStack) -> None:
     from atom.kernels.triton import fp8_quant
     from atom.kernels.triton_backend import TritonBackend
@@ -71,6 +87,8 @@ def _take_away(arm: str, stack: contextlib.ExitStack) -> None:
                 _noop(q.device)
             return out
         stack.enter_context(_patched(TritonBackend, "rope_store_kv", rope_then_noop))
+    if arm == "late":
+        stack.enter_context(_env("ATOM_TRITON_PDL", "late"))
     if arm in ("no_quant", "no_norm_quant", "no_silu_quant"):
         # The W8A8 GEMVs' quantising kernels in front (fp8_quant, looked up at each call):
         # their outputs as unwritten buffers of the same shapes, so no kernel is launched.
