@@ -11,7 +11,9 @@ kernel (wait, then release the next) after each layer's rotary, `plus_noop2` two
 difference from `base` over 32 layers is that cost. Outputs are wrong in every arm that takes a
 kernel out; only the time is read. `late`: every PDL kernel lets the next be scheduled only as
 it ends (pdl.py's ATOM_TRITON_PDL=late), not once all its programs have passed their wait: whether
-a dependent's programs, resident early, slow the kernel in front. Arms run in one process, each
+a dependent's programs, resident early, slow the kernel in front. `attn_s{S}_n{N}_w{W}_st{T}`:
+decode attention at S splits of N-token tiles, W warps, T stages, in place of its defaults
+(16, 128, 4, 3 at one sequence). Arms run in one process, each
 on its own engine, the patched functions put back after it.
 
     python research/probes/decode_step_takeaway.py ARM [ARM ...]
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -87,6 +90,21 @@ def _take_away(arm: str, stack: contextlib.ExitStack) -> None:
                 _noop(q.device)
             return out
         stack.enter_context(_patched(TritonBackend, "rope_store_kv", rope_then_noop))
+    tiles = re.fullmatch(r"attn_s(\d+)_n(\d+)_w(\d+)_st(\d+)", arm)
+    if tiles:
+        s, n, w, st = map(int, tiles.groups())
+        attention = TritonBackend.attention
+
+        def decode_with(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale,
+                        sliding_window=None):
+            if not meta.is_decode:
+                return attention(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale,
+                                 sliding_window)
+            from atom.kernels.triton.paged_decode_attention import decode_attention
+            return decode_attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale,
+                                    sliding_window, splits=s, block_n=n, num_warps=w,
+                                    num_stages=st)
+        stack.enter_context(_patched(TritonBackend, "attention", decode_with))
     if arm == "late":
         stack.enter_context(_env("ATOM_TRITON_PDL", "late"))
     if arm in ("no_quant", "no_norm_quant", "no_silu_quant"):
