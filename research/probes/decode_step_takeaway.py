@@ -13,7 +13,8 @@ kernel out; only the time is read. `late`: every PDL kernel lets the next be sch
 it ends (pdl.py's ATOM_TRITON_PDL=late), not once all its programs have passed their wait: whether
 a dependent's programs, resident early, slow the kernel in front. `attn_s{S}_n{N}_w{W}_st{T}`:
 decode attention at S splits of N-token tiles, W warps, T stages, in place of its defaults
-(16, 128, 4, 3 at one sequence). Arms run in one process, each
+(16, 128, 4, 3 at one sequence). `parts_*`: decode attention as decode_attn_parts.py's copy,
+`parts_full` as it is, `parts_no_merge+no_kv` etc. with those parts taken out. Arms run in one process, each
 on its own engine, the patched functions put back after it.
 
     python research/probes/decode_step_takeaway.py ARM [ARM ...]
@@ -105,6 +106,20 @@ def _take_away(arm: str, stack: contextlib.ExitStack) -> None:
                                     sliding_window, splits=s, block_n=n, num_warps=w,
                                     num_stages=st)
         stack.enter_context(_patched(TritonBackend, "attention", decode_with))
+    if arm.startswith("parts_"):  # parts_full, parts_no_merge, parts_no_kv+no_merge, ...
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from decode_attn_parts import attention_parts
+
+        flags = frozenset() if arm == "parts_full" else frozenset(
+            f.upper() for f in arm[len("parts_"):].split("+"))
+        attention = TritonBackend.attention
+
+        def parts(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale, sliding_window=None):
+            if not meta.is_decode:
+                return attention(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale,
+                                 sliding_window)
+            return attention_parts(q, k_cache, v_cache, meta, scale, k_scale, v_scale, flags)
+        stack.enter_context(_patched(TritonBackend, "attention", parts))
     if arm == "late":
         stack.enter_context(_env("ATOM_TRITON_PDL", "late"))
     if arm in ("no_quant", "no_norm_quant", "no_silu_quant"):
