@@ -9,7 +9,10 @@ wrong in every arm but `parts_full`, only the time is read:
   NO_KV     no K / V loads (zero tiles), the dots and softmax as they are;
   NO_DOTS   K / V loaded and summed, no dots, no softmax;
   PRE_KV    the whole first tile's K / V loaded before the PDL wait (the newest row too:
-            stale in a real step; the timing of a kernel whose loads all precede the wait).
+            stale in a real step; the timing of a kernel whose loads all precede the wait);
+  SEP_MERGE (with NO_MERGE) the partials merged by a launch of their own (PDL), a program a
+            query head (SEP_MERGE_KV: a program a kv head's GROUP heads), as MLA decode does.
+parts_full and both SEP_MERGE forms give the kernel's output.
 """
 from __future__ import annotations
 
@@ -24,6 +27,17 @@ from atom.kernels.triton.paged_kv import paged_kv_offsets
 from atom.kernels.triton.pdl import pdl_args, pdl_wait
 
 FLAGS = ("NO_MERGE", "NO_KV", "NO_DOTS", "PRE_KV")
+LAUNCH_FLAGS = ("SEP_MERGE", "SEP_MERGE_KV")
+
+
+@triton.jit
+def _merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, o_tok_stride, o_head_stride, n_q_heads,
+                  head_dim, v_scale, n_splits, GROUP: tl.constexpr, SPLIT_PAD: tl.constexpr,
+                  HEAD_DIM: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
+    _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, tl.program_id(0).to(tl.int64),
+                  tl.program_id(1) * GROUP, o_tok_stride, o_head_stride, n_q_heads, head_dim,
+                  v_scale, n_splits, GROUP, SPLIT_PAD, HEAD_DIM)
 
 
 @triton.jit
@@ -132,4 +146,10 @@ def attention_parts(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         GROUP=n_q_heads // n_kv, G_PAD=16, PAGE=k_cache.shape[1], BLOCK_N=block_n,
         HEAD_DIM=head_dim, SPLIT_PAD=MAX_SPLITS, num_warps=num_warps, num_stages=num_stages,
         E4M3_REGS=not interpreted(), **{f: f in flags for f in FLAGS}, **pdl_args(q.device))
+    if flags & set(LAUNCH_FLAGS):
+        group = n_q_heads // n_kv if "SEP_MERGE_KV" in flags else 1
+        _merge_kernel[(batch, n_q_heads // group)](
+            mid_o, mid_lse, out, out.stride(0), out.stride(1), n_q_heads, head_dim,
+            float(v_scale), splits, GROUP=group, SPLIT_PAD=MAX_SPLITS, HEAD_DIM=head_dim,
+            num_warps=4, **pdl_args(q.device))
     return out
