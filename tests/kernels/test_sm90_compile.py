@@ -39,8 +39,8 @@ compile_sm90(S._sample_pick_kernel, {"best_ptr": "*fp32", "best_i_ptr": "*i32", 
 
 import triton.language as tl
 from atom.kernels.triton import paged_decode_attention as A
-ptrs = ("q_ptr", "kc_ptr", "vc_ptr", "o_ptr", "mid_o_ptr", "mid_lse_ptr", "count_ptr", "ctx_ptr", "bt_ptr")
-decode = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("count_ptr", "ctx_ptr", "bt_ptr")
+ptrs = ("q_ptr", "kc_ptr", "vc_ptr", "o_ptr", "mid_o_ptr", "mid_lse_ptr", "ctx_ptr", "bt_ptr")
+decode = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("ctx_ptr", "bt_ptr")
               else "*bf16") for n in ptrs}
 decode |= {n: "i32" for n in ("q_tok_stride", "q_head_stride", "o_tok_stride", "o_head_stride",
                               "c_blk_stride", "c_tok_stride", "c_head_stride", "bt_stride", "window",
@@ -48,8 +48,11 @@ decode |= {n: "i32" for n in ("q_tok_stride", "q_head_stride", "o_tok_stride", "
 for split in (False, True):  # the kernel's two variants: every split count > 1 shares one
     compile_sm90(A._decode_kernel, decode, dict(
         GROUP=2, G_PAD=16, PAGE=16, BLOCK_N=64 if split else 128, HEAD_DIM=128, SPLIT=split,
-        SPLIT_PAD=A.MAX_SPLITS, HAS_WINDOW=False, DOT=tl.bfloat16, PREC="tf32", PDL=False,
-        E4M3_REGS=False), 4)
+        HAS_WINDOW=False, DOT=tl.bfloat16, PREC="tf32", PDL=False, E4M3_REGS=False), 4)
+compile_sm90(A._decode_merge_kernel, {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32",
+             "o_ptr": "*bf16", "v_scale": "fp32"} | {n: "i32" for n in (
+             "o_tok_stride", "o_head_stride", "n_q_heads", "head_dim", "n_splits")},
+             dict(SPLIT_PAD=A.MAX_SPLITS, HEAD_DIM=128, PDL=True), 4)
 
 from atom.kernels.triton import paged_multi_query_attention as MQ
 mq = {n: ("*fp32" if n.startswith("mid") else "*i32" if n in ("cu_q_ptr", "ctx_ptr", "bt_ptr")
@@ -243,7 +246,7 @@ def test_kernels_compile_for_sm90():
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(line.split()[0] for line in p.stdout.splitlines()) == sorted([
         "_sample_filtered_kernel", "_sample_chunks_kernel", "_sample_pick_kernel",
-        "_decode_kernel", "_decode_kernel", *["_multi_query_kernel"] * 3,
+        "_decode_kernel", "_decode_kernel", "_decode_merge_kernel", *["_multi_query_kernel"] * 3,
         "_multi_query_merge_kernel", *["_moe_gemm_kernel"] * 12,
         *["_count_kernel", "_offsets_kernel", "_scatter_kernel"] * 2, *["_mla_decode_kernel"] * 7,
         "_mla_merge_kernel", "_mla_rope_store_kernel",

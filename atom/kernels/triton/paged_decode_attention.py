@@ -6,10 +6,12 @@ the 132 SMs with one program per (sequence, kv head), so the context is cut into
 slices. The split count depends only on the batch shape, never on context lengths, and every
 length is read on the device: a captured CUDA graph replays correctly for any contexts.
 
-The splits' partial softmax results are merged in the same launch (a second launch per layer was
-~8% of Qwen3-0.6B's batch-1 decode kernels): each split program writes its partial, then counts
-itself in on an atomic counter of its (sequence, kv head); the one that arrives last merges all
-partials and puts the counter back to 0, so the next launch (or graph replay) starts from zero.
+The splits' partial softmax results are merged by a launch of their own, a program a (sequence,
+query head), which under PDL is scheduled while the splits run. The merge used to be the last
+split's to arrive at a counter of its (sequence, kv head), in the same launch: in the 8B fp8
+batch-1 decode step that merge (one program, four heads, after the counter's fence) took 5.6
+µs a layer of attention's 9.2, and this launch ~2.6 (research/probes/decode_attn_parts.py
+through decode_step_takeaway.py, H200.md runs 134-135).
 """
 from __future__ import annotations
 
@@ -65,13 +67,12 @@ def _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, seq64, heads_base, o_tok_stride
 # range of batch sizes) was a variant of its own, ~0.8 s of compiling each at a cold start
 # (4.8 of the 8.6 s a Qwen3-0.6B start spent compiling). Now there are two: split or not.
 @triton.jit(do_not_specialize=["bt_stride", "n_splits"])
-def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_ptr, ctx_ptr, bt_ptr,
+def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, ctx_ptr, bt_ptr,
                    q_tok_stride, q_head_stride, o_tok_stride, o_head_stride,
                    c_blk_stride, c_tok_stride, c_head_stride, bt_stride,
                    qk_scale, v_scale, window, head_dim, n_q_heads, n_splits,
                    GROUP: tl.constexpr, G_PAD: tl.constexpr, PAGE: tl.constexpr,
                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, SPLIT: tl.constexpr,
-                   SPLIT_PAD: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
                    PDL: tl.constexpr, E4M3_REGS: tl.constexpr):
     seq = tl.program_id(0)
@@ -137,16 +138,17 @@ def _decode_kernel(q_ptr, kc_ptr, vc_ptr, o_ptr, mid_o_ptr, mid_lse_ptr, count_p
         tl.store(mid_o_ptr + mid_row[:, None] * HEAD_DIM + d[None, :], out, mask=row_mask)
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
         tl.store(mid_lse_ptr + mid_row, lse, mask=g_mask)
-        # Every thread's partial must be stored before the count says so: a CTA barrier, then
-        # the atomic's release (acq_rel, GPU scope) publishes them; the last arrival's acquire
-        # makes every other split's partials visible to its merge.
-        tl.debug_barrier()
-        count = count_ptr + seq64 * tl.num_programs(1) + kvh
-        if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
-            _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, seq64, kvh * GROUP, o_tok_stride,
-                          o_head_stride, n_q_heads, head_dim, v_scale, n_splits, GROUP,
-                          SPLIT_PAD, HEAD_DIM)
-            tl.store(count, 0)
+
+
+@triton.jit
+def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, o_tok_stride, o_head_stride, n_q_heads,
+                         head_dim, v_scale, n_splits, SPLIT_PAD: tl.constexpr,
+                         HEAD_DIM: tl.constexpr, PDL: tl.constexpr):
+    """One (sequence, query head)'s partials merged, after the split launch (its PDL wait)."""
+    pdl_wait(PDL)
+    _merge_splits(mid_o_ptr, mid_lse_ptr, o_ptr, tl.program_id(0).to(tl.int64),
+                  tl.program_id(1), o_tok_stride, o_head_stride, n_q_heads, head_dim, v_scale,
+                  n_splits, 1, SPLIT_PAD, HEAD_DIM)
 
 
 @functools.lru_cache(maxsize=8)
@@ -182,12 +184,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         f32 = dict(dtype=torch.float32, device=q.device)
         mid_o = torch.empty((batch, n_q_heads, n_split, head_pad), **f32)
         mid_lse = torch.empty((batch, n_q_heads, n_split), **f32)
-        counters = meta.split_counters
-        if counters is None:
-            counters = torch.zeros(batch * n_kv_heads, dtype=torch.int32, device=q.device)
-        assert counters.numel() >= batch * n_kv_heads, "split_counters too small for the batch"
     else:
-        mid_o = mid_lse = counters = out
+        mid_o = mid_lse = out
     fp8 = k_cache.dtype == torch.float8_e4m3fn  # 128-token tiles suit one-byte loads
     # Unsplit (large batches), 128-token tiles read bf16 faster too: 416 sequences at 1k / 1.5k /
     # 2k context, 4.04-4.23 TB/s against 3.90-4.15 at 64; split small
@@ -197,14 +195,18 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     # 416 x 1.5k: fp8 2.86 TB/s vs 2.61 at 2
     num_stages = num_stages or (3 if fp8 or wide else 2)
     _decode_kernel[(batch, n_kv_heads, n_split)](
-        q, k_cache, v_cache, out, mid_o, mid_lse, counters, meta.context_lens, meta.block_tables,
+        q, k_cache, v_cache, out, mid_o, mid_lse, meta.context_lens, meta.block_tables,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0),
         scale * k_scale * LOG2E, float(v_scale), int(sliding_window or 0), head_dim, n_q_heads,
         n_split, GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), PAGE=k_cache.shape[1],
         BLOCK_N=block_n, HEAD_DIM=head_pad, SPLIT=n_split > 1,
-        SPLIT_PAD=max(MAX_SPLITS, triton.next_power_of_2(n_split)),
         HAS_WINDOW=bool(sliding_window), DOT=dot_dtype(q.dtype, k_cache.dtype),
         PREC=dot_precision(q.dtype), E4M3_REGS=fp8 and head_dim == head_pad and not interpreted(),
         num_warps=num_warps, num_stages=num_stages, **pdl_args(q.device))
+    if n_split > 1:
+        _decode_merge_kernel[(batch, n_q_heads)](
+            mid_o, mid_lse, out, out.stride(0), out.stride(1), n_q_heads, head_dim,
+            float(v_scale), n_split, SPLIT_PAD=max(MAX_SPLITS, triton.next_power_of_2(n_split)),
+            HEAD_DIM=head_pad, num_warps=4, **pdl_args(q.device))
     return out
