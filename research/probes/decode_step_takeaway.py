@@ -9,22 +9,20 @@ attention out saves 0.325 ms, rotary + KV store nothing (run 119). Whether fusin
 pays depends on what a kernel boundary costs in this chain: `plus_noop` puts one empty PDL
 kernel (wait, then release the next) after each layer's rotary, `plus_noop2` two, so their
 difference from `base` over 32 layers is that cost. Outputs are wrong in every arm that takes a
-kernel out; only the time is read. `late`: every PDL kernel lets the next be scheduled only as
-it ends (pdl.py's ATOM_TRITON_PDL=late), not once all its programs have passed their wait: whether
-a dependent's programs, resident early, slow the kernel in front. `attn_s{S}_n{N}_w{W}_st{T}`:
+kernel out; only the time is read. (The `late` arm, every kernel releasing
+the next only as it ends, is at 99eb022: 9% slower, H200.md run 130.) `attn_s{S}_n{N}_w{W}_st{T}`:
 decode attention at S splits of N-token tiles, W warps, T stages, in place of its defaults
 (16, 128, 4, 3 at one sequence). `parts_*`: decode attention as decode_attn_parts.py's copy,
 `parts_full` as it is, `parts_no_merge+no_kv` etc. with those parts taken out. Arms run in one process, each
 on its own engine, the patched functions put back after it.
 
     python research/probes/decode_step_takeaway.py ARM [ARM ...]
-      # base no_rope no_attn no_rope_attn no_quant no_norm_quant no_silu_quant plus_noop plus_noop2 late
+      # base no_rope no_attn no_rope_attn no_quant no_norm_quant no_silu_quant plus_noop plus_noop2
 """
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -58,19 +56,6 @@ def _patched(obj: object, name: str, value: object) -> Iterator[None]:
         yield
     finally:
         setattr(obj, name, old)
-
-
-@contextlib.contextmanager
-def _env(name: str, value: str) -> Iterator[None]:
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = old
 
 
 def _take_away(arm: str, stack: contextlib.ExitStack) -> None:
@@ -120,8 +105,6 @@ def _take_away(arm: str, stack: contextlib.ExitStack) -> None:
                                  sliding_window)
             return attention_parts(q, k_cache, v_cache, meta, scale, k_scale, v_scale, flags)
         stack.enter_context(_patched(TritonBackend, "attention", parts))
-    if arm == "late":
-        stack.enter_context(_env("ATOM_TRITON_PDL", "late"))
     if arm in ("no_quant", "no_norm_quant", "no_silu_quant"):
         # The W8A8 GEMVs' quantising kernels in front (fp8_quant, looked up at each call):
         # their outputs as unwritten buffers of the same shapes, so no kernel is launched.

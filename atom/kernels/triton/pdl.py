@@ -33,12 +33,12 @@ except ImportError:  # a Triton without grid-dependency control: PDL stays off
 
 @triton.jit
 def pdl_wait(PDL: tl.constexpr):
-    """Wait for the previous kernel, then let the next one be scheduled (it waits in turn);
-    PDL == 2 (`late`) leaves the next one to be scheduled as this one ends."""
+    """Wait for the previous kernel, then let the next one be scheduled (it waits in turn).
+    Released only as each kernel ends instead, the 8B fp8 batch-1 step replayed 9% slower
+    (research/probes/decode_step_takeaway.py at 99eb022, H200.md run 130)."""
     if PDL:
         gdc_wait()
-        if PDL != 2:
-            gdc_launch_dependents()
+        gdc_launch_dependents()
 
 
 @functools.lru_cache(maxsize=8)
@@ -50,11 +50,8 @@ def _capable(device_index: int) -> bool:
 def pdl_args(device: torch.device) -> dict[str, Any]:
     """Launch kwargs for one launch on `device`: the kernel's PDL constexpr, and Triton's
     launch_pdl option when PDL is on. Off on CPU (interpreter), before Hopper, on ROCm, inside
-    torch.compile (its Triton wrapper takes no launch options), or with ATOM_TRITON_PDL=0.
-    ATOM_TRITON_PDL=late: the next kernel's programs are scheduled as this one's end, not
-    once all of this one's have passed their wait (decode_step_takeaway.py's `late` A/B)."""
-    mode = os.environ.get("ATOM_TRITON_PDL")
-    if (device.type != "cuda" or not HAS_GDC or mode == "0"
+    torch.compile (its Triton wrapper takes no launch options), or with ATOM_TRITON_PDL=0."""
+    if (device.type != "cuda" or not HAS_GDC or os.environ.get("ATOM_TRITON_PDL") == "0"
             or torch.compiler.is_compiling() or not _capable(device.index or 0)):
         return {"PDL": False}
-    return {"PDL": 2 if mode == "late" else True, "launch_pdl": True}
+    return {"PDL": True, "launch_pdl": True}
