@@ -11,7 +11,8 @@ query head), which under PDL is scheduled while the splits run. The merge used t
 split's to arrive at a counter of its (sequence, kv head), in the same launch: in the 8B fp8
 batch-1 decode step that merge (one program, four heads, after the counter's fence) took 5.6
 µs a layer of attention's 9.2, and this launch ~2.6 (research/probes/decode_attn_parts.py
-through decode_step_takeaway.py, H200.md runs 134-135).
+through decode_step_takeaway.py, H200.md runs 134-135): the step 2.6% faster (bf16 1.2%, run
+136). A program a kv head's four heads in its own launch was slower than either.
 """
 from __future__ import annotations
 
