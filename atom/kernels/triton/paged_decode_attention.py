@@ -7,12 +7,12 @@ slices. The split count depends only on the batch shape, never on context length
 length is read on the device: a captured CUDA graph replays correctly for any contexts.
 
 The splits' partial softmax results are merged by a launch of their own, a program a (sequence,
-query head), which under PDL is scheduled while the splits run. The merge used to be the last
-split's to arrive at a counter of its (sequence, kv head), in the same launch: in the 8B fp8
-batch-1 decode step that merge (one program, four heads, after the counter's fence) took 5.6
-µs a layer of attention's 9.2, and this launch ~2.6 (research/probes/decode_attn_parts.py
-through decode_step_takeaway.py, H200.md runs 134-135): the step 2.6% faster (bf16 1.2%, run
-136). A program a kv head's four heads in its own launch was slower than either.
+query head), which under PDL is scheduled while the splits run. Merged in the split launch by
+the last split to arrive at a counter, one program merges a kv head's four heads after the
+counter's fence: in the 8B fp8 batch-1 step that took 5.6 µs a layer of attention's 9.2, this
+launch ~2.6, and the step is 2.6% faster (bf16 1.2%); a program a kv head in a launch of its
+own was slower than both (research/probes/decode_attn_parts.py through decode_step_takeaway.py;
+the figures in benchmarks/results/H200.md, twenty-fourth session).
 """
 from __future__ import annotations
 
