@@ -81,24 +81,19 @@ def build_runner(cfg: Config, hf: Any, parallel: ParallelState) -> ModelRunner:
                   else None)
     aux = (AuxCapture(model, draft) if draft is not None and cfg.specdecode.method == "eagle3"
            else None)
-    # The decode kernel's split counters (AttentionMetadata.split_counters), one buffer for
-    # every step and every captured graph.
-    split_counters = torch.zeros(cfg.scheduler.max_num_seqs * spec.max_kv_heads(),
-                                 dtype=torch.int32, device=device)
     scales = layer_scales(cfg.kv_cache, spec.num_layers,
                           kv_cache_scales(cfg.load, src, hf, cfg.quant.method, spec.num_layers))
-    kv = _kv_cache(cfg, spec, device, mc.forward, model, forward_fn, split_counters,
-                   max_model_len, scales, draft_spec)
+    kv = _kv_cache(cfg, spec, device, mc.forward, model, forward_fn, max_model_len, scales,
+                   draft_spec)
     log.info("KV cache: %d blocks x %d tokens = %d tokens, %.2f GiB, %s; kernels=%s",
              kv.num_blocks, spec.block_size, kv.num_blocks * spec.block_size,
              kv.num_blocks * spec.bytes_per_block / 2**30,
              describe_kv_dtype(cfg.kv_cache, spec.dtype), backend_name)
-    drafter = _drafter(cfg, model, kv, max_model_len, draft, draft_spec, aux, device, dtype,
-                       split_counters)
+    drafter = _drafter(cfg, model, kv, max_model_len, draft, draft_spec, aux, device, dtype)
     # DP attention: each rank runs its own rows (dp_attention_runner.py)
     dp = {"ranks": parallel} if mc.dp_attention else {}
     runner = (DPAttentionRunner if dp else ModelRunner)(
-        model, forward_fn, mc.forward, kv, split_counters, device=device,
+        model, forward_fn, mc.forward, kv, device=device,
         max_model_len=max_model_len, vocab_size=int(hf.vocab_size),
         verify=build_verifier(cfg.specdecode, cfg.runtime.seed, accept_drafts),
         profiler=StepProfiler(cfg.profiler.torch_profiler_dir, mc.parallel.tp_rank,
@@ -123,32 +118,29 @@ def _draft_model(cfg: Config, mc: ModelContext, device: torch.device,
 
 def _drafter(cfg: Config, model: torch.nn.Module, kv: KVCache, max_model_len: int,
              draft: Optional[torch.nn.Module], draft_spec: Optional[KVCacheSpec],
-             aux: Optional[AuxCapture], device: torch.device, dtype: torch.dtype,
-             target_counters: torch.Tensor) -> Optional[Drafter]:
+             aux: Optional[AuxCapture], device: torch.device,
+             dtype: torch.dtype) -> Optional[Drafter]:
     """The runner-side drafter a method needs; None for core-side proposers (n-gram) and none.
     A draft model's or EAGLE-3 head's pool: the target's block count over its layers."""
     k, bs = cfg.specdecode.num_speculative_tokens, cfg.kv_cache.block_size
     stager = HostStager(device)
     if cfg.specdecode.method == "mtp":
-        return MTPDrafter(model, k, bs, max_model_len, kv.caches, kv.scales, target_counters,
-                          dtype, stager)
+        return MTPDrafter(model, k, bs, max_model_len, kv.caches, kv.scales, dtype, stager)
     if draft is None or draft_spec is None:
         return None
     _, caches, scales = allocate(draft_spec, kv.num_blocks, device)
     log.info("draft KV cache: %d blocks, %.2f GiB", kv.num_blocks,
              kv.num_blocks * draft_spec.bytes_per_block / 2**30)
-    split_counters = torch.zeros(cfg.scheduler.max_num_seqs * draft_spec.max_kv_heads(),
-                                 dtype=torch.int32, device=device)
     if aux is not None:
-        return Eagle3Drafter(model, draft, aux, k, bs, max_model_len, caches, scales,
-                             split_counters, dtype, stager)
-    return DraftModelDrafter(draft, k, bs, max_model_len, caches, scales, split_counters,
+        return Eagle3Drafter(model, draft, aux, k, bs, max_model_len, caches, scales, dtype,
+                             stager)
+    return DraftModelDrafter(draft, k, bs, max_model_len, caches, scales,
                              int(model.hf_config.vocab_size), stager)
 
 
 def _kv_cache(cfg: Config, spec: KVCacheSpec, device: torch.device, slot: ForwardSlot,
-              model: torch.nn.Module, forward_fn: ForwardFn, split_counters: torch.Tensor,
-              max_model_len: int, scales: list[tuple[float, float]],
+              model: torch.nn.Module, forward_fn: ForwardFn, max_model_len: int,
+              scales: list[tuple[float, float]],
               draft_spec: Optional[KVCacheSpec] = None) -> KVCache:
     """kv_cache.num_blocks, or on a GPU what gpu_memory_utilization leaves after the weights
     and a profiling forward, allocated. With a draft model the budget is shared: each block
@@ -158,8 +150,8 @@ def _kv_cache(cfg: Config, spec: KVCacheSpec, device: torch.device, slot: Forwar
     if device.type == "cuda" and cfg.kv_cache.num_blocks is None:
         tokens = min(cfg.scheduler.max_num_batched_tokens, max_model_len)
         step = lambda ids, pos: model.compute_logits(forward_fn(ids, pos)[-1:])
-        free = kv_budget_bytes(step, slot, spec, tokens, split_counters,
-                               cfg.kv_cache.gpu_memory_utilization, device)
+        free = kv_budget_bytes(step, slot, spec, tokens, cfg.kv_cache.gpu_memory_utilization,
+                               device)
     sizing = (spec if draft_spec is None
               else KVCacheSpec(spec.layers + draft_spec.layers, spec.block_size))
     blocks = num_blocks_for(cfg.kv_cache, sizing, device, free, max_model_len)
@@ -187,11 +179,10 @@ def step_graphs(cfg: Config, runner: ModelRunner, draft_spec: Optional[KVCacheSp
     blocks = -(-runner.max_model_len // kv.spec.block_size)
 
     def graphs(fn: GraphFn, q: int, slot: ForwardSlot, caches: list, scales: list,
-               counters: torch.Tensor, ragged: bool, inputs: tuple = (), name: str = ""
-               ) -> Optional[StepGraphs]:
+               ragged: bool, inputs: tuple = (), name: str = "") -> Optional[StepGraphs]:
         reach = multi_token_sizes(sizes, q, cfg.scheduler.max_num_batched_tokens)
-        return (StepGraphs(fn, reach, q, blocks, slot, caches, scales, counters, runner.device,
-                           inputs, name, ragged, trace_dir=trace, rank=rank) if reach else None)
+        return (StepGraphs(fn, reach, q, blocks, slot, caches, scales, runner.device, inputs,
+                           name, ragged, trace_dir=trace, rank=rank) if reach else None)
 
     model, forward_fn = runner.model, runner.forward_fn
     if drafter is None:
@@ -199,16 +190,16 @@ def step_graphs(cfg: Config, runner: ModelRunner, draft_spec: Optional[KVCacheSp
     else:
         target_fn = drafter.target_forward(forward_fn)
     # GQA layers take steps of fewer queries in a graph of more (cuda_graphs.py): MLA's do not.
-    target = {q: graphs(target_fn, q, runner.slot, kv.caches, kv.scales, runner.split_counters,
-                        target_cap is None) for q in plan.target}
+    target = {q: graphs(target_fn, q, runner.slot, kv.caches, kv.scales, target_cap is None)
+              for q in plan.target}
     every = [g for g in target.values() if g is not None]
     runner.use_graphs(target[1], [g for g in every if g.q_len > 1])
     if drafter is not None:
         for name, qs in ((CATCH_UP, plan.catch_up), (DECODE, plan.decode)):
             f = drafter.forwards[name]
             mine = [g for g in (graphs(f.fn, q, drafter.slot, drafter.kv_caches,
-                                       drafter.kv_scales, drafter.split_counters,
-                                       drafter_cap is None, f.inputs, f"draft_{name}")
+                                       drafter.kv_scales, drafter_cap is None, f.inputs,
+                                       f"draft_{name}")
                                 for q in qs) if g is not None]
             drafter.use_graphs(name, mine)
             every += mine

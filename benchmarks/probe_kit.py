@@ -53,8 +53,7 @@ def decode_case(batch: int, ctx: int, hq: int = 32, hk: int = 8, d: int = 128, p
     i32 = dict(device="cuda", dtype=torch.int32)
     meta = AttentionMetadata(torch.arange(batch + 1, **i32), torch.full((batch,), ctx, **i32),
                              torch.randperm(nblk, **i32).view(batch, -1),
-                             torch.zeros(batch, device="cuda", dtype=torch.int64), 1, ctx, True,
-                             split_counters=torch.zeros(batch * hk, **i32))
+                             torch.zeros(batch, device="cuda", dtype=torch.int64), 1, ctx, True)
     return DecodeCase(torch.randn(batch, hq, d, **bf), kc, vc, meta)
 
 

@@ -34,10 +34,6 @@ class AttentionMetadata:
     # Leading sequences with one query each in a batch that is not all decodes: a backend may
     # run them through its decode kernel (GQA-shared KV reads) and the rest through prefill.
     num_decode_seqs: int = 0
-    # [>= B * Hk] int32 zeros the decode kernel counts its split-KV programs on (and leaves at
-    # zero). Owned by the runner, one buffer for every step: a captured graph keeps its address.
-    # None: the kernel allocates zeros for the call.
-    split_counters: Optional[torch.Tensor] = None
 
     def decode_head(self) -> "AttentionMetadata":
         """The batch's first num_decode_seqs sequences (one query each), as views from offset 0;
@@ -45,8 +41,7 @@ class AttentionMetadata:
         n = self.num_decode_seqs
         return AttentionMetadata(self.cu_seqlens_q[:n + 1], self.context_lens[:n],
                                  self.block_tables[:n], self.slot_mapping[:n], 1,
-                                 self.max_context_len, True,
-                                 split_counters=self.split_counters)
+                                 self.max_context_len, True)
 
     @property
     def num_seqs(self) -> int:

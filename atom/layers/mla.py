@@ -114,4 +114,4 @@ def absorbed_head(meta: AttentionMetadata, n_tok: int) -> tuple[int, int, Attent
     return n, rows, AttentionMetadata(
         meta.cu_seqlens_q[:n + 1], meta.context_lens[:n], meta.block_tables[:n],
         meta.slot_mapping[:rows], max_q, meta.max_context_len, max_q == 1, q_lens[:n],
-        ctx[:n] if ctx else None, split_counters=meta.split_counters)
+        ctx[:n] if ctx else None)

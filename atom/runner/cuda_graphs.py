@@ -139,8 +139,7 @@ class StepGraphs:
     model's forward slot and KV pool."""
 
     def __init__(self, forward: GraphFn, sizes: list[int], q_len: int, max_blocks_per_seq: int,
-                 slot: ForwardSlot, kv_caches: list, kv_scales: list,
-                 split_counters: torch.Tensor, device: torch.device,
+                 slot: ForwardSlot, kv_caches: list, kv_scales: list, device: torch.device,
                  inputs: Sequence[tuple[int, torch.dtype]] = (), name: str = "",
                  ragged: bool = False, trace_dir: Optional[str] = None, rank: int = 0) -> None:
         """inputs: width and dtype of each input after (ids, positions), one row per token;
@@ -151,7 +150,6 @@ class StepGraphs:
         self.sizes = sorted(set(int(s) for s in sizes))
         self.max_bs = self.sizes[-1]
         self.kv_caches, self.kv_scales = kv_caches, kv_scales
-        self.split_counters = split_counters
         self.trace_dir, self.rank = trace_dir, rank
         n, dev = self.max_bs * q_len, device
         self.ids = torch.zeros(n, dtype=torch.long, device=dev)
@@ -174,7 +172,7 @@ class StepGraphs:
             cu_seqlens_q=self.cu[:bs + 1], context_lens=self.ctx[:bs],
             block_tables=self.tables[:bs], slot_mapping=self.slots[:bs * q], max_q_len=q,
             max_context_len=self.tables.shape[1], is_decode=q == 1,
-            q_lens_cpu=None if q == 1 else [q] * bs, split_counters=self.split_counters)
+            q_lens_cpu=None if q == 1 else [q] * bs)
 
     def args(self, bs: int) -> tuple[torch.Tensor, ...]:
         """The forward's arguments at size bs: views of the static buffers."""

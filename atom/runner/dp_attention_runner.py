@@ -8,9 +8,8 @@ equal blocks: atom/layers/dp_attention.py), and where each rank's sampled tokens
 rows write their KV into a scratch block the scheduler never hands out. A step of decodes only
 pads with one-token sequences, so every rank stays decode-shaped and replays a graph of the
 same size (or none, on every rank alike); any other step pads with one sequence of the missing
-tokens (one-token pads could then outnumber max_num_seqs, which sizes the decode kernel's split
-counters), and no rank replays a graph, since the ranks' forwards must meet at the same
-collectives with the same row counts.
+tokens (one-token pads could then outnumber max_num_seqs), and no rank replays a graph, since
+the ranks' forwards must meet at the same collectives with the same row counts.
 
 The tokens come back with one all-gather (every rank's padded to the most sampling rows of
 any rank) and an index in the step's order: rank 0 answers with them as in tensor parallelism,

@@ -22,7 +22,7 @@ from torch import nn
 
 from atom.config.errors import ConfigError
 from atom.config.schema import KVCacheConfig
-from atom.layers.kv_spec import FullAttentionSpec, LayerKVSpec
+from atom.layers.kv_spec import LayerKVSpec
 
 log = logging.getLogger("atom.runner")
 
@@ -45,11 +45,6 @@ class KVCacheSpec:
     @property
     def dtype(self) -> torch.dtype:
         return self.layers[0].dtype
-
-    def max_kv_heads(self) -> int:
-        """KV heads of the widest full-attention layer (the decode kernel's split counters)."""
-        return max((s.num_kv_heads for s in self.layers if isinstance(s, FullAttentionSpec)),
-                   default=1)
 
 
 def model_kv_spec(model: nn.Module, dtype: torch.dtype, block_size: int) -> KVCacheSpec:

@@ -18,12 +18,11 @@ ProfileStep = Callable[[torch.Tensor, torch.Tensor], None]  # (ids, positions): 
 
 
 def kv_budget_bytes(step: ProfileStep, slot: ForwardSlot, spec: KVCacheSpec, tokens: int,
-                    split_counters: torch.Tensor, utilization: float,
-                    device: torch.device) -> int:
+                    utilization: float, device: torch.device) -> int:
     """Bytes left for the KV cache under `utilization` of the GPU's memory."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    _profile_forward(step, slot, spec, tokens, split_counters, device)
+    _profile_forward(step, slot, spec, tokens, device)
     free, total = torch.cuda.mem_get_info()
     peak = torch.cuda.max_memory_allocated()
     others = total - free - torch.cuda.memory_reserved()  # other processes on this GPU
@@ -31,7 +30,7 @@ def kv_budget_bytes(step: ProfileStep, slot: ForwardSlot, spec: KVCacheSpec, tok
 
 
 def _profile_forward(step: ProfileStep, slot: ForwardSlot, spec: KVCacheSpec, n: int,
-                     split_counters: torch.Tensor, device: torch.device) -> None:
+                     device: torch.device) -> None:
     """Inputs are made outside inference mode, like every later step's: a compiled forward
     guards on it, and inference tensors here would cost a recompile later."""
     blocks = -(-n // spec.block_size)
@@ -43,7 +42,7 @@ def _profile_forward(step: ProfileStep, slot: ForwardSlot, spec: KVCacheSpec, n:
         context_lens=torch.tensor([n], dtype=torch.int32, device=device),
         block_tables=torch.arange(blocks, dtype=torch.int32, device=device).unsqueeze(0),
         slot_mapping=torch.arange(n, device=device), max_q_len=n, max_context_len=n,
-        is_decode=False, q_lens_cpu=[n], context_lens_cpu=[n], split_counters=split_counters)
+        is_decode=False, q_lens_cpu=[n], context_lens_cpu=[n])
     with torch.inference_mode(), slot.using(ForwardContext(meta, caches, scales)):
         step(ids, pos)
     del caches

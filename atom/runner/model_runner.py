@@ -58,11 +58,11 @@ class ModelRunner:
     (use_graphs), so a second runner (a draft model's) is the same assembly over other parts."""
 
     def __init__(self, model: torch.nn.Module, forward_fn: ForwardFn, slot: ForwardSlot,
-                 kv: KVCache, split_counters: torch.Tensor, *, device: torch.device,
+                 kv: KVCache, *, device: torch.device,
                  max_model_len: int, vocab_size: int, verify: Verifier, profiler: StepProfiler,
                  drafter: Optional[Drafter] = None) -> None:
         self.model, self.forward_fn, self.slot = model, forward_fn, slot
-        self.kv, self.split_counters = kv, split_counters
+        self.kv = kv
         # The captured steps (use_graphs); without them every step runs eager.
         self.graphs: Optional[StepGraphs] = None
         self.verify_graphs: list[StepGraphs] = []
@@ -164,8 +164,7 @@ class ModelRunner:
             cu_seqlens_q=cu_d, context_lens=ctx_d, block_tables=tables_d, slot_mapping=slots_d,
             max_q_len=max(q_lens), max_context_len=max(most), is_decode=max(q_lens) == 1,
             q_lens_cpu=q_lens, context_lens_cpu=None if moved else ctx,
-            num_decode_seqs=leading_decodes(q_lens),
-            split_counters=self.split_counters)
+            num_decode_seqs=leading_decodes(q_lens))
         histories = [reqs[i].history for i in rows]
         if counts is not None:
             histories = [h for h, m in zip(histories, counts) for _ in range(m)]

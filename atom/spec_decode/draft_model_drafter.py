@@ -41,16 +41,13 @@ class DraftModelDrafter(Drafter):
     catch_up_drafts = False
 
     def __init__(self, model: torch.nn.Module, k: int, block_size: int, max_model_len: int,
-                 kv_caches: list, kv_scales: list, split_counters: torch.Tensor,
-                 vocab_size: int, stager: Stager) -> None:
-        """split_counters: the decode kernel's, sized by the draft's KV heads (which may exceed
-        the target's)."""
+                 kv_caches: list, kv_scales: list, vocab_size: int, stager: Stager) -> None:
         self.model = model
         # The target's and the draft's: validation admits different sizes only as paddings of
         # one tokenizer, so ids past either are no tokens.
         self.vocab_size, self.draft_vocab = vocab_size, int(model.hf_config.vocab_size)
         super().__init__(k, block_size, max_model_len, vocab_size, model.context.forward,
-                         kv_caches, kv_scales, split_counters, stager,
+                         kv_caches, kv_scales, stager,
                          {CATCH_UP: DraftForward(self._hidden), DECODE: DraftForward(self._next)})
 
     def _catch_up(self, step: DraftStep, inputs: CatchUpInputs) -> CaughtUp:

@@ -164,12 +164,11 @@ class _HostRows:
 class DraftPlanner:
     """Builds a drafter's DraftPlan; holds what every plan of the drafter shares."""
 
-    def __init__(self, stager: Stager, block_size: int, max_model_len: int, vocab_size: int,
-                 split_counters: torch.Tensor) -> None:
-        """vocab_size: the drafts' logits' width (the target's vocabulary); split_counters:
-        the drafter's decode kernel's (AttentionMetadata.split_counters)."""
+    def __init__(self, stager: Stager, block_size: int, max_model_len: int,
+                 vocab_size: int) -> None:
+        """vocab_size: the drafts' logits' width (the target's vocabulary)."""
         self.stager, self.block_size, self.max_model_len = stager, block_size, max_model_len
-        self.vocab_size, self.split_counters = vocab_size, split_counters
+        self.vocab_size = vocab_size
 
     def plan(self, reqs: list[ScheduledRequest], step: StepRows, kept: Optional[Kept],
              decodes: int) -> DraftPlan:
@@ -258,7 +257,7 @@ class DraftPlanner:
             meta = AttentionMetadata(
                 cu_seqlens_q=cu, context_lens=ctx[j], block_tables=tables,
                 slot_mapping=slots[j], max_q_len=1, max_context_len=max_ctx, is_decode=True,
-                q_lens_cpu=[1] * n, split_counters=self.split_counters)
+                q_lens_cpu=[1] * n)
             out.append(Depth(pos[j], meta))
         return out
 

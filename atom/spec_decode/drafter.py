@@ -24,7 +24,6 @@ same function eagerly.
 """
 from __future__ import annotations
 
-import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Optional, Protocol, Sequence
@@ -130,20 +129,16 @@ class Drafter(ABC):
     catch_up_drafts: ClassVar[bool] = True
 
     def __init__(self, k: int, block_size: int, max_model_len: int, vocab_size: int,
-                 slot: ForwardSlot, kv_caches: list, kv_scales: list,
-                 split_counters: torch.Tensor, stager: Stager,
+                 slot: ForwardSlot, kv_caches: list, kv_scales: list, stager: Stager,
                  forwards: dict[str, DraftForward]) -> None:
         """vocab_size: the drafts' logits' width (the target's vocabulary); slot, kv_caches,
         kv_scales: the forward context the drafter's layers read (the target's for MTP's layer,
-        its own for a draft model's); split_counters: its decode kernel's (sized by its own KV
-        heads); stager: the one host→device copy of each propose's inputs (draft_plan.py);
-        forwards: its CATCH_UP and DECODE, the runner may capture them."""
+        its own for a draft model's); stager: the one host→device copy of each propose's inputs
+        (draft_plan.py); forwards: its CATCH_UP and DECODE, the runner may capture them."""
         self.k = k
         self.forwards = forwards
         self.slot, self.kv_caches, self.kv_scales = slot, kv_caches, kv_scales
-        self.split_counters = split_counters
-        self.planner = DraftPlanner(stager, block_size, max_model_len, vocab_size,
-                                    split_counters)
+        self.planner = DraftPlanner(stager, block_size, max_model_len, vocab_size)
         # request id → (the sampled drafts, their q [len, V]) until the step that verifies them
         self._q: dict[str, tuple[list[int], torch.Tensor]] = {}
         self._graphs: dict[str, list[Graphed]] = {}
@@ -174,7 +169,6 @@ class Drafter(ABC):
         graph = next((g for g in self._graphs.get(name, ()) if g.fits(meta, n)), None)
         if graph is not None:
             return graph.replay(ids, positions, meta, *inputs)
-        meta = dataclasses.replace(meta, split_counters=self.split_counters)
         with self.slot.using(ForwardContext(meta, self.kv_caches, self.kv_scales)):
             return self.forwards[name].fn(ids, positions, *inputs)
 

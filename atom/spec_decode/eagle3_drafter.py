@@ -51,14 +51,14 @@ class AuxCapture:
 class Eagle3Drafter(Drafter):
     def __init__(self, target: torch.nn.Module, head: torch.nn.Module, aux: AuxCapture, k: int,
                  block_size: int, max_model_len: int, kv_caches: list, kv_scales: list,
-                 split_counters: torch.Tensor, dtype: torch.dtype, stager: Stager) -> None:
+                 dtype: torch.dtype, stager: Stager) -> None:
         """dtype: the target's activations' (its captured states and the head's outputs)."""
         self.head, self.aux = head, aux
         self.embed = target.model.embed_tokens
         states = len(aux.ids) * int(target.hf_config.hidden_size)
         width = int(head.hf_config.hidden_size)
         super().__init__(k, block_size, max_model_len, int(head.vocab_size),
-                         head.context.forward, kv_caches, kv_scales, split_counters, stager,
+                         head.context.forward, kv_caches, kv_scales, stager,
                          {CATCH_UP: DraftForward(self._hidden, ((states, dtype),)),
                           DECODE: DraftForward(self._next, ((width, dtype),))})
 

@@ -33,16 +33,15 @@ from atom.spec_decode.drafter import (CATCH_UP, DECODE, CaughtUp, Drafter, Draft
 
 class MTPDrafter(Drafter):
     def __init__(self, model: torch.nn.Module, k: int, block_size: int, max_model_len: int,
-                 kv_caches: list, kv_scales: list, split_counters: torch.Tensor,
-                 dtype: torch.dtype, stager: Stager) -> None:
-        """kv_caches, kv_scales, split_counters: the target's (its pool holds the layer);
+                 kv_caches: list, kv_scales: list, dtype: torch.dtype, stager: Stager) -> None:
+        """kv_caches, kv_scales: the target's (its pool holds the layer);
         dtype: the target's hidden states'."""
         self.layer = model.mtp
         self.embed = model.model.embed_tokens
         state = ((int(model.hf_config.hidden_size), dtype),)
         # The target's slot: the layer is one of the model's.
         super().__init__(k, block_size, max_model_len, int(model.hf_config.vocab_size),
-                         model.context.forward, kv_caches, kv_scales, split_counters, stager,
+                         model.context.forward, kv_caches, kv_scales, stager,
                          {CATCH_UP: DraftForward(self._hidden, state),
                           DECODE: DraftForward(self._next, state)})
 

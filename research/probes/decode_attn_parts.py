@@ -137,7 +137,7 @@ def attention_parts(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     f32 = dict(dtype=torch.float32, device=q.device)
     mid_o = torch.empty((batch, n_q_heads, splits, head_dim), **f32)
     mid_lse = torch.empty((batch, n_q_heads, splits), **f32)
-    counters = meta.split_counters
+    counters = torch.zeros(batch * n_kv, dtype=torch.int32, device=q.device)
     _parts_kernel[(batch, n_kv, splits)](
         q, k_cache, v_cache, out, mid_o, mid_lse, counters, meta.context_lens,
         meta.block_tables, q.stride(0), q.stride(1), out.stride(0), out.stride(1),

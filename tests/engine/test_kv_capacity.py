@@ -86,7 +86,6 @@ def test_pool_from_mixed_layer_specs():
     assert latent.shape == (3, 4, 576)
     latent[1, 2].fill_(7.0)
     assert caches[3][0].sum() == 0 and buffers[1][0, 1, 2, 0] == 7.0  # layer 1 is group row 0
-    assert spec.max_kv_heads() == 2
 
 
 @pytest.mark.parametrize("overrides,dtype,text", [

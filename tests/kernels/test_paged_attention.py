@@ -7,7 +7,7 @@ import torch
 from atom.kernels import get_backend, torch_ref
 from atom.kernels.triton.paged_decode_attention import decode_attention
 from atom.kernels.triton.paged_prefill_attention import prefill_attention
-from kernel_helpers import DEVICE, gpu_param, paged_case, rel_err
+from kernel_helpers import gpu_param, paged_case, rel_err
 
 FP8 = torch.float8_e4m3fn
 BF16 = torch.bfloat16
@@ -92,21 +92,17 @@ def test_mixed_batch_routes_leading_decodes_through_the_decode_kernel(q_lens, ct
 
 
 @pytest.mark.parametrize("splits", [2, 16], ids=["two-splits", "sixteen-splits"])
-def test_decode_merges_every_split_and_touches_no_counter(splits):
+def test_decode_merges_every_split(splits):
     """The merge launch takes every split's partial: splits past a short context, and a padding
-    row of length 0, give empty ones. It needs no counter (the metadata's stay as they are), so
-    a second launch, as a graph replay is, needs nothing reset."""
-    counters = torch.full((3 * 2,), 7, dtype=torch.int32, device=DEVICE)
+    row of length 0, give empty ones."""
     for ctx in ([3, 1, 40], [70, 1, 5]):
         q, kc, vc, meta = paged_case([1] * 3, ctx, 4, 2, 16, 4, torch.float32, torch.float32)
-        meta.split_counters = counters
         meta.context_lens[1] = 0  # a CUDA-graph padding row
         out = decode_attention(q, kc, vc, meta, 0.25, splits=splits)
         ref = torch_ref.attention(q, kc, vc, meta, 0.25)
         rows = [0, 2]
         assert rel_err(out[rows], ref[rows]) < 1e-4
         assert torch.equal(out[1], torch.zeros_like(out[1]))
-        assert torch.equal(counters, torch.full_like(counters, 7))
 
 
 @pytest.mark.gpu
@@ -118,7 +114,6 @@ def test_decode_graph_replays_with_other_contexts(kv_dtype):
     scale_kv = 0.05 if kv_dtype == FP8 else 1.0
     q, kc, vc, meta = paged_case([1], [4000], 16, 8, 128, 16, BF16, kv_dtype, scale_kv)
     meta.max_context_len = meta.block_tables.shape[1]
-    meta.split_counters = torch.zeros(8, dtype=torch.int32, device=DEVICE)
     decode_attention(q, kc, vc, meta, 128 ** -0.5, scale_kv, scale_kv)  # compile outside capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

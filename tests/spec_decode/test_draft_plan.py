@@ -64,8 +64,7 @@ def test_depths_follow_the_kept_counts_on_the_device_and_end_at_the_rows_last_sl
                             for j in range(m)])
     verdict = judge(torch.tensor(tokens), counts, step.input_ids, sampled, None, STAGER)
     assert verdict.accepted.tolist() == list(agree)
-    plan = DraftPlanner(STAGER, BS, MAX_LEN, 100, torch.zeros(8, dtype=torch.int32)).plan(
-        REQS, step, verdict, DECODES)
+    plan = DraftPlanner(STAGER, BS, MAX_LEN, 100).plan(REQS, step, verdict, DECODES)
     for i, (row, n) in enumerate(zip(step.rows, agree)):
         req, m = REQS[row], counts[i]
         base = req.start + len(req.token_ids) - m

@@ -24,9 +24,8 @@ def _meta(q_lens: list[int], ctx: list[int], width: int = 3) -> AttentionMetadat
 
 
 def _graphs(q: int, sizes: list[int], inputs=(), ragged: bool = False) -> StepGraphs:
-    return StepGraphs(lambda *a: (), sizes, q, 8, ForwardSlot(), [], [],
-                      torch.zeros(1, dtype=torch.int32), torch.device("cpu"), inputs,
-                      ragged=ragged)
+    return StepGraphs(lambda *a: (), sizes, q, 8, ForwardSlot(), [], [], torch.device("cpu"),
+                      inputs, ragged=ragged)
 
 
 def test_a_uniform_verify_batch_takes_the_graph_of_its_query_length():
