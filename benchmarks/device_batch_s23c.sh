@@ -10,20 +10,6 @@ set -u
 source benchmarks/device_steps.sh && install_wheels
 step tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_fp8_gemv.py
 grep -h "FAILED\|passed\|failed" $OUT/tests.txt | head -5 | cut -c1-300
-ARM='import sys, torch; sys.path.insert(0, "benchmarks"); import gpu_bench as g
-eng = g.engine("llama3_8b", "quant=fp8", "kv_cache=fp8")
-eng.generate([list(range(100, 1124))] * 16, g._sp(max_tokens=8, temperature=0, ignore_eos=True))
-graphs = eng.core.executor.runner.graphs.graphs
-out = {}
-for bs in (1, 2, 4, 8, 16):
-    if bs in graphs:
-        graph = graphs[bs][0]
-        for _ in range(5): graph.replay()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(50): graph.replay()
-        b.record(); torch.cuda.synchronize(); out[bs] = round(a.elapsed_time(b) / 50, 4)
-print("arm", out)'
-arm() { in_tree $1 step "g_$1_$2" 90 python3 -c "$ARM"; }
+arm() { in_tree $1 step "g_$1_$2" 90 python3 -c "$GRAPHS_ARM"; }
 i=0; for t in ${ORDER:-new old old new}; do i=$((i+1)); arm $t $i; done
 for a in ${TAKE:-base no_quant no_norm_quant no_silu_quant}; do step "take_$a" 60 python3 research/probes/decode_step_takeaway.py $a; done

@@ -16,18 +16,4 @@ grep -h "FAILED\|passed\|failed\|Error" $OUT/tests.txt | head -8 | cut -c1-300
 step chain 150 python3 research/probes/fp8_mlp_chain.py --quick --out $OUT/chain.json
 WEIGHTS=fp8 decode_ab
 grep -h "^arm" $OUT/d_*.txt
-ARM='import sys, torch; sys.path.insert(0, "benchmarks"); import gpu_bench as g
-eng = g.engine("llama3_8b", "quant=fp8", "kv_cache=fp8")
-eng.generate([list(range(100, 1124))] * 16, g._sp(max_tokens=8, temperature=0, ignore_eos=True))
-graphs = eng.core.executor.runner.graphs.graphs
-out = {}
-for bs in (1, 2, 4, 8, 16):
-    if bs in graphs:
-        graph = graphs[bs][0]
-        for _ in range(5): graph.replay()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(50): graph.replay()
-        b.record(); torch.cuda.synchronize(); out[bs] = round(a.elapsed_time(b) / 50, 4)
-print("arm", out)'
-[ -n "${NO_GRAPHS:-}" ] || for t in new old; do in_tree $t step "g_$t" 90 python3 -c "$ARM"; done
+[ -n "${NO_GRAPHS:-}" ] || for t in new old; do in_tree $t step "g_$t" 90 python3 -c "$GRAPHS_ARM"; done

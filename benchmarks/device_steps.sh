@@ -33,3 +33,19 @@ print("arm", sys.argv[1], r["decode_tok_s"], r["graph_replay_ms_bs1"], r["first_
 decode_ab() { local w t i
   for w in ${WEIGHTS:-fp8 bf16}; do i=0; for t in ${ORDER:-new old old new}; do i=$((i+1))
     in_tree $t step "d_${t}_${w}_$i" 70 python3 -c "$DECODE_ARM" $w; done; done; }
+# GRAPHS_ARM: the 8B fp8 decode graphs' replay ms at batch 1, 2, 4, 8 and 16 (`python3 -c`), one
+# engine a process; s23c and s24b run it in each tree.
+GRAPHS_ARM='import sys, torch; sys.path.insert(0, "benchmarks"); import gpu_bench as g
+eng = g.engine("llama3_8b", "quant=fp8", "kv_cache=fp8")
+eng.generate([list(range(100, 1124))] * 16, g._sp(max_tokens=8, temperature=0, ignore_eos=True))
+graphs = eng.core.executor.runner.graphs.graphs
+out = {}
+for bs in (1, 2, 4, 8, 16):
+    if bs in graphs:
+        graph = graphs[bs][0]
+        for _ in range(5): graph.replay()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(50): graph.replay()
+        b.record(); torch.cuda.synchronize(); out[bs] = round(a.elapsed_time(b) / 50, 4)
+print("arm", out)'
