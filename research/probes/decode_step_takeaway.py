@@ -9,12 +9,12 @@ attention out saves 0.325 ms, rotary + KV store nothing (run 119). Whether fusin
 pays depends on what a kernel boundary costs in this chain: `plus_noop` puts one empty PDL
 kernel (wait, then release the next) after each layer's rotary, `plus_noop2` two, so their
 difference from `base` over 32 layers is that cost. Outputs are wrong in every arm that takes a
-kernel out; only the time is read. (The `late` arm, every kernel releasing
-the next only as it ends, is at 99eb022: 9% slower, H200.md run 130.) `attn_s{S}_n{N}_w{W}_st{T}`:
-decode attention at S splits of N-token tiles, W warps, T stages, in place of its defaults
-(16, 128, 4, 3 at one sequence). `parts_*`: decode attention as decode_attn_parts.py's copy,
-`parts_full` as it is, `parts_no_merge+no_kv` etc. with those parts taken out. Arms run in one process, each
-on its own engine, the patched functions put back after it.
+kernel out; only the time is read. `attn_s{S}_n{N}_w{W}_st{T}`: decode attention at one
+sequence at S splits of N-token tiles, W warps, T stages, in place of its defaults (16, 128, 4,
+3). `parts_*`: decode attention at one sequence as decode_attn_parts.py's copy, `parts_full`
+whole, `parts_no_merge+no_kv` etc. with those parts out. Arms run in one process, each on its
+own engine, the patched functions put back after it. (A `late` arm, every kernel releasing the
+next only as it ends, is at 99eb022: 9% slower, benchmarks/results/H200.md.)
 
     python research/probes/decode_step_takeaway.py ARM [ARM ...]
       # base no_rope no_attn no_rope_attn no_quant no_norm_quant no_silu_quant plus_noop plus_noop2
@@ -58,7 +58,27 @@ def _patched(obj: object, name: str, value: object) -> Iterator[None]:
         setattr(obj, name, old)
 
 
+def _one_sequence_decode(stack: contextlib.ExitStack, backend: type, fn) -> None:
+    """backend.attention with fn(q, k_cache, v_cache, meta, scale, k_scale, v_scale,
+    sliding_window) for the decode steps of one sequence (the bs=1 graph, the one timed); the
+    backend's own everywhere else."""
+    attention = backend.attention
+
+    def patched(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale, sliding_window=None):
+        args = (q, k_cache, v_cache, meta, scale, k_scale, v_scale, sliding_window)
+        if not meta.is_decode or q.shape[0] != 1:
+            return attention(self, *args)
+        return fn(*args)
+    stack.enter_context(_patched(backend, "attention", patched))
+
+
+ARMS = ("base", "no_rope", "no_attn", "no_rope_attn", "no_quant", "no_norm_quant",
+        "no_silu_quant", "plus_noop", "plus_noop2")
+
+
 def _take_away(arm: str, stack: contextlib.ExitStack) -> None:
+    if arm not in ARMS and not re.fullmatch(r"attn_s\d+_n\d+_w\d+_st\d+|parts_[a-z_+]+", arm):
+        raise SystemExit(f"unknown arm {arm!r}: a typo would time the step as it is")
     from atom.kernels.triton import fp8_quant
     from atom.kernels.triton_backend import TritonBackend
 
@@ -78,33 +98,19 @@ def _take_away(arm: str, stack: contextlib.ExitStack) -> None:
         stack.enter_context(_patched(TritonBackend, "rope_store_kv", rope_then_noop))
     tiles = re.fullmatch(r"attn_s(\d+)_n(\d+)_w(\d+)_st(\d+)", arm)
     if tiles:
-        s, n, w, st = map(int, tiles.groups())
-        attention = TritonBackend.attention
+        from atom.kernels.triton.paged_decode_attention import decode_attention
 
-        def decode_with(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale,
-                        sliding_window=None):
-            if not meta.is_decode:
-                return attention(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale,
-                                 sliding_window)
-            from atom.kernels.triton.paged_decode_attention import decode_attention
-            return decode_attention(q, k_cache, v_cache, meta, scale, k_scale, v_scale,
-                                    sliding_window, splits=s, block_n=n, num_warps=w,
-                                    num_stages=st)
-        stack.enter_context(_patched(TritonBackend, "attention", decode_with))
+        s, n, w, st = map(int, tiles.groups())
+        _one_sequence_decode(stack, TritonBackend, lambda *args: decode_attention(
+            *args, splits=s, block_n=n, num_warps=w, num_stages=st))
     if arm.startswith("parts_"):  # parts_full, parts_no_merge, parts_no_kv+no_merge, ...
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from decode_attn_parts import attention_parts
 
         flags = frozenset() if arm == "parts_full" else frozenset(
             f.upper() for f in arm[len("parts_"):].split("+"))
-        attention = TritonBackend.attention
-
-        def parts(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale, sliding_window=None):
-            if not meta.is_decode or q.shape[0] != 1:  # the bs=1 graph's is the one timed
-                return attention(self, q, k_cache, v_cache, meta, scale, k_scale, v_scale,
-                                 sliding_window)
-            return attention_parts(q, k_cache, v_cache, meta, scale, k_scale, v_scale, flags)
-        stack.enter_context(_patched(TritonBackend, "attention", parts))
+        _one_sequence_decode(stack, TritonBackend, lambda *args: attention_parts(
+            *args[:7], flags))
     if arm in ("no_quant", "no_norm_quant", "no_silu_quant"):
         # The W8A8 GEMVs' quantising kernels in front (fp8_quant, looked up at each call):
         # their outputs as unwritten buffers of the same shapes, so no kernel is launched.

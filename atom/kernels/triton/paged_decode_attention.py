@@ -10,7 +10,7 @@ The splits' partial softmax results are merged by a launch of their own, a progr
 query head), which under PDL is scheduled while the splits run. Merged in the split launch by
 the last split to arrive at a counter, one program merges a kv head's four heads after the
 counter's fence: in the 8B fp8 batch-1 step that took 5.6 µs a layer of attention's 9.2, this
-launch ~2.6, and the step is 2.6% faster (bf16 1.2%); a program a kv head in a launch of its
+launch ~2.0, and the step is 2.6% faster (bf16 1.2%); a program a kv head in a launch of its
 own was slower than both (research/probes/decode_attn_parts.py through decode_step_takeaway.py;
 the figures in benchmarks/results/H200.md, twenty-fourth session).
 """

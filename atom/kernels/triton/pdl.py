@@ -34,8 +34,8 @@ except ImportError:  # a Triton without grid-dependency control: PDL stays off
 @triton.jit
 def pdl_wait(PDL: tl.constexpr):
     """Wait for the previous kernel, then let the next one be scheduled (it waits in turn).
-    Released only as each kernel ends instead, the 8B fp8 batch-1 step replayed 9% slower
-    (research/probes/decode_step_takeaway.py at 99eb022, H200.md run 130)."""
+    Released only as each kernel ends instead, the 8B fp8 batch-1 step replays 9% slower
+    (research/probes/decode_step_takeaway.py's `late` arm, at commit 99eb022)."""
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
